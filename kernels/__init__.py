@@ -1,0 +1,54 @@
+"""Canonical-order float32 arithmetic: one definition, three backends, same bits.
+
+The definition is docs/arithmetic.md (version `ARITHMETIC_VERSION`). Every
+backend is a module exposing the same functions, all on float32 numpy arrays
+(C-contiguous; outputs are new arrays). Shapes use this legend:
+R rows, C columns, M/N/K matrix sizes, T sequence length, D head size,
+BH batch*heads, V vocabulary, N tokens.
+
+    matmul(a, b)            (M, K) @ (K, N) -> (M, N); also batched (BH, M, K)
+    matmul_nt(a, b)         (M, K) @ (N, K)^T -> (M, N); also batched
+    matmul_tn(a, b)         (K, M)^T @ (K, N) -> (M, N); also batched
+    sum_rows(x)             (R, C) -> (R,)    pairwise halving tree
+    sum_cols(x)             (R, C) -> (C,)    pairwise halving tree down columns
+    max_rows(x)             (R, C) -> (R,)    pairwise max tree
+    exp(x), log(x)          any shape, elementwise
+    silu(x)                 any shape; silu_backward(x, dy) -> dx
+    softmax_causal(s)       (BH, T, T) -> p; softmax_causal_backward(p, dp) -> ds
+    attention(q, k, v)      (BH, T, D) x3 -> (o (BH, T, D), p (BH, T, T))
+    attention_backward(q, k, v, p, do) -> (dq, dk, dv)
+    rmsnorm(x, w, eps)      (R, C), (C,) -> (y (R, C), rstd (R,))
+    rmsnorm_backward(x, w, rstd, dy) -> (dx (R, C), dw (C,))
+    cross_entropy(logits, targets)           (N, V), int64 (N,) -> loss (float32 0-d array)
+    cross_entropy_backward(logits, targets, dloss) -> dlogits (N, V)
+    embedding(table, idx)   (V, C), int64 (N,) -> (N, C)
+    embedding_backward(idx, dout, vocab_size) -> dtable (V, C)
+    adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> (p', m', v')
+
+Scalars (eps, lr, betas, dloss) are Python floats or numpy float32; each
+backend converts them with `numpy.float32` before use. Bad input (wrong dtype,
+shape mismatch, index out of range) raises `KernelInputError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+ARITHMETIC_VERSION = 1
+BACKENDS = ("reference", "cpu", "triton")
+
+_MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
+
+
+class KernelInputError(ValueError):
+    """An input to a kernel is malformed (dtype, shape, index range)."""
+
+    exit_code = 2
+
+
+def get_backend(name: str) -> ModuleType:
+    """Return the backend module called `name` (one of BACKENDS)."""
+    if name not in _MODULES:
+        raise KernelInputError(f"unknown backend {name!r}, want one of {', '.join(BACKENDS)}")
+    return importlib.import_module(_MODULES[name])

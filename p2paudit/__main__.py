@@ -1,0 +1,3 @@
+from p2paudit.cli import main
+
+main()

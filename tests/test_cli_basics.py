@@ -1,0 +1,31 @@
+"""The console command exists, answers --help and --version, and fails cleanly on a wrong flag."""
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from p2paudit import __version__
+from p2paudit.cli import cli
+
+
+def test_version_and_help():
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert "Usage" in result.output
+
+
+def test_unknown_flag_is_usage_error():
+    result = CliRunner().invoke(cli, ["--no-such-flag"])
+    assert result.exit_code == 2
+    assert "no-such-flag" in result.output
+
+
+def test_console_script_runs_in_a_fresh_process():
+    out = subprocess.run([sys.executable, "-m", "p2paudit", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert __version__ in out.stdout
