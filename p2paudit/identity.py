@@ -1,0 +1,253 @@
+"""The node's Ed25519 identity: create, store, load, sign, verify (a leaf module).
+
+One key does everything a node signs: run manifests, attestations, ledger
+checkpoints, and (through `peer_id_of`) it is the libp2p identity too, so a
+peer id seen on the network names the same key that signs attestations.
+
+The private key is stored as an unencrypted PKCS#8 PEM file with mode 0600.
+`load_identity` refuses a key file that group or others may read or write:
+such a key must be treated as leaked, and silently using it would hide that.
+
+This module imports only the standard library, `cryptography` and
+`p2paudit.errors`; it must not pull in libp2p (slow, and above it in layering).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from p2paudit.errors import InputError
+
+PUBLIC_KEY_SIZE = 32
+SIGNATURE_SIZE = 64
+KEY_FILE_NAME = "node.key"
+# A PEM Ed25519 PKCS#8 key is ~119 bytes; anything far larger is not a key file.
+MAX_KEY_FILE_SIZE = 4096
+
+_BASE58_ALPHABET = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+# libp2p's crypto.proto: KeyType enum value for Ed25519.
+_LIBP2P_KEY_TYPE_ED25519 = 1
+# Multihash codes: identity (0x00) is used when the encoded key is <= 42 bytes.
+_MULTIHASH_IDENTITY = 0x00
+_MULTIHASH_SHA256 = 0x12
+_MAX_INLINE_KEY_LEN = 42
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A node's key pair; `public_key` is the 32 raw Ed25519 public key bytes."""
+
+    private_key: Ed25519PrivateKey
+    public_key: bytes
+
+    def __repr__(self) -> str:  # never print private material
+        return f"Identity(public_key={self.public_key.hex()})"
+
+
+def home_dir() -> Path:
+    """The node's home: $P2PAUDIT_HOME if set and non-empty, else ~/.p2paudit."""
+    env = os.environ.get("P2PAUDIT_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".p2paudit"
+
+
+def default_key_path() -> Path:
+    """Where `p2paudit init` puts the node key."""
+    return home_dir() / KEY_FILE_NAME
+
+
+def identity_from_private_key(private_key: Ed25519PrivateKey) -> Identity:
+    """Wrap an Ed25519 private key object with its raw public key."""
+    public = private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return Identity(private_key=private_key, public_key=public)
+
+
+def identity_from_seed(seed: bytes) -> Identity:
+    """An identity from a 32-byte Ed25519 seed (deterministic keys for tests and benchmarks)."""
+    if len(seed) != 32:
+        raise InputError(f"Ed25519 seed has {len(seed)} bytes, want 32")
+    return identity_from_private_key(Ed25519PrivateKey.from_private_bytes(seed))
+
+
+def generate_identity() -> Identity:
+    """A fresh random identity."""
+    return identity_from_private_key(Ed25519PrivateKey.generate())
+
+
+def private_seed(identity: Identity) -> bytes:
+    """The 32 raw private key bytes (for libp2p, which wants them to build its key pair)."""
+    return identity.private_key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+
+
+def _encode_pem(identity: Identity) -> bytes:
+    return identity.private_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def save_identity(identity: Identity, path: Path | str, overwrite: bool = False) -> None:
+    """Write the private key as PKCS#8 PEM, mode 0600, atomically.
+
+    The key is written to a temporary file in the same directory (created 0600,
+    so it is never readable by others even briefly), fsynced, then linked into
+    place: `os.link` fails if `path` exists, so an existing key is never
+    replaced unless `overwrite` is true (then `os.replace`). Parent directories
+    are created with mode 0700. Raises InputError if the key exists.
+    """
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists() and not overwrite:
+        raise InputError(f"key file {path} already exists; refusing to overwrite it")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_encode_pem(identity))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise InputError(f"key file {path} already exists; refusing to overwrite it") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the new directory entry durable; not possible on every platform.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_identity(path: Path | str) -> Identity:
+    """Load a key written by `save_identity`.
+
+    Raises InputError if the file is missing, is group/other readable or
+    writable, is too large, or does not hold an Ed25519 PKCS#8 PEM key.
+    """
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"key file {path} does not exist (run `p2paudit init`)") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"key file {path} is not a regular file")
+    loose = stat.S_IMODE(info.st_mode) & 0o077
+    if loose:
+        raise InputError(
+            f"key file {path} has mode {stat.S_IMODE(info.st_mode):04o}, readable or writable by others; "
+            f"want 0600 (chmod 600 {path})"
+        )
+    if info.st_size > MAX_KEY_FILE_SIZE:
+        raise InputError(f"key file {path} has {info.st_size} bytes, more than {MAX_KEY_FILE_SIZE}; not a key")
+    data = path.read_bytes()
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"key file {path} is not a PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(f"key file {path} holds a {type(key).__name__}, want an Ed25519 key")
+    return identity_from_private_key(key)
+
+
+def sign(identity: Identity, message: bytes) -> bytes:
+    """The 64-byte Ed25519 signature of `message`."""
+    return identity.private_key.sign(message)
+
+
+def verify_signature(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    """True iff `signature` is a valid Ed25519 signature of `message` by `public_key`.
+
+    A malformed key or signature (wrong length, not a curve point) is simply
+    False: callers decide what a failed check means, cryptography's
+    exceptions never leak out.
+    """
+    if not isinstance(public_key, bytes) or len(public_key) != PUBLIC_KEY_SIZE:
+        return False
+    if not isinstance(signature, bytes) or len(signature) != SIGNATURE_SIZE:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def public_key_hex(identity_or_key: Identity | bytes) -> str:
+    """Lower-case hex of a raw public key (or an identity's)."""
+    key = identity_or_key.public_key if isinstance(identity_or_key, Identity) else identity_or_key
+    return key.hex()
+
+
+def parse_public_key_hex(text: str) -> bytes:
+    """32 raw key bytes from 64 hex digits; InputError naming what is wrong otherwise."""
+    text = text.strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise InputError(f"public key {text[:80]!r} is not hex") from None
+    if len(key) != PUBLIC_KEY_SIZE:
+        raise InputError(f"public key has {len(key)} bytes, want {PUBLIC_KEY_SIZE}")
+    return key
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _base58btc(data: bytes) -> str:
+    number = int.from_bytes(data, "big")
+    out = bytearray()
+    while number:
+        number, rem = divmod(number, 58)
+        out.append(_BASE58_ALPHABET[rem])
+    # Each leading zero byte is written as a leading '1'.
+    pad = len(data) - len(data.lstrip(b"\x00"))
+    return (b"1" * pad + bytes(reversed(out))).decode("ascii")
+
+
+def peer_id_of(public_key: bytes) -> str:
+    """The libp2p peer id (base58btc string) of a raw Ed25519 public key.
+
+    As libp2p derives it: the key is serialised as the protobuf
+    `PublicKey{Type: Ed25519, Data: key}` (field 1 varint, field 2 bytes); an
+    encoding of at most 42 bytes is wrapped in an identity multihash, a longer
+    one is sha256-multihashed. For Ed25519 it is always 36 bytes, so inline.
+    """
+    if len(public_key) != PUBLIC_KEY_SIZE:
+        raise InputError(f"public key has {len(public_key)} bytes, want {PUBLIC_KEY_SIZE}")
+    proto = b"\x08" + _varint(_LIBP2P_KEY_TYPE_ED25519) + b"\x12" + _varint(len(public_key)) + public_key
+    if len(proto) <= _MAX_INLINE_KEY_LEN:
+        multihash = bytes([_MULTIHASH_IDENTITY]) + _varint(len(proto)) + proto
+    else:  # kept for completeness; unreachable for 32-byte keys
+        multihash = bytes([_MULTIHASH_SHA256]) + _varint(32) + hashlib.sha256(proto).digest()
+    return _base58btc(multihash)
