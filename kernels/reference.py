@@ -140,7 +140,7 @@ def _log(x: np.ndarray) -> np.ndarray:
         xc = np.where(finite_pos, x, K.ONE)  # special lanes are replaced below
         sub = xc < K.MIN_NORMAL
         xs = np.where(sub, xc * K.TWO23, xc)  # exact rescale of subnormals
-        bits = np.ascontiguousarray(xs).view(np.int32)
+        bits = xs.view(np.int32)  # np.where made xs fresh and contiguous
         e = ((bits >> np.int32(23)) & np.int32(0xFF)) - np.int32(127) - np.where(sub, np.int32(23), np.int32(0))
         m = ((bits & np.int32(0x7FFFFF)) | np.int32(0x3F800000)).view(np.float32)  # m in [1, 2)
         big = m > K.SQRT2
@@ -178,7 +178,7 @@ def silu(x: np.ndarray) -> np.ndarray:
     """x / (1 + exp(-x)), any shape."""
     validate.check_elementwise(x)
     with np.errstate(all="ignore"):
-        return x / (K.ONE + _exp(-x))
+        return np.asarray(x / (K.ONE + _exp(-x)), dtype=F32)  # 0-d stays an array
 
 
 def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
@@ -187,7 +187,7 @@ def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         s = K.ONE / (K.ONE + _exp(-x))
         g = s * (K.ONE + x * (K.ONE - s))
-        return dy * g
+        return np.asarray(dy * g, dtype=F32)  # 0-d stays an array
 
 
 # -------------------------------------------------------- composite operations
