@@ -1,0 +1,111 @@
+"""in-toto Statement in a DSSE envelope: PAE per the spec, export/import, every tampering refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.intoto import PAYLOAD_TYPE, PREDICATE_TYPE, build_statement, export_dsse, import_dsse, pae
+from p2paudit.identity import sign
+
+from .helpers import key, make_signed
+
+ALICE, BOB = key(1), key(2)
+
+
+def test_pae_matches_the_dsse_spec_example():
+    assert pae("http://example.com/HelloWorld", b"hello world") == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert pae("", b"") == b"DSSEv1 0  0 "
+
+
+def test_pae_checks_the_spec_signature():
+    # protocol.md's test vector: ECDSA P-256/SHA-256 over PAE; it only verifies if PAE is byte-exact.
+    x = 46950820868899156662930047687818585632848591499744589407958293238635476079160
+    y = 5640078356564379163099075877009565129882514886557779369047442380624545832820
+    public = ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
+    raw = base64.b64decode("A3JqsQGtVsJ2O2xqrI5IcnXip5GToJ3F+FnZ+O88SjtR6rDAajabZKciJTfUiHqJPcIAriEGAHTVeCUjW2JIZA==")
+    der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+    public.verify(der, pae("http://example.com/HelloWorld", b"hello world"), ec.ECDSA(hashes.SHA256()))
+    with pytest.raises(InvalidSignature):
+        public.verify(der, pae("http://example.com/HelloWorld", b"hello world!"), ec.ECDSA(hashes.SHA256()))
+
+
+@pytest.mark.parametrize("verdict", ["match", "mismatch", "error"])
+def test_export_import_round_trip(verdict):
+    signed = make_signed(ALICE, step=7, verdict=verdict)
+    text = export_dsse(signed, BOB)  # a node can export somebody else's attestation
+    envelope = json.loads(text)
+    assert envelope["payloadType"] == PAYLOAD_TYPE
+    assert envelope["signatures"][0]["keyid"] == BOB.public_key.hex()
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == PREDICATE_TYPE
+    subject = statement["subject"][0]
+    assert subject["name"].endswith("/step/7")
+    state = signed.attestation.observed_output_digest or signed.attestation.claimed_output_digest
+    assert subject["digest"]["sha256"] == state.hex()
+    imported = import_dsse(text.encode())
+    assert imported.signed == signed
+    assert imported.envelope_signers == (BOB.public_key,)
+
+
+def _reseal(statement, signer=ALICE, urlsafe=False):
+    payload = json.dumps(statement).encode()
+    sig = sign(signer, pae(PAYLOAD_TYPE, payload))
+    enc = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    return json.dumps({"payloadType": PAYLOAD_TYPE, "payload": enc(payload).decode(),
+                       "signatures": [{"keyid": signer.public_key.hex(), "sig": enc(sig).decode()}]}).encode()
+
+
+def test_url_safe_base64_is_accepted():
+    signed = make_signed(ALICE, step=3)
+    assert import_dsse(_reseal(build_statement(signed), urlsafe=True)).signed == signed
+
+
+def test_tampering_is_refused():
+    signed = make_signed(ALICE, step=3)
+    good = json.loads(export_dsse(signed, ALICE))
+    statement = build_statement(signed)
+
+    def with_(**changes):
+        return json.dumps({**good, **changes}).encode()
+
+    lying = json.loads(json.dumps(statement))
+    lying["predicate"]["verdict"] = "mismatch"
+    moved = json.loads(json.dumps(statement))
+    moved["subject"][0]["name"] = moved["subject"][0]["name"].replace("/step/3", "/step/4")
+    forged_inner = json.loads(json.dumps(statement))
+    inner = bytearray(signed.encoded)
+    inner[-1] ^= 1
+    forged_inner["predicate"]["signedAttestation"] = base64.b64encode(bytes(inner)).decode()
+    other_pred = json.loads(json.dumps(statement))
+    other_pred["predicateType"] = "https://example.com/other"
+    flipped_sig = base64.b64encode(bytes(64)).decode()
+    cases = {
+        with_(payload=base64.b64encode(json.dumps(lying).encode()).decode()): "no valid DSSE signature",
+        with_(signatures=[{"keyid": ALICE.public_key.hex(), "sig": flipped_sig}]): "no valid DSSE signature",
+        with_(signatures=[{"keyid": BOB.public_key.hex(), "sig": good["signatures"][0]["sig"]}]): "no valid DSSE",
+        with_(signatures=[{"sig": good["signatures"][0]["sig"]}]): "no keyid",
+        with_(signatures=[{"keyid": "abc", "sig": good["signatures"][0]["sig"]}]): "keyid",
+        with_(signatures=[]): "no signatures",
+        with_(payloadType="application/json"): "payloadType",
+        with_(payload="!!!"): "not valid base64",
+        _reseal(lying): "does not match the signed attestation",
+        _reseal(moved): "does not match the signed attestation",
+        _reseal(forged_inner): "bad signature",
+        _reseal(other_pred): "predicateType",
+        _reseal({"_type": "x"}): "not an in-toto Statement",
+        b"[1, 2]": "want an object",
+        b"{not json": "not JSON",
+        b" " * 70000: "more than the limit",
+    }
+    for blob, message in cases.items():
+        with pytest.raises(AttestationError, match=message):
+            import_dsse(blob)
