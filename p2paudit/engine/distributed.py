@@ -1,0 +1,165 @@
+"""A step's micro-batches spread over W processes, with the same bits as one process.
+
+Rank r of W computes micro-batches [r*M/W, (r+1)*M/W) (W, M powers of two,
+W <= M), so its share is an aligned subtree of the pairwise tree of
+step.tree_reduce; it sums that share, the ranks exchange their partial sums
+with all_gather (a byte copy), and every rank adds the W partials in the same
+tree order and applies the same update. torch.distributed's own reductions
+(all_reduce, reduce) are never used for hashed values: their order is the
+library's, not ours.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.state import check_state
+from p2paudit.engine.step import (
+    StepResult,
+    apply_update,
+    check_batch,
+    micro_batch_grads,
+    tree_sum,
+    tree_sum_losses,
+)
+from p2paudit.errors import InputError
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_loopback_group(rank: int, world_size: int, port: int, dist_backend: str | None = None) -> None:
+    """Join the process group on tcp://127.0.0.1:port (gloo by default; "nccl" for CUDA tensors)."""
+    import torch.distributed as dist
+
+    # Gloo picks its interface from the hostname unless told; keep all traffic on loopback.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(
+        backend=dist_backend or "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+    )
+
+
+def rank_share(cfg: TrainConfig, rank: int, world_size: int) -> range:
+    """The micro-batch indices rank `rank` computes: a contiguous, aligned block of M/W."""
+    M = cfg.micro_batches
+    if world_size < 1 or world_size & (world_size - 1) or world_size > M:
+        raise InputError(f"world size {world_size} must be a power of two <= micro_batches {M}")
+    if not 0 <= rank < world_size:
+        raise InputError(f"rank {rank} is outside [0, {world_size})")
+    per = M // world_size
+    return range(rank * per, (rank + 1) * per)
+
+
+def _flatten(grads: dict[str, np.ndarray], loss: np.float32) -> np.ndarray:
+    """One float32 buffer: every gradient in order, then the loss (concatenation is a copy)."""
+    return np.concatenate([g.reshape(-1) for g in grads.values()] + [np.array([loss], dtype=np.float32)])
+
+
+def _unflatten(buf: np.ndarray, like: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.float32]:
+    out, at = {}, 0
+    for name, g in like.items():
+        out[name] = buf[at : at + g.size].reshape(g.shape).copy()
+        at += g.size
+    return out, np.float32(buf[at])
+
+
+def all_gather_buffers(buf: np.ndarray, world_size: int, device: str = "cpu") -> list[np.ndarray]:
+    """Every rank's float32 buffer, in rank order (all ranks pass buffers of one length)."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.from_numpy(buf).to(device)
+    parts = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(parts, mine)
+    return [p.cpu().numpy() for p in parts]
+
+
+def distributed_train_step(
+    state: dict[str, np.ndarray],
+    batch: np.ndarray,
+    cfg: TrainConfig,
+    backend: ModuleType,
+    rank: int,
+    world_size: int,
+    device: str = "cpu",
+) -> StepResult:
+    """train_step with micro-batches spread over the process group; the same bits on every rank.
+
+    Preconditions: the group is initialised (init_loopback_group) with `world_size`
+    ranks, and every rank passes the same state, batch and config.
+    """
+    check_state(state, cfg)
+    check_batch(batch, cfg)
+    share = rank_share(cfg, rank, world_size)
+    results = [micro_batch_grads(state, batch[m], cfg, backend) for m in share]
+    partial = tree_sum([g for g, _ in results])
+    partial_loss = tree_sum_losses([loss for _, loss in results])
+    if world_size == 1:
+        total, loss_sum = partial, partial_loss
+    else:
+        gathered = all_gather_buffers(_flatten(partial, partial_loss), world_size, device)
+        pieces = [_unflatten(b, partial) for b in gathered]
+        total = tree_sum([g for g, _ in pieces])
+        loss_sum = tree_sum_losses([loss for _, loss in pieces])
+    loss = np.float32(loss_sum / np.float32(cfg.micro_batches))
+    return StepResult(state=apply_update(state, total, cfg, backend), loss=loss)
+
+
+def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple) -> None:
+    """Entry point of one spawned process: join the group, run fn, report its result, leave."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    init_loopback_group(rank, world_size, port)
+    try:
+        queue.put((rank, fn(rank, world_size, *args)))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_workers(world_size: int, fn: Callable[..., Any], *args: Any) -> list[Any]:
+    """Run fn(rank, world_size, *args) in `world_size` fresh processes joined in a loopback group.
+
+    fn must be a module-level (picklable) function; its return values come back
+    in rank order. The processes end when fn returns; an exception in any of them
+    is raised here.
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = free_loopback_port()
+    procs = mp.start_processes(
+        _worker, args=(world_size, port, queue, fn, args), nprocs=world_size, join=False, start_method="spawn"
+    )
+    results: dict[int, Any] = {}
+    # Drain results while waiting, so a large result cannot block a child on a full pipe.
+    while len(results) < world_size:
+        while not queue.empty():
+            rank, value = queue.get()
+            results[rank] = value
+        if len(results) < world_size and procs.join(timeout=0.2):
+            while not queue.empty():
+                rank, value = queue.get()
+                results[rank] = value
+            break
+    while not procs.join():
+        pass
+    if len(results) != world_size:
+        raise RuntimeError(f"{world_size - len(results)} of {world_size} workers gave no result")
+    return [results[r] for r in range(world_size)]

@@ -1,0 +1,159 @@
+"""The forward pass of the decoder-only transformer, built only on kernel calls.
+
+Shape legend: B sequences, T = seq_len positions, N = B*T tokens, C = n_embd,
+H = n_head, D = C / H, F = mlp_mult * C, V = vocab_size, BH = B*H.
+
+    x0 = wte[idx] + wpe[pos]                                   # (N, C)
+    per block l:  a1 = rmsnorm(x, ln1); q, k, v = a1 @ wq, a1 @ wk, a1 @ wv
+                  o = attention(heads(q), heads(k), heads(v)); x = x + merge(o) @ wo
+                  a2 = rmsnorm(x, ln2); x = x + silu(a2 @ w_fc) @ w_proj
+    xf = rmsnorm(x, ln_f); logits = xf @ head^T; loss = cross_entropy(logits, targets)
+
+Residual adds, reshapes and transposes are numpy float32 (exactly rounded, or
+exact). `trace(name, value)` is called after every operation, in execution order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from p2paudit.engine.config import ModelConfig
+from p2paudit.errors import InputError
+
+Trace = Callable[[str, np.ndarray], None]
+NORM_EPS = np.float32(1e-5)
+
+
+def emit(trace: Trace | None, name: str, value: np.ndarray) -> np.ndarray:
+    """Report `value` under `name` to the trace, if any, and return it."""
+    if trace is not None:
+        trace(name, value)
+    return value
+
+
+def prefixed(trace: Trace | None, prefix: str) -> Trace | None:
+    """A trace that prepends `prefix` to every op name (None stays None)."""
+    if trace is None:
+        return None
+    return lambda name, value: trace(prefix + name, value)
+
+
+def split_heads(x: np.ndarray, B: int, T: int, H: int) -> np.ndarray:
+    """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h."""
+    D = x.shape[1] // H
+    return np.ascontiguousarray(x.reshape(B, T, H, D).transpose(0, 2, 1, 3)).reshape(B * H, T, D)
+
+
+def merge_heads(x: np.ndarray, B: int, H: int) -> np.ndarray:
+    """(BH, T, D) -> (N, C), the inverse of split_heads."""
+    _, T, D = x.shape
+    return np.ascontiguousarray(x.reshape(B, H, T, D).transpose(0, 2, 1, 3)).reshape(B * T, H * D)
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """What one block's backward pass needs from its forward pass."""
+
+    x_in: np.ndarray  # (N, C) block input
+    a1: np.ndarray  # (N, C) rmsnorm(x_in, ln1)
+    rstd1: np.ndarray  # (N,)
+    q: np.ndarray  # (BH, T, D)
+    k: np.ndarray  # (BH, T, D)
+    v: np.ndarray  # (BH, T, D)
+    p: np.ndarray  # (BH, T, T) attention probabilities
+    o: np.ndarray  # (N, C) merged attention output
+    x_mid: np.ndarray  # (N, C) after the attention residual
+    a2: np.ndarray  # (N, C) rmsnorm(x_mid, ln2)
+    rstd2: np.ndarray  # (N,)
+    h: np.ndarray  # (N, F) a2 @ w_fc
+    g: np.ndarray  # (N, F) silu(h)
+
+
+@dataclass(frozen=True)
+class ForwardCache:
+    """Everything the backward pass reads, plus the micro-batch loss."""
+
+    idx: np.ndarray  # (N,) int64 input tokens
+    pos: np.ndarray  # (N,) int64 positions
+    targets: np.ndarray  # (N,) int64 next tokens
+    layers: tuple[LayerCache, ...]
+    x_last: np.ndarray  # (N, C) output of the last block
+    xf: np.ndarray  # (N, C) rmsnorm(x_last, ln_f)
+    rstdf: np.ndarray  # (N,)
+    logits: np.ndarray  # (N, V)
+    loss: np.float32
+
+
+def check_tokens(tokens: np.ndarray, model: ModelConfig) -> None:
+    """InputError unless tokens is int64 (B, seq_len + 1) with ids in [0, vocab_size)."""
+    T = model.seq_len
+    if not isinstance(tokens, np.ndarray) or tokens.dtype != np.int64 or tokens.ndim != 2:
+        raise InputError("micro-batch tokens must be a 2-d int64 array")
+    if tokens.shape[1] != T + 1 or tokens.shape[0] < 1:
+        raise InputError(f"micro-batch has shape {tokens.shape}, want (B >= 1, {T + 1})")
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= model.vocab_size:
+        raise InputError(f"token ids span [{lo}, {hi}], want [0, {model.vocab_size})")
+
+
+def head_weight(params: dict[str, np.ndarray], model: ModelConfig) -> np.ndarray:
+    """The (V, C) output head: wte when tied, lm_head otherwise."""
+    return params["params/wte"] if model.tied_head else params["params/lm_head"]
+
+
+def block_forward(
+    x: np.ndarray, state: dict[str, np.ndarray], layer: int, model: ModelConfig, be: ModuleType, tr: Trace | None
+) -> tuple[np.ndarray, LayerCache]:
+    """One pre-norm block on x (N, C) of B sequences; returns (x_out (N, C), cache)."""
+    p = f"params/h.{layer}."
+    N, _ = x.shape
+    T, H = model.seq_len, model.n_head
+    B = N // T
+    a1, rstd1 = be.rmsnorm(x, state[p + "ln1"], NORM_EPS)  # (N, C), (N,)
+    emit(tr, "ln1", a1)
+    emit(tr, "ln1.rstd", rstd1)
+    q = split_heads(emit(tr, "attn.q", be.matmul(a1, state[p + "attn.wq"])), B, T, H)  # (BH, T, D)
+    k = split_heads(emit(tr, "attn.k", be.matmul(a1, state[p + "attn.wk"])), B, T, H)  # (BH, T, D)
+    v = split_heads(emit(tr, "attn.v", be.matmul(a1, state[p + "attn.wv"])), B, T, H)  # (BH, T, D)
+    o_h, probs = be.attention(q, k, v)  # (BH, T, D), (BH, T, T)
+    emit(tr, "attn.softmax", probs)
+    o = merge_heads(emit(tr, "attn.pv", o_h), B, H)  # (N, C)
+    y = emit(tr, "attn.proj", be.matmul(o, state[p + "attn.wo"]))  # (N, C)
+    x_mid = emit(tr, "resid1", x + y)  # (N, C)
+    a2, rstd2 = be.rmsnorm(x_mid, state[p + "ln2"], NORM_EPS)  # (N, C), (N,)
+    emit(tr, "ln2", a2)
+    emit(tr, "ln2.rstd", rstd2)
+    h = emit(tr, "mlp.fc", be.matmul(a2, state[p + "mlp.w_fc"]))  # (N, F)
+    g = emit(tr, "mlp.silu", be.silu(h))  # (N, F)
+    z = emit(tr, "mlp.proj", be.matmul(g, state[p + "mlp.w_proj"]))  # (N, C)
+    x_out = emit(tr, "resid2", x_mid + z)  # (N, C)
+    cache = LayerCache(x, a1, rstd1, q, k, v, probs, o, x_mid, a2, rstd2, h, g)
+    return x_out, cache
+
+
+def forward(
+    state: dict[str, np.ndarray], tokens: np.ndarray, model: ModelConfig, be: ModuleType, trace: Trace | None = None
+) -> ForwardCache:
+    """The forward pass of one micro-batch `tokens` (B, T+1): inputs tokens[:, :-1], targets tokens[:, 1:]."""
+    check_tokens(tokens, model)
+    B, T = tokens.shape[0], model.seq_len
+    idx = np.ascontiguousarray(tokens[:, :-1]).reshape(B * T)  # (N,)
+    targets = np.ascontiguousarray(tokens[:, 1:]).reshape(B * T)  # (N,)
+    pos = np.tile(np.arange(T, dtype=np.int64), B)  # (N,)
+    tok_emb = emit(trace, "fwd/wte", be.embedding(state["params/wte"], idx))  # (N, C)
+    pos_emb = emit(trace, "fwd/wpe", be.embedding(state["params/wpe"], pos))  # (N, C)
+    x = emit(trace, "fwd/x0", tok_emb + pos_emb)  # (N, C)
+    layers = []
+    for layer in range(model.n_layer):
+        x, cache = block_forward(x, state, layer, model, be, prefixed(trace, f"fwd/h.{layer}/"))
+        layers.append(cache)
+    xf, rstdf = be.rmsnorm(x, state["params/ln_f"], NORM_EPS)  # (N, C), (N,)
+    emit(trace, "fwd/ln_f", xf)
+    emit(trace, "fwd/ln_f.rstd", rstdf)
+    logits = emit(trace, "fwd/logits", be.matmul_nt(xf, head_weight(state, model)))  # (N, V)
+    loss = np.float32(emit(trace, "fwd/loss", be.cross_entropy(logits, targets)))
+    return ForwardCache(idx, pos, targets, tuple(layers), x, xf, rstdf, logits, loss)

@@ -1,0 +1,78 @@
+"""What step n reads and how fast it learns: pure functions of the manifest.
+
+`batch_for_step` picks, for each micro-batch m of step n, batch_size windows of
+seq_len + 1 consecutive tokens from the corpus. The window starts are uniform
+on [0, len - seq_len - 1], drawn by rejection (no modulo bias) from the Philox
+stream keyed by (data digest, run seed) and counted by (step, m). `lr_at`
+is a linear warmup, then a linear decay to min_lr, then min_lr, all in float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from p2paudit.engine import rng
+from p2paudit.engine.config import OptimConfig, TrainConfig
+from p2paudit.errors import InputError
+
+BATCH_KEY_DOMAIN = b"p2paudit/batch-key/v1\x00"
+
+
+def batch_key(data_key: bytes, seed: int) -> int:
+    """The 64-bit Philox key of a run's batch stream: SHA-256(domain, data digest, seed) truncated."""
+    if not isinstance(data_key, bytes | bytearray) or len(data_key) == 0:
+        raise InputError("data key must be non-empty bytes (the data digest)")
+    if not 0 <= seed < 2**64:
+        raise InputError(f"seed {seed} is outside [0, 2^64)")
+    h = hashlib.sha256(BATCH_KEY_DOMAIN + bytes(data_key) + seed.to_bytes(8, "little")).digest()
+    return int.from_bytes(h[:8], "little")
+
+
+def window_starts(data_key: bytes, cfg: TrainConfig, step: int, n_tokens: int) -> np.ndarray:
+    """(M, B) int64 start offsets of the windows step `step` reads, each in [0, n_tokens - T - 1]."""
+    T = cfg.model.seq_len
+    if n_tokens < T + 1:
+        raise InputError(f"corpus has {n_tokens} tokens, want at least seq_len + 1 = {T + 1}")
+    if n_tokens - T > 2**32:
+        raise InputError(f"corpus has {n_tokens} tokens, more than 2^32 + seq_len")
+    if not 0 <= step < 2**32:
+        raise InputError(f"step {step} is outside [0, 2^32)")
+    key = batch_key(data_key, cfg.seed)
+    rows = [
+        rng.uniform_int(key, (rng.DOMAIN_BATCH, step, m), cfg.batch_size, n_tokens - T)
+        for m in range(cfg.micro_batches)
+    ]
+    return np.stack(rows)  # (M, B)
+
+
+def batch_for_step(tokens: np.ndarray, data_key: bytes, cfg: TrainConfig, step: int) -> np.ndarray:
+    """(M, B, T+1) int64 token windows of step `step` (0-based) from the uint8 corpus `tokens`."""
+    if not isinstance(tokens, np.ndarray) or tokens.dtype != np.uint8 or tokens.ndim != 1:
+        raise InputError("corpus tokens must be a 1-d uint8 array")
+    if int(cfg.model.vocab_size) < 256:
+        raise InputError(f"byte tokens need vocab_size >= 256, the model has {cfg.model.vocab_size}")
+    T = cfg.model.seq_len
+    starts = window_starts(data_key, cfg, step, tokens.size)  # (M, B)
+    idx = starts[:, :, None] + np.arange(T + 1, dtype=np.int64)  # (M, B, T+1)
+    return tokens[idx].astype(np.int64)
+
+
+def lr_at(step: int, optim: OptimConfig) -> np.float32:
+    """The learning rate of update `step` (0-based: the number of updates done before it).
+
+    warmup: lr * ((step + 1) / warmup_steps) for step < warmup_steps;
+    decay:  lr - (lr - min_lr) * ((step - warmup_steps) / decay_steps) up to warmup + decay;
+    after:  min_lr. Every operation is a rounded float32 operation.
+    """
+    if step < 0:
+        raise InputError(f"step {step} is negative")
+    lr, min_lr = np.float32(optim.lr), np.float32(optim.min_lr)
+    warmup, decay = optim.warmup_steps, optim.decay_steps
+    if step < warmup:
+        return np.float32(lr * (np.float32(step + 1) / np.float32(warmup)))
+    if step < warmup + decay:
+        frac = np.float32(step - warmup) / np.float32(decay)
+        return np.float32(lr - (lr - min_lr) * frac)
+    return min_lr

@@ -1,0 +1,141 @@
+"""One training step as a pure function: (state_n, batch_n) -> state_{n+1}.
+
+    for m in 0..M-1: grads_m, loss_m = micro_batch_grads(state, batch[m])
+    G    = tree_sum(grads_0 .. grads_{M-1})        # fixed pairwise tree over m
+    loss = tree_sum(loss_0 .. loss_{M-1}) / M
+    state' = apply_update(state, G)                 # AdamW on G / M with lr_at(step)
+
+Nothing here reads a clock, a global generator or a thread count, and no
+argument is mutated: every new tensor is a new array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TypeVar
+
+import numpy as np
+
+from p2paudit.engine.backward import backward
+from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.model import Trace, emit, forward, prefixed
+from p2paudit.engine.schedule import lr_at
+from p2paudit.engine.state import check_state, param_shapes
+from p2paudit.errors import InputError
+
+T_ = TypeVar("T_")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The state after the step and the step's loss (mean of the micro-batch losses)."""
+
+    state: dict[str, np.ndarray]
+    loss: np.float32
+
+
+def micro_batch_grads(
+    state: dict[str, np.ndarray], tokens: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
+) -> tuple[dict[str, np.ndarray], np.float32]:
+    """Gradients of one micro-batch's mean loss, keyed by param name, and that loss.
+
+    Preconditions: `state` passes check_state; tokens is int64 (B, seq_len + 1).
+    """
+    cache = forward(state, tokens, cfg.model, backend, trace)
+    grads = backward(cache, state, cfg.model, backend, trace)
+    return grads, cache.loss
+
+
+def tree_reduce(items: list[T_], add: Callable[[T_, T_], T_]) -> T_:
+    """Fold a power-of-two number of items by adjacent pairs: ((x0+x1)+(x2+x3))+... .
+
+    Any aligned contiguous block of 2^j items is a subtree, which is what lets
+    the distributed step sum each rank's share first and the shares after.
+    """
+    n = len(items)
+    if n < 1 or n & (n - 1):
+        raise InputError(f"tree sum over {n} items, want a power of two")
+    level = list(items)
+    while len(level) > 1:
+        level = [add(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def add_grads(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Elementwise float32 a + b for every tensor, keeping a's order."""
+    return {name: a[name] + b[name] for name in a}
+
+
+def tree_sum(grads: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The pairwise tree sum (see tree_reduce) of a power-of-two number of gradient dicts."""
+    return tree_reduce(grads, add_grads)
+
+
+def tree_sum_losses(losses: list[np.float32]) -> np.float32:
+    """The same pairwise tree over float32 scalars."""
+    return tree_reduce([np.float32(x) for x in losses], lambda a, b: np.float32(a + b))
+
+
+def apply_update(
+    state: dict[str, np.ndarray],
+    grads: dict[str, np.ndarray],
+    cfg: TrainConfig,
+    backend: ModuleType,
+    trace: Trace | None = None,
+) -> dict[str, np.ndarray]:
+    """The state after one AdamW update from the tree-summed gradients `grads` (divided by M here).
+
+    Weight decay applies to matrices (2-d parameters) only, not to norm gains.
+    """
+    o = cfg.optim
+    done = int(state["step"])
+    lr = lr_at(done, o)
+    inv_m = np.float32(cfg.micro_batches)
+    new_p, new_m, new_v = {}, {}, {}
+    for name, shape in param_shapes(cfg.model).items():
+        if name not in grads or grads[name].shape != shape or grads[name].dtype != np.float32:
+            raise InputError(f"gradient {name} is missing or not float32 {shape}")
+        g = emit(trace, f"update/{name}/grad", grads[name] / inv_m)  # exact unless subnormal: M is 2^j
+        wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
+        p2, m2, v2 = backend.adamw(
+            state["params/" + name], g, state["opt/m/" + name], state["opt/v/" + name],
+            done + 1, lr, np.float32(o.beta1), np.float32(o.beta2), np.float32(o.eps), wd,
+        )  # fmt: skip
+        new_p[name] = emit(trace, f"update/{name}/p", p2)
+        new_m[name] = emit(trace, f"update/{name}/m", m2)
+        new_v[name] = emit(trace, f"update/{name}/v", v2)
+    out = {"params/" + n: t for n, t in new_p.items()}
+    out.update({"opt/m/" + n: t for n, t in new_m.items()})
+    out.update({"opt/v/" + n: t for n, t in new_v.items()})
+    out["step"] = np.array(done + 1, dtype=np.int64)
+    return out
+
+
+def check_batch(batch: np.ndarray, cfg: TrainConfig) -> None:
+    """InputError unless batch is int64 (M, B, seq_len + 1) for this config."""
+    want = (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1)
+    if not isinstance(batch, np.ndarray) or batch.dtype != np.int64:
+        raise InputError(f"batch must be an int64 array of shape {want}")
+    if batch.shape != want:
+        raise InputError(f"batch has shape {batch.shape}, want {want}")
+
+
+def train_step(
+    state: dict[str, np.ndarray], batch: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
+) -> StepResult:
+    """One full step on batch (M, B, T+1); trace op names start with "mb<m>/", "grad/", "loss", "update/"."""
+    check_state(state, cfg)
+    check_batch(batch, cfg)
+    grads, losses = [], []
+    for m in range(cfg.micro_batches):
+        g, loss = micro_batch_grads(state, batch[m], cfg, backend, prefixed(trace, f"mb{m}/"))
+        grads.append(g)
+        losses.append(loss)
+    total = tree_sum(grads)
+    for name, t in total.items():
+        emit(trace, f"grad/{name}", t)
+    loss = np.float32(tree_sum_losses(losses) / np.float32(cfg.micro_batches))
+    emit(trace, "loss", np.asarray(loss))
+    return StepResult(state=apply_update(state, total, cfg, backend, trace), loss=loss)
