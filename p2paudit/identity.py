@@ -15,9 +15,10 @@ This module imports only the standard library, `cryptography` and
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -251,3 +252,63 @@ def peer_id_of(public_key: bytes) -> str:
     else:  # kept for completeness; unreachable for 32-byte keys
         multihash = bytes([_MULTIHASH_SHA256]) + _varint(32) + hashlib.sha256(proto).digest()
     return _base58btc(multihash)
+
+
+CONFIG_FILE_NAME = "config.json"
+CONFIG_FORMAT = "p2paudit-config"
+CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What `p2paudit init` writes beside the key (JSON, so no extra parser is needed)."""
+
+    node_name: str
+    listen: str  # a libp2p multiaddr; loopback by default, a node is opened up on purpose
+    ledger: str
+    redundancy: int
+    key: str
+
+
+def default_config(name: str | None = None, redundancy: int = 3) -> NodeConfig:
+    """The configuration for a fresh node under home_dir()."""
+    home = home_dir()
+    if type(redundancy) is not int or redundancy < 1:
+        raise InputError(f"redundancy is {redundancy}, want an integer >= 1")
+    return NodeConfig(node_name=name or os.uname().nodename or "p2paudit-node", listen="/ip4/127.0.0.1/tcp/0",
+                      ledger=str(home / "ledger.db"), redundancy=redundancy, key=str(home / KEY_FILE_NAME))
+
+
+def save_config(config: NodeConfig, path: Path | str) -> None:
+    """Write the config as JSON atomically; refuses to replace an existing file."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    text = json.dumps({"format": CONFIG_FORMAT, "version": CONFIG_VERSION, **asdict(config)}, indent=2) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise InputError(f"config file {path} already exists; refusing to overwrite it") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_config(path: Path | str) -> NodeConfig:
+    """Read a config written by `save_config`; InputError naming the bad field otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"config file {path} does not exist (run `p2paudit init`)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"config file {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT or data.get("version") != CONFIG_VERSION:
+        raise InputError(f"config file {path} is not a {CONFIG_FORMAT} version {CONFIG_VERSION} file")
+    expected = {"node_name": str, "listen": str, "ledger": str, "redundancy": int, "key": str}
+    for name, kind in expected.items():
+        if type(data.get(name)) is not kind:
+            raise InputError(f"config file {path}: {name} is {data.get(name)!r}, want a {kind.__name__}")
+    if data["redundancy"] < 1:
+        raise InputError(f"config file {path}: redundancy is {data['redundancy']}, want >= 1")
+    return NodeConfig(**{name: data[name] for name in expected})
