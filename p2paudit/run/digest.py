@@ -1,0 +1,149 @@
+"""State and data digests: SHA-256 over tensors by name, dtype, shape and bytes.
+
+Raw 32-byte digests are used inside the library; `sha256:<hex>` only at the
+edges (manifest, CLI, records), through `format_digest` / `parse_digest`.
+
+Tensor digest (one tensor called `name`, array `a`), all integers little-endian:
+
+    SHA-256( b"p2paudit tensor v1\\0"
+             || u32(len(name_utf8)) || name_utf8
+             || u32(len(dtype)) || dtype          # numpy name: "float32", "int64", ...
+             || u32(ndim) || u64(dim_0) .. u64(dim_{ndim-1})
+             || the C-order little-endian bytes of a, every float NaN written as
+                the quiet NaN 0x7FC00000 (float32) / 0x7FF8000000000000 (float64) )
+
+State digest: SHA-256( b"p2paudit state v1\\0" || u32(count) || the tensor
+digests in order of the tensor names sorted by their UTF-8 bytes ).
+Data digest of a step's batch: the tensor digest of the batch under the name "batch".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from p2paudit.errors import InputError
+
+TENSOR_DOMAIN = b"p2paudit tensor v1\x00"
+STATE_DOMAIN = b"p2paudit state v1\x00"
+DIGEST_PREFIX = "sha256:"
+_CANONICAL_NAN = {np.dtype(np.float32): np.uint32(0x7FC00000), np.dtype(np.float64): np.uint64(0x7FF8000000000000)}
+_ALLOWED_KINDS = "fiub"
+
+
+@dataclass(frozen=True)
+class StateDigest:
+    """The digest of a whole training state and of each of its tensors (raw bytes)."""
+
+    digest: bytes
+    tensors: tuple[tuple[str, bytes], ...]  # (name, tensor digest), sorted by name
+
+    def text(self) -> str:
+        """The state digest as `sha256:<hex>`."""
+        return format_digest(self.digest)
+
+    def tensor_map(self) -> dict[str, bytes]:
+        """Tensor name -> raw tensor digest."""
+        return dict(self.tensors)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form: the digest and every tensor digest as `sha256:<hex>`."""
+        return {"digest": self.text(), "tensors": {n: format_digest(d) for n, d in self.tensors}}
+
+    @staticmethod
+    def from_dict(data: object, where: str) -> "StateDigest":
+        """Parse `to_dict` output; `where` names the source for error messages."""
+        if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
+            raise InputError(f"{where}: state digest must be an object with 'digest' and 'tensors'")
+        tensors = tuple(sorted((str(n), parse_digest(d, f"{where} tensor {n}")) for n, d in data["tensors"].items()))
+        state = StateDigest(parse_digest(data.get("digest"), where), tensors)
+        if combine_tensor_digests(tensors) != state.digest:
+            raise InputError(f"{where}: state digest does not match its {len(tensors)} tensor digests")
+        return state
+
+
+def format_digest(raw: bytes) -> str:
+    """Raw 32-byte SHA-256 -> `sha256:<64 hex digits>`."""
+    return DIGEST_PREFIX + raw.hex()
+
+
+def parse_digest(text: object, where: str = "digest") -> bytes:
+    """`sha256:<64 hex digits>` -> 32 raw bytes; InputError naming `where` otherwise."""
+    if not isinstance(text, str) or not text.startswith(DIGEST_PREFIX):
+        raise InputError(f"{where}: expected 'sha256:<64 hex digits>', got {str(text)[:80]!r}")
+    hexpart = text[len(DIGEST_PREFIX):]
+    if len(hexpart) != 64:
+        raise InputError(f"{where}: digest has {len(hexpart)} hex digits, want 64")
+    try:
+        return bytes.fromhex(hexpart)
+    except ValueError:
+        raise InputError(f"{where}: digest is not hexadecimal: {hexpart[:80]!r}") from None
+
+
+def _canonical_buffer(array: np.ndarray) -> np.ndarray:
+    """The array as C-contiguous little-endian data with canonical NaNs.
+
+    No copy when the array is already contiguous, little-endian and NaN-free:
+    a float sum is NaN whenever any element is NaN, so one fast reduction
+    decides whether the slower NaN rewrite is needed (inf - inf also gives
+    NaN; the rewrite then simply changes nothing).
+    """
+    a = np.ascontiguousarray(array)
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    if a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype)):
+        nan_mask = np.isnan(a)
+        if nan_mask.any():
+            bits = a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint64).copy()
+            bits[nan_mask] = _CANONICAL_NAN[np.dtype(a.dtype.name)]
+            a = bits.view(a.dtype)
+    return a
+
+
+def digest_tensor(name: str, array: np.ndarray) -> bytes:
+    """Raw SHA-256 of one named tensor (see the module docstring for the layout).
+
+    Precondition: a numeric (float, int, uint, bool) numpy array; float NaNs
+    must be float32 or float64.
+    """
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in _ALLOWED_KINDS:
+        raise InputError(f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}")
+    data = _canonical_buffer(array)
+    name_bytes = name.encode("utf-8")
+    dtype_bytes = data.dtype.name.encode("ascii")
+    header = [TENSOR_DOMAIN, struct.pack("<I", len(name_bytes)), name_bytes,
+              struct.pack("<I", len(dtype_bytes)), dtype_bytes,
+              struct.pack("<I", data.ndim), struct.pack(f"<{data.ndim}Q", *data.shape)]
+    h = hashlib.sha256(b"".join(header))
+    if data.size:
+        h.update(memoryview(data).cast("B"))  # the array's own buffer: no copy
+    return h.digest()
+
+
+def combine_tensor_digests(tensors: tuple[tuple[str, bytes], ...]) -> bytes:
+    """The state digest from (name, tensor digest) pairs already sorted by name."""
+    h = hashlib.sha256(STATE_DOMAIN + struct.pack("<I", len(tensors)))
+    for _, d in tensors:
+        h.update(d)
+    return h.digest()
+
+
+def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
+    """Digest every tensor of a training state and combine them (names sorted by UTF-8)."""
+    names = sorted(state, key=lambda n: n.encode("utf-8"))
+    tensors = tuple((n, digest_tensor(n, np.asarray(state[n]))) for n in names)
+    return StateDigest(combine_tensor_digests(tensors), tensors)
+
+
+def digest_batch(batch: np.ndarray) -> bytes:
+    """Raw data digest of one step's batch (the tensor digest named "batch")."""
+    return digest_tensor("batch", batch)
+
+
+def digest_bytes(data: bytes | memoryview) -> bytes:
+    """Plain SHA-256 of a byte string (shards, files)."""
+    return hashlib.sha256(data).digest()

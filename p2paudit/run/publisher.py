@@ -1,0 +1,217 @@
+"""The publisher: train a run into a directory, resumably, and sign its manifest.
+
+While training, `progress.json` holds the manifest body so far (canonical
+JSON, unsigned), rewritten atomically right after each checkpoint: the steps
+it lists are exactly those up to its last checkpoint. A killed publisher
+resumes from that checkpoint; since a step is a pure function of (state,
+batch), the finished run is bit-identical to an uninterrupted one. When the
+last step is done, the manifest is signed and written and progress.json is
+removed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from p2paudit import __version__
+from p2paudit.errors import InputError
+from p2paudit.identity import Identity, default_key_path, generate_identity, load_identity, save_identity
+from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
+from p2paudit.run.digest import StateDigest, digest_batch, digest_state, format_digest
+from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, StepRecord,
+                                   canonical_json, read_manifest, write_manifest)
+from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
+from p2paudit.run.storage import read_file, remove_temp_files, write_atomic
+
+PROGRESS_FILE = "progress.json"
+SCHEDULE_NAME = "p2paudit.engine.schedule.batch_for_step/v1"
+# What a run directory may hold; anything else means it is not ours to write into.
+RUN_ENTRIES = {"shards", "checkpoints", "traces", PROGRESS_FILE, MANIFEST_FILE, SIGNATURE_FILE}
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What to train: config name and geometry, number of steps, checkpoint spacing, how to compute."""
+
+    run_dir: Path
+    config: str = "tiny"
+    steps: int = 8
+    micro_batches: int | None = None
+    seed: int = 0
+    ckpt_every: int = 1
+    world_size: int = 1
+    backend: str = "cpu"
+
+
+@dataclass(frozen=True)
+class StepDone:
+    """Progress report for one finished step (handed to the caller's callback)."""
+
+    step: int
+    steps: int
+    loss: float
+    resumed_from: int  # the state index this session started from
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The finished run: id, directory, number of steps, and whether it was already complete."""
+
+    run_id: bytes
+    run_dir: Path
+    steps: int
+    already_complete: bool
+    resumed_from: int
+
+
+def load_publisher_key(path: Path | None) -> Identity:
+    """The key at `path`, or the node key under home_dir(), created there if missing."""
+    if path is not None:
+        return load_identity(path)
+    default = default_key_path()
+    if not default.exists():
+        save_identity(generate_identity(), default)
+    return load_identity(default)
+
+
+def check_plan(plan: TrainPlan) -> None:
+    """InputError for a plan that cannot run (numbers out of range)."""
+    if plan.steps < 1:
+        raise InputError(f"--steps is {plan.steps}, want >= 1")
+    if plan.ckpt_every < 1:
+        raise InputError(f"--ckpt-every is {plan.ckpt_every}, want >= 1")
+    if plan.world_size < 1:
+        raise InputError(f"--world-size is {plan.world_size}, want >= 1")
+
+
+def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
+    """The manifest body before any step: everything but the step records."""
+    import kernels
+    from p2paudit import engine
+
+    return {
+        "format": RUN_FORMAT, "version": RUN_VERSION, "arithmetic_version": kernels.ARITHMETIC_VERSION,
+        "engine_version": str(getattr(engine, "ENGINE_VERSION", __version__)), "created_by": f"p2paudit {__version__}",
+        "config": cfg.to_dict(), "steps_planned": plan.steps, "checkpoint_every": plan.ckpt_every,
+        "data": data.to_dict(),
+        "schedule": {"function": SCHEDULE_NAME, "data_key": format_digest(data.data_key), "seed": cfg.seed,
+                     "micro_batches": cfg.micro_batches, "batch_size": cfg.batch_size,
+                     "seq_len": cfg.model.seq_len},
+        "initial_state": initial.to_dict(), "steps": [], "loss_curve": [], "checkpoints": [0],
+    }
+
+
+def _same_plan(body: dict, cfg, plan: TrainPlan) -> bool:
+    return (body.get("config") == json.loads(canonical_json(cfg.to_dict()))
+            and body.get("steps_planned") == plan.steps and body.get("checkpoint_every") == plan.ckpt_every)
+
+
+def _check_directory(run_dir: Path) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"run directory {run_dir} is a file")
+    strangers = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.endswith(".tmp")) \
+        if run_dir.is_dir() else []
+    if strangers:
+        raise InputError(f"run directory {run_dir} holds {strangers[0]} (and {len(strangers) - 1} more), "
+                         f"not a p2paudit run; choose an empty or new directory")
+
+
+def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone], None] | None = None) -> PublishResult:
+    """Train `plan` into plan.run_dir (resuming if interrupted), sign and write the manifest.
+
+    Returns at once if the directory already holds the finished run of this
+    plan; raises InputError if it holds a different run.
+    """
+    from p2paudit.engine.config import train_config
+
+    check_plan(plan)
+    cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    run_dir = plan.run_dir
+    _check_directory(run_dir)
+    if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
+        manifest = read_manifest(run_dir)
+        if not _same_plan(manifest.body, cfg, plan):
+            raise InputError(f"run directory {run_dir} already holds a finished run with another config, "
+                             f"--steps or --ckpt-every")
+        return PublishResult(manifest.run_id, run_dir, manifest.num_steps, True, manifest.num_steps)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    remove_temp_files(run_dir)
+    body, tokens, state = _start_or_resume(run_dir, cfg, plan)
+    resumed_from = len(body["steps"])
+    if plan.world_size > 1:
+        from p2paudit.run.workers import train_distributed
+
+        train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
+    else:
+        train_steps(run_dir, body, tokens, state, cfg, plan, _single_process_step(cfg, plan.backend), on_step)
+    run_id = write_manifest(run_dir, body, identity)
+    (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
+    return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
+
+
+def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndarray, dict]:
+    """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new."""
+    from p2paudit.engine.state import init_state, state_names
+
+    progress = run_dir / PROGRESS_FILE
+    if progress.exists():
+        body = json.loads(read_file(progress, "progress file").decode("utf-8"))
+        if not isinstance(body, dict) or not _same_plan(body, cfg, plan):
+            raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
+                             f"resume it with the same flags or use another directory")
+        data = DataSpec.from_dict(body["data"])
+        tokens = load_tokens(run_dir, data)
+        done = len(body["steps"])
+        claimed = StateDigest.from_dict(body["initial_state"], str(progress)) if done == 0 else \
+            StepRecord.from_dict(body["steps"][-1], done - 1).output
+        state = load_checkpoint(run_dir, done, claimed, state_names(cfg))
+        return body, tokens, state
+    data = write_shards(run_dir, corpus_tokens())
+    tokens = load_tokens(run_dir, data)
+    state = init_state(cfg)
+    initial = digest_state(state)
+    save_checkpoint(run_dir, 0, state, initial)
+    body = new_body(cfg, data, initial, plan)
+    write_atomic(progress, canonical_json(body))
+    return body, tokens, state
+
+
+def _single_process_step(cfg, backend_name: str):
+    import kernels
+    from p2paudit.engine.step import train_step
+
+    backend = kernels.get_backend(backend_name)
+    return lambda state, batch: train_step(state, batch, cfg, backend)
+
+
+def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dict, cfg, plan: TrainPlan,
+                step_fn, on_step: Callable[[StepDone], None] | None) -> None:
+    """Run the steps after those in `body`, recording each; checkpoint and save progress every K-th.
+
+    `run_dir` None means "do not write" (ranks other than 0 of a distributed run).
+    """
+    from p2paudit.engine.schedule import batch_for_step
+
+    data_key = DataSpec.from_dict(body["data"]).data_key
+    start = len(body["steps"])
+    for n in range(start, plan.steps):
+        batch = batch_for_step(tokens, data_key, cfg, n)  # (M, B, T+1)
+        result = step_fn(state, batch)
+        state = result.state
+        if run_dir is None:
+            continue
+        output = digest_state(state)
+        record = StepRecord(n, digest_batch(batch), float(result.loss), output)
+        body["steps"].append(record.to_dict())
+        body["loss_curve"].append(record.loss)
+        if (n + 1) % plan.ckpt_every == 0 or n + 1 == plan.steps:
+            save_checkpoint(run_dir, n + 1, state, output)
+            body["checkpoints"].append(n + 1)
+            write_atomic(run_dir / PROGRESS_FILE, canonical_json(body))
+        if on_step is not None:
+            on_step(StepDone(n, plan.steps, record.loss, start))

@@ -1,0 +1,67 @@
+"""Durable file writes and bounded reads for the run directory.
+
+Every file of a run is written whole to a temporary name in the same
+directory, fsynced, then renamed over its final name, and the directory is
+fsynced: a reader (or a resumed publisher after a kill) sees either the old
+file or the new one, never a half-written file that looks valid.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from p2paudit.errors import InputError
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename inside `directory` durable (silently skipped where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | memoryview) -> None:
+    """Write `data` to `path` through temp file + fsync + rename; parents are created."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def read_file(path: Path, what: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of `path`; InputError naming `what` and the path if missing, unreadable or too large."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} is missing") from None
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if max_bytes is not None and size > max_bytes:
+        raise InputError(f"{what} {path} has {size} bytes, more than the {max_bytes} allowed")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+
+
+def remove_temp_files(directory: Path) -> None:
+    """Delete temp files left by a killed writer (names `.NAME.PID.tmp`)."""
+    if not directory.is_dir():
+        return
+    for leftover in directory.glob(".*.tmp"):
+        leftover.unlink(missing_ok=True)
