@@ -1,0 +1,242 @@
+"""The ledger: an append-only RFC 9162 Merkle log of opaque byte entries in one SQLite file.
+
+Entries, their leaf hashes and the hash of every complete subtree (stored as
+it completes) live in append-only tables (see ledger.schema), so the root and
+proofs at any past size cost O(log n) primary-key reads. Every write is one
+BEGIN IMMEDIATE transaction; a caller's hook runs inside it, so callers can
+keep their own index tables in step with the log atomically.
+
+A Ledger object is not safe for use from two threads at once; several
+processes may share one file (SQLite serialises their writes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import sqlite_utils
+
+from ledger import merkle, peers, schema, verification
+from ledger.errors import AppendOnlyError, CorruptLedgerError, LedgerError
+from ledger.note import Checkpoint, NoteSigner, NoteVerifier, sign_checkpoint
+from ledger.peers import PeerCheckpointResult, SplitView
+from ledger.verification import VerifyReport
+
+MAX_ENTRY_BYTES = 64 * 1024
+
+Hook = Callable[[sqlite3.Connection, int], None]
+"""Called as hook(conn, index) inside the append's transaction; raising aborts the whole append."""
+
+
+def read_size(conn: sqlite3.Connection) -> int:
+    """The number of entries (max index + 1: an O(log n) b-tree lookup, not a count)."""
+    return conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM entries").fetchone()[0]
+
+
+def read_complete_hash(conn: sqlite3.Connection, start: int, end: int) -> bytes:
+    """Hash of the complete aligned subtree [start, end): a leaf hash or a stored interior hash."""
+    level = (end - start).bit_length() - 1
+    if level == 0:
+        row = conn.execute("SELECT leaf_hash FROM entries WHERE idx = ?", (start,)).fetchone()
+    else:
+        row = conn.execute("SELECT hash FROM nodes WHERE level = ? AND idx = ?", (level, start >> level)).fetchone()
+    if row is None:
+        raise CorruptLedgerError(f"the stored hash of leaves [{start}, {end}) is missing", start)
+    return row[0]
+
+
+def _check_entry(entry: bytes, position: int) -> bytes:
+    if not isinstance(entry, (bytes, bytearray, memoryview)):
+        raise LedgerError(f"entry {position} is {type(entry).__name__}, want bytes")
+    entry = bytes(entry)
+    if len(entry) > MAX_ENTRY_BYTES:
+        raise LedgerError(f"entry {position} has {len(entry)} bytes, limit {MAX_ENTRY_BYTES}")
+    return entry
+
+
+class Transaction:
+    """An open BEGIN IMMEDIATE transaction: `.conn` for the caller's own statements, `.append(entry)`."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.size = read_size(conn)
+        # The right edge of the tree, read once per transaction so other writers' appends are seen.
+        self._frontier = [((b - a).bit_length() - 1, read_complete_hash(conn, a, b)) for a, b in merkle.compact_ranges(self.size)]
+
+    def append(self, entry: bytes) -> int:
+        """Append one entry in this transaction; return its index."""
+        return self.append_many([entry])[0]
+
+    def append_many(self, entries: Iterable[bytes]) -> list[int]:
+        """Append entries in order in this transaction; return their indices."""
+        leaf_rows, node_rows = [], []
+        first = self.size
+        for entry in entries:
+            data = _check_entry(entry, self.size)
+            lh = merkle.leaf_hash(data)
+            leaf_rows.append((self.size, lh, data))
+            node_rows.extend(merkle.push_leaf(self._frontier, self.size, lh))
+            self.size += 1
+        try:
+            # Entries first: the nodes trigger refuses a subtree reaching past the stored entries.
+            self.conn.executemany("INSERT INTO entries (idx, leaf_hash, data) VALUES (?, ?, ?)", leaf_rows)
+            self.conn.executemany("INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", node_rows)
+        except sqlite3.IntegrityError as e:
+            raise AppendOnlyError(f"append at index {first} refused by the database: {e}") from None
+        return list(range(first, self.size))
+
+    def root(self) -> bytes:
+        """The root of the tree as it stands in this transaction."""
+        return merkle.fold_compact_range([h for _, h in self._frontier])
+
+
+class Ledger:
+    """An append-only Merkle log in SQLite. Open with `Ledger.open(path, origin)`."""
+
+    def __init__(self, conn: sqlite3.Connection, origin: str, path: str) -> None:
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self.origin = origin
+        self.path = path
+        self._in_transaction = False
+
+    @classmethod
+    def open(cls, path: str | Path, origin: str) -> Ledger:
+        """Open (creating if needed) the ledger file at `path` for the log named `origin`.
+
+        An existing file must carry the ledger magic, version and the same origin.
+        """
+        Checkpoint(origin, 0, merkle.EMPTY_ROOT)  # validates the origin as a checkpoint's first line
+        path = str(path)
+        if path != ":memory:" and not Path(path).parent.is_dir():
+            raise LedgerError(f"directory of ledger {path} does not exist")
+        conn = schema.connect(path)
+        try:
+            schema.ensure_schema(conn, origin, path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, origin, path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def size(self) -> int:
+        return read_size(self.conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """BEGIN IMMEDIATE ... COMMIT around the block; any exception rolls everything back and propagates."""
+        if self._in_transaction:
+            raise LedgerError("a ledger transaction is already open on this connection")
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._in_transaction = True
+        try:
+            yield Transaction(self.conn)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_transaction = False
+
+    def append(self, entry: bytes, hook: Hook | None = None) -> int:
+        """Append one entry (at most MAX_ENTRY_BYTES) and return its index; hook(conn, index) runs in the same transaction."""
+        return self.append_many([entry], hook)[0]
+
+    def append_many(self, entries: Iterable[bytes], hook: Hook | None = None) -> list[int]:
+        """Append entries in one transaction; hook(conn, index) runs for each, in order, before the commit."""
+        with self.transaction() as tx:
+            indices = tx.append_many(entries)
+            if hook is not None:
+                for index in indices:
+                    hook(tx.conn, index)
+        return indices
+
+    def entry(self, index: int) -> bytes:
+        """The bytes of entry `index`; LedgerError if there is none."""
+        row = self.conn.execute("SELECT data FROM entries WHERE idx = ?", (index,)).fetchone()
+        if row is None:
+            raise LedgerError(f"entry {index} is not in the ledger of size {self.size}")
+        return row[0]
+
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+        """The bytes of entries [start, stop) in order (stop defaults to the current size)."""
+        size = self.size
+        stop = size if stop is None else stop
+        if not 0 <= start <= stop <= size:
+            raise LedgerError(f"entries [{start}, {stop}) are not within the ledger of size {size}")
+        cursor = self.conn.execute("SELECT data FROM entries WHERE idx >= ? AND idx < ? ORDER BY idx", (start, stop))
+        for (data,) in cursor:
+            yield data
+
+    def _subtree_hash(self, start: int, end: int) -> bytes:
+        return merkle.range_hash(start, end, lambda a, b: read_complete_hash(self.conn, a, b))
+
+    def _resolve_size(self, size: int | None) -> int:
+        current = self.size
+        if size is None:
+            return current
+        if not 0 <= size <= current:
+            raise LedgerError(f"tree size {size} is not within the ledger of size {current}")
+        return size
+
+    def root(self, size: int | None = None) -> bytes:
+        """The RFC 9162 root of the first `size` entries (default: all), from O(log n) stored hashes."""
+        size = self._resolve_size(size)
+        return self._subtree_hash(0, size) if size else merkle.EMPTY_ROOT
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """The proof that entry `index` is in the tree of `size` entries (default: all)."""
+        size = self._resolve_size(size)
+        if not 0 <= index < size:
+            raise LedgerError(f"entry {index} is not in a tree of size {size}")
+        return merkle.inclusion_proof(index, size, self._subtree_hash)
+
+    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
+        """The proof that the tree of `old_size` entries is a prefix of the tree of `new_size` (default: all)."""
+        new_size = self._resolve_size(new_size)
+        if not 0 <= old_size <= new_size:
+            raise LedgerError(f"no consistency proof from size {old_size} to size {new_size}")
+        return merkle.consistency_proof(old_size, new_size, self._subtree_hash)
+
+    def checkpoint(self, signer: NoteSigner) -> str:
+        """Sign the current tree head as a C2SP checkpoint note, store it, and return the note."""
+        with self.transaction() as tx:
+            cp = Checkpoint(self.origin, tx.size, tx.root())
+            note = sign_checkpoint(cp, signer)
+            peers.insert_checkpoint(tx.conn, "own", "own", cp, signer.verifier.vkey, note, _now())
+        return note
+
+    def latest_checkpoint(self) -> str | None:
+        """The note of the last checkpoint this ledger signed, or None before the first."""
+        row = self.conn.execute("SELECT note FROM checkpoints WHERE kind = 'own' ORDER BY id DESC LIMIT 1").fetchone()
+        return row[0] if row else None
+
+    def add_peer_checkpoint(self, note_text: str, verifier: NoteVerifier, consistency_proof: list[bytes]) -> PeerCheckpointResult:
+        """Witness a peer's checkpoint: see ledger.peers.add_peer_checkpoint."""
+        with self.transaction() as tx:
+            return peers.add_peer_checkpoint(tx.conn, note_text, verifier, consistency_proof, _now())
+
+    def split_views(self) -> list[SplitView]:
+        """Every (key, origin, size) for which two different roots were signed, with the notes as evidence."""
+        return peers.read_split_views(self.conn)
+
+    def verify(self) -> VerifyReport:
+        """Recompute the whole tree from the stored entries and check every stored hash and checkpoint."""
+        return verification.verify_ledger(self.conn)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
