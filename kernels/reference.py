@@ -39,9 +39,10 @@ def _tree_last(s: np.ndarray, combine) -> np.ndarray:
     Precondition: s is a fresh padded array (it is overwritten).
     """
     w = s.shape[-1] // 2
-    while w >= 1:
-        s[..., :w] = combine(s[..., :w], s[..., w : 2 * w])  # pairs (i, i + w)
-        w //= 2
+    with np.errstate(all="ignore"):  # inf - inf and the like are part of the spec
+        while w >= 1:
+            s[..., :w] = combine(s[..., :w], s[..., w : 2 * w])  # pairs (i, i + w)
+            w //= 2
     return s[..., 0].copy()
 
 
@@ -87,8 +88,9 @@ def max_rows(x: np.ndarray) -> np.ndarray:
 def _fold(col_a, row_b, k: int, shape: tuple[int, ...]) -> np.ndarray:
     """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3)."""
     acc = np.zeros(shape, dtype=F32)
-    for i in range(k):
-        acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
+    with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
+        for i in range(k):
+            acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
     return acc
 
 
