@@ -1,0 +1,47 @@
+"""Every in-process backend gives the reference's bits on every op and case.
+
+Cases (kernel_cases.py) cover awkward shapes (1, primes, non-powers of two,
+larger than a tile) and subnormals, signed zeros, infinities and NaN (every
+NaN equals every NaN). The failing baselines beside these tests are in
+test_kernels_baselines.py. A backend module that does not exist fails here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import IN_PROCESS_BACKENDS, SEED
+from kernel_cases import OPS, check_backend, compare_outputs, describe_difference
+
+from kernels import get_backend
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("backend_name", IN_PROCESS_BACKENDS)
+def test_backend_matches_reference_bitwise(backend_name, op, reference):
+    backend = get_backend(backend_name)
+    failures = check_backend(backend, reference, op, SEED)
+    assert not failures, f"{len(failures)} cases differ:\n" + "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("backend_name", IN_PROCESS_BACKENDS)
+def test_backend_exposes_every_op(backend_name):
+    backend = get_backend(backend_name)
+    missing = [op for op in OPS if not callable(getattr(backend, op, None))]
+    assert not missing, f"{backend_name} lacks {missing}"
+
+
+def test_comparison_tells_apart_what_matters():
+    # The bitwise tests are only as strong as this comparison: it must see a
+    # sign of zero, one ulp, a dtype, a shape; and must not see NaN payloads.
+    x = np.array([0.0, 1.0, np.nan], dtype=np.float32)
+    assert describe_difference(x, x.copy()) is None
+    assert describe_difference(np.array([-0.0, 1.0, np.nan], dtype=np.float32), x)
+    assert describe_difference(np.array([0.0, np.nextafter(np.float32(1), np.float32(2)), np.nan], np.float32), x)
+    assert describe_difference(x.astype(np.float64), x)
+    assert describe_difference(x[:2], x)
+    other_nan = np.array([0x7FC00000, 0x3F800000, 0xFFC00001], dtype=np.uint32).view(np.float32)
+    other_nan[0] = 0.0
+    assert describe_difference(other_nan, x) is None
+    assert compare_outputs((x, x), (x,)) == "got 2 outputs, want 1"
+    assert compare_outputs([x], (x,)) is not None  # a list is not a tuple of outputs
