@@ -127,3 +127,28 @@ def test_identity_does_not_import_libp2p():
     code = "import sys, p2paudit.identity; print('libp2p' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_verify_agrees_with_openssl_on_random_messages():
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    for n in range(50):
+        ident = identity_from_seed(os.urandom(32))
+        message = os.urandom(n * 7)
+        sig = sign(ident, message)
+        if n % 2:
+            sig = sig[: n % 64] + bytes([sig[n % 64] ^ (1 << (n % 8))]) + sig[n % 64 + 1:]
+        try:
+            Ed25519PublicKey.from_public_bytes(ident.public_key).verify(sig, message)
+            openssl = True
+        except InvalidSignature:
+            openssl = False
+        assert verify_signature(ident.public_key, sig, message) is openssl is (n % 2 == 0)
+
+
+def test_verify_rejects_non_bytes_without_raising():
+    ident = identity_from_seed(bytes(32))
+    sig = sign(ident, b"m")
+    assert not verify_signature(bytearray(ident.public_key), sig, b"m")
+    assert not verify_signature(ident.public_key, None, b"m")

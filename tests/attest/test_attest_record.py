@@ -22,7 +22,7 @@ from p2paudit.attest.record import (
 )
 from p2paudit.identity import sign
 
-from .helpers import RUN, digest, key, make_record, make_signed
+from attest_helpers import RUN, digest, key, make_record, make_signed
 
 ALICE = key(1)
 ascii_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=64)

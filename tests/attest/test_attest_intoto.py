@@ -15,7 +15,7 @@ from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.intoto import PAYLOAD_TYPE, PREDICATE_TYPE, build_statement, export_dsse, import_dsse, pae
 from p2paudit.identity import sign
 
-from .helpers import key, make_signed
+from attest_helpers import key, make_signed
 
 ALICE, BOB = key(1), key(2)
 
