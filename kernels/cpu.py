@@ -1,0 +1,228 @@
+"""The `cpu` backend: docs/arithmetic.md in numba, parallel and vectorised, same bits.
+
+This module is the backend's face: it checks inputs with kernels.validate
+(the same checks, and so the same errors, as every backend), computes the
+host scalars in float32, and calls the numba kernels of
+
+    kernels/cpu_scalar.py       exp, log, max2 and the halving trees (inlined)
+    kernels/cpu_matmul.py       packed, row-blocked products, k folded in order
+    kernels/cpu_reduce.py       sum_rows, sum_cols, max_rows
+    kernels/cpu_elementwise.py  exp, log, SiLU, AdamW over flat arrays
+    kernels/cpu_nn.py           softmax, RMSNorm, cross-entropy, embedding
+
+Every kernel is compiled with @njit(cache=True), without fastmath, so LLVM
+neither contracts a*b+c into an FMA nor reassociates a sum; prange spreads
+only independent outputs over threads, so the thread count changes no bit.
+Shape legend: see kernels/__init__.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import constants as K
+from kernels import validate
+from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
+from kernels.cpu_matmul import matmul_batched
+from kernels.cpu_nn import (
+    cross_entropy_backward_2d,
+    cross_entropy_rows,
+    embedding_gather,
+    embedding_scatter_add,
+    rmsnorm_2d,
+    rmsnorm_backward_rows,
+    softmax_causal_3d,
+    softmax_causal_backward_3d,
+)
+from kernels.cpu_reduce import max_rows_2d, sum_cols_2d, sum_rows_2d
+
+F32 = np.float32
+
+# ------------------------------------------------------------ matrix products
+
+
+def _product(a: np.ndarray, a_t: bool, b: np.ndarray, b_t: bool, m: int, n: int) -> np.ndarray:
+    """Run the batched kernel on 2-d or 3-d operands (checked by the caller); keep a's rank."""
+    if a.ndim == 2:
+        return matmul_batched(a[None], a_t, b[None], b_t, n)[0]  # (M, N)
+    return matmul_batched(a, a_t, b, b_t, n)  # (BH, M, N)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
+    m, _, n = validate.check_matmul(a, b, "nn")
+    return _product(a, False, b, False, m, n)
+
+
+def matmul_nt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (M, K) @ b (N, K)^T -> (M, N); or batched. bᵀ is formed while packing, exactly."""
+    m, _, n = validate.check_matmul(a, b, "nt")
+    return _product(a, False, b, True, m, n)
+
+
+def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (K, M)^T @ b (K, N) -> (M, N); or batched. aᵀ is formed while packing, exactly."""
+    m, _, n = validate.check_matmul(a, b, "tn")
+    return _product(a, True, b, False, m, n)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+def sum_rows(x: np.ndarray) -> np.ndarray:
+    """psum of each row: (R, C) -> (R,)."""
+    validate.check_rows(x)
+    return sum_rows_2d(x)
+
+
+def sum_cols(x: np.ndarray) -> np.ndarray:
+    """psum down each column (over r): (R, C) -> (C,)."""
+    validate.check_rows(x)
+    return sum_cols_2d(x)
+
+
+def max_rows(x: np.ndarray) -> np.ndarray:
+    """pmax of each row: (R, C) -> (R,). Precondition: C >= 1."""
+    validate.check_rows(x, min_cols=1)
+    return max_rows_2d(x)
+
+
+# -------------------------------------------------------- elementary functions
+
+
+def exp(x: np.ndarray) -> np.ndarray:
+    """Elementwise exp (section 3.1), any shape."""
+    validate.check_elementwise(x)
+    return exp_flat(x.reshape(-1)).reshape(x.shape)
+
+
+def log(x: np.ndarray) -> np.ndarray:
+    """Elementwise natural log (section 3.2), any shape."""
+    validate.check_elementwise(x)
+    return log_flat(x.reshape(-1)).reshape(x.shape)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x / (1 + exp(-x)), any shape."""
+    validate.check_elementwise(x)
+    return silu_flat(x.reshape(-1)).reshape(x.shape)
+
+
+def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)); x and dy of one shape."""
+    validate.check_pair(x, "x", dy, "dy")
+    return silu_backward_flat(x.reshape(-1), dy.reshape(-1)).reshape(x.shape)
+
+
+# ---------------------------------------------------------- composite operations
+
+
+def softmax_causal(s: np.ndarray) -> np.ndarray:
+    """Row softmax over j <= t of s (BH, T, T); entries j > t are +0.0."""
+    validate.check_square_scores(s, "s")
+    return softmax_causal_3d(s)
+
+
+def softmax_causal_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """ds = p * (dp - psum(p * dp over j <= t)); +0.0 for j > t. p, dp (BH, T, T)."""
+    validate.check_softmax_backward(p, dp)
+    return softmax_causal_backward_3d(p, dp)
+
+
+def _attention_scale(d: int) -> np.float32:
+    """1 / sqrt(float32(D)), each operation rounded to float32 on the host."""
+    return K.ONE / np.sqrt(F32(d))
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
+    _, _, d = validate.check_attention(q, k, v)
+    s = matmul_batched(q, False, k, True, q.shape[1])  # (BH, T, T)
+    np.multiply(s, _attention_scale(d), out=s)  # elementwise, after the fold
+    p = softmax_causal_3d(s)  # (BH, T, T)
+    return matmul_batched(p, False, v, False, d), p  # (BH, T, D)
+
+
+def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
+    _, t, d = validate.check_attention_backward(q, k, v, p, do)
+    scale = _attention_scale(d)
+    dp = matmul_batched(do, False, v, True, t)  # (BH, T, T)
+    dv = matmul_batched(p, True, do, False, d)  # (BH, T, D)
+    ds = softmax_causal_backward_3d(p, dp)  # (BH, T, T)
+    dq = matmul_batched(ds, False, k, False, d)  # (BH, T, D)
+    dk = matmul_batched(ds, True, q, False, d)  # (BH, T, D)
+    np.multiply(dq, scale, out=dq)
+    np.multiply(dk, scale, out=dk)
+    return dq, dk, dv
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps) -> tuple[np.ndarray, np.ndarray]:
+    """y = (x * rstd) * w with rstd = 1 / sqrt(psum(x^2) / C + eps): x (R, C), w (C,) -> (y, rstd (R,))."""
+    validate.check_rmsnorm(x, w)
+    return rmsnorm_2d(x, w, validate.to_float32(eps, "eps"))
+
+
+def rmsnorm_backward(x, w, rstd, dy) -> tuple[np.ndarray, np.ndarray]:
+    """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
+    validate.check_rmsnorm_backward(x, w, rstd, dy)
+    dx, prod = rmsnorm_backward_rows(x, w, rstd, dy)  # (R, C) each
+    return dx, sum_cols_2d(prod)
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Mean over rows of logsumexp(l_i) - l[i, t_i]: logits (N, V), targets int64 (N,) -> 0-d float32."""
+    n, _ = validate.check_cross_entropy(logits, targets)
+    loss = cross_entropy_rows(logits, targets)  # (N,)
+    total = sum_rows_2d(loss.reshape(1, n))[0]
+    return np.asarray(total / F32(n), dtype=F32)
+
+
+def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss) -> np.ndarray:
+    """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
+    n, _ = validate.check_cross_entropy(logits, targets)
+    g = validate.to_float32(dloss, "dloss") / F32(n)
+    return cross_entropy_backward_2d(logits, targets, F32(g))
+
+
+def embedding(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
+    validate.check_embedding(table, idx)
+    return embedding_gather(table, idx)
+
+
+def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np.ndarray:
+    """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
+    v, _, _ = validate.check_embedding_backward(idx, dout, vocab_size)
+    return embedding_scatter_add(idx, dout, v)
+
+
+def _powi(b: np.float32, t: int) -> np.float32:
+    """b^t by square-and-multiply in float32 (section 4.6)."""
+    r = K.ONE
+    while t > 0:
+        if t & 1:
+            r = F32(r * b)
+        b = F32(b * b)
+        t >>= 1
+    return r
+
+
+def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
+    step = validate.check_adamw(p, g, m, v, step)
+    lr, b1, b2, eps, wd = (
+        validate.to_float32(val, name)
+        for val, name in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"), (weight_decay, "weight_decay"))
+    )
+    with np.errstate(all="ignore"):  # host scalars: an overflow is a value, not an error
+        bc1 = F32(K.ONE - _powi(b1, step))
+        bc2 = F32(K.ONE - _powi(b2, step))
+        ss = F32(lr / bc1)
+        sbc2 = F32(np.sqrt(bc2))
+        decay = F32(K.ONE - lr * wd)
+        omb1 = F32(K.ONE - b1)
+        omb2 = F32(K.ONE - b2)
+    flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
+    p2, m2, v2 = adamw_flat(*flat, b1, omb1, b2, omb2, ss, sbc2, decay, eps)
+    return p2.reshape(p.shape), m2.reshape(p.shape), v2.reshape(p.shape)

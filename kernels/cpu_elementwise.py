@@ -1,0 +1,76 @@
+"""Elementwise kernels of the `cpu` backend: exp, log, SiLU and its backward, AdamW.
+
+All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
+Each output element depends on its own inputs only, so prange splits the
+index range between threads and LLVM vectorises each chunk; the bits cannot
+depend on either split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from kernels.cpu_scalar import ONE, exp_f32, log_f32
+
+
+@njit(parallel=True, cache=True)
+def exp_flat(x):
+    """exp (section 3.1) of each element of the 1-d float32 array x."""
+    y = np.empty_like(x)  # (n,)
+    for i in prange(x.shape[0]):
+        y[i] = exp_f32(x[i])
+    return y
+
+
+@njit(parallel=True, cache=True)
+def log_flat(x):
+    """log (section 3.2) of each element of the 1-d float32 array x."""
+    y = np.empty_like(x)  # (n,)
+    for i in prange(x.shape[0]):
+        y[i] = log_f32(x[i])
+    return y
+
+
+@njit(parallel=True, cache=True)
+def silu_flat(x):
+    """x / (1 + exp(-x)) of each element (section 3.3)."""
+    y = np.empty_like(x)  # (n,)
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        y[i] = xi / (ONE + exp_f32(-xi))
+    return y
+
+
+@njit(parallel=True, cache=True)
+def silu_backward_flat(x, dy):
+    """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)) (section 3.3). x, dy: (n,)."""
+    dx = np.empty_like(x)  # (n,)
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        s = ONE / (ONE + exp_f32(-xi))
+        g = s * (ONE + xi * (ONE - s))
+        dx[i] = dy[i] * g
+    return dx
+
+
+@njit(parallel=True, cache=True)
+def adamw_flat(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps):
+    """One AdamW update (section 4.6) on flat arrays; returns (p', m', v').
+
+    Preconditions: the scalars are float32 and were computed on the host as
+    the document says (omb1 = 1 - beta1, omb2 = 1 - beta2, ss = lr / bc1,
+    sbc2 = sqrt(bc2), decay = 1 - lr * weight_decay).
+    """
+    p2 = np.empty_like(p)  # (n,)
+    m2 = np.empty_like(m)  # (n,)
+    v2 = np.empty_like(v)  # (n,)
+    for i in prange(p.shape[0]):
+        gi = g[i]
+        mi = b1 * m[i] + omb1 * gi
+        vi = b2 * v[i] + omb2 * (gi * gi)
+        den = np.sqrt(vi) / sbc2 + eps
+        p2[i] = p[i] * decay - ss * (mi / den)
+        m2[i] = mi
+        v2[i] = vi
+    return p2, m2, v2

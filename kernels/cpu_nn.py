@@ -1,0 +1,241 @@
+"""Row-wise network kernels of the `cpu` backend (docs/arithmetic.md section 4).
+
+Causal softmax and its backward, RMSNorm and its backward, cross-entropy and
+its backward, embedding gather and scatter-add. Each output row depends on
+one input row only (the scatter-add: on tokens in increasing order), so prange
+splits rows (or column blocks) between threads; inside a row the halving
+trees of cpu_scalar run as the document writes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from kernels.cpu_scalar import (
+    NEG_INF,
+    NEG_ZERO,
+    ONE,
+    ZERO,
+    exp_f32,
+    log_f32,
+    next_pow2,
+    tree_max,
+    tree_sum,
+)
+
+ROWS_PER_TASK = 16  # rows per prange task: amortises the scratch allocation
+EMB_COLS_PER_TASK = 64  # column block of the embedding scatter-add
+
+
+@njit(parallel=True, cache=True)
+def softmax_causal_3d(s):
+    """P (BH, T, T) from scores s (BH, T, T): softmax over j <= t, +0.0 for j > t."""
+    bh, t_count, _ = s.shape
+    out = np.empty_like(s)  # (BH, T, T)
+    rows = bh * t_count
+    n_tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(t_count), np.float32)  # scratch (P2(T),)
+        for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+            z = row // t_count
+            t = row - z * t_count
+            src = s[z, t]  # (T,)
+            dst = out[z, t]  # (T,)
+            n = t + 1
+            p = next_pow2(n)
+            for j in range(n):
+                buf[j] = src[j]
+            for j in range(n, p):
+                buf[j] = NEG_INF
+            m = tree_max(buf, p)
+            for j in range(n):
+                e = exp_f32(src[j] - m)
+                dst[j] = e
+                buf[j] = e
+            for j in range(n, p):
+                buf[j] = NEG_ZERO  # -0.0, not +0.0: keeps the tree of the unpadded row
+            total = tree_sum(buf, p)
+            for j in range(n):
+                dst[j] = dst[j] / total
+            for j in range(n, t_count):
+                dst[j] = ZERO
+    return out
+
+
+@njit(parallel=True, cache=True)
+def softmax_causal_backward_3d(p_in, dp):
+    """dS (BH, T, T) = P * (dP - psum(P * dP over j <= t)) for j <= t, +0.0 beyond."""
+    bh, t_count, _ = p_in.shape
+    out = np.empty_like(p_in)  # (BH, T, T)
+    rows = bh * t_count
+    n_tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(t_count), np.float32)  # scratch (P2(T),)
+        for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+            z = row // t_count
+            t = row - z * t_count
+            prow = p_in[z, t]  # (T,)
+            dprow = dp[z, t]  # (T,)
+            dst = out[z, t]  # (T,)
+            n = t + 1
+            p = next_pow2(n)
+            for j in range(n):
+                buf[j] = prow[j] * dprow[j]
+            for j in range(n, p):
+                buf[j] = NEG_ZERO
+            c = tree_sum(buf, p)
+            for j in range(n):
+                dst[j] = prow[j] * (dprow[j] - c)
+            for j in range(n, t_count):
+                dst[j] = ZERO
+    return out
+
+
+@njit(parallel=True, cache=True)
+def rmsnorm_2d(x, w, eps):
+    """(y (R, C), rstd (R,)) of section 4.3. Preconditions: C >= 1, eps float32.
+
+    ss / float32(C) is a true division (not a multiply by 1/C): the document's
+    rounding.
+    """
+    r_count, c_count = x.shape
+    cf = np.float32(c_count)
+    y = np.empty_like(x)  # (R, C)
+    rstd = np.empty(r_count, np.float32)  # (R,)
+    p = next_pow2(c_count)
+    n_tasks = (r_count + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(p, np.float32)  # scratch (P2(C),)
+        for r in range(task * ROWS_PER_TASK, min(r_count, (task + 1) * ROWS_PER_TASK)):
+            xr = x[r]  # (C,)
+            for j in range(c_count):
+                buf[j] = xr[j] * xr[j]
+            for j in range(c_count, p):
+                buf[j] = NEG_ZERO
+            ss = tree_sum(buf, p)
+            rs = ONE / np.sqrt(ss / cf + eps)
+            rstd[r] = rs
+            yr = y[r]  # (C,)
+            for j in range(c_count):
+                yr[j] = (xr[j] * rs) * w[j]
+    return y, rstd
+
+
+@njit(parallel=True, cache=True)
+def rmsnorm_backward_rows(x, w, rstd, dy):
+    """(dx (R, C), dy * xhat (R, C)) of section 4.3; dw is sum_cols of the second."""
+    r_count, c_count = x.shape
+    cf = np.float32(c_count)
+    dx = np.empty_like(x)  # (R, C)
+    prod = np.empty_like(x)  # (R, C) dy * xhat, summed down columns by the caller
+    p = next_pow2(c_count)
+    n_tasks = (r_count + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(p, np.float32)  # scratch (P2(C),)
+        xhat = np.empty(c_count, np.float32)  # (C,)
+        g = np.empty(c_count, np.float32)  # (C,)
+        for r in range(task * ROWS_PER_TASK, min(r_count, (task + 1) * ROWS_PER_TASK)):
+            rs = rstd[r]
+            xr, dyr, dxr, pr = x[r], dy[r], dx[r], prod[r]  # (C,) each
+            for j in range(c_count):
+                xh = xr[j] * rs
+                gj = dyr[j] * w[j]
+                xhat[j] = xh
+                g[j] = gj
+                pr[j] = dyr[j] * xh
+                buf[j] = gj * xh
+            for j in range(c_count, p):
+                buf[j] = NEG_ZERO
+            kr = tree_sum(buf, p) / cf
+            for j in range(c_count):
+                dxr[j] = (g[j] - xhat[j] * kr) * rs
+    return dx, prod
+
+
+@njit(inline="always")
+def _row_softmax_parts(lr, buf, e):
+    """(m, s) of one logits row lr (V,); e (V,) receives exp(l - m). buf: scratch (>= P2(V),)."""
+    v = lr.shape[0]
+    p = next_pow2(v)
+    for j in range(v):
+        buf[j] = lr[j]
+    for j in range(v, p):
+        buf[j] = NEG_INF
+    m = tree_max(buf, p)
+    for j in range(v):
+        ej = exp_f32(lr[j] - m)
+        e[j] = ej
+        buf[j] = ej
+    for j in range(v, p):
+        buf[j] = NEG_ZERO
+    return m, tree_sum(buf, p)
+
+
+@njit(parallel=True, cache=True)
+def cross_entropy_rows(logits, targets):
+    """loss_i = (m_i + log(s_i)) - l[i, t_i] for each row (section 4.4) -> (N,)."""
+    n, v = logits.shape
+    loss = np.empty(n, np.float32)  # (N,)
+    n_tasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(v), np.float32)  # scratch (P2(V),)
+        e = np.empty(v, np.float32)  # (V,)
+        for i in range(task * ROWS_PER_TASK, min(n, (task + 1) * ROWS_PER_TASK)):
+            lr = logits[i]  # (V,)
+            m, s = _row_softmax_parts(lr, buf, e)
+            lse = m + log_f32(s)
+            loss[i] = lse - lr[targets[i]]
+    return loss
+
+
+@njit(parallel=True, cache=True)
+def cross_entropy_backward_2d(logits, targets, g):
+    """dlogits (N, V) = (e / s - onehot(t)) * g (section 4.4). Precondition: g float32."""
+    n, v = logits.shape
+    dl = np.empty_like(logits)  # (N, V)
+    n_tasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(v), np.float32)  # scratch (P2(V),)
+        for i in range(task * ROWS_PER_TASK, min(n, (task + 1) * ROWS_PER_TASK)):
+            dst = dl[i]  # (V,), holds e until the last loop
+            _, s = _row_softmax_parts(logits[i], buf, dst)
+            t = targets[i]
+            for j in range(v):
+                hot = ONE if j == t else ZERO
+                dst[j] = (dst[j] / s - hot) * g
+    return dl
+
+
+@njit(parallel=True, cache=True)
+def embedding_gather(table, idx):
+    """out[n, :] = table[idx[n], :] -> (N, C). Precondition: idx in [0, V)."""
+    n, c = idx.shape[0], table.shape[1]
+    out = np.empty((n, c), np.float32)  # (N, C)
+    for i in prange(n):
+        src = table[idx[i]]  # (C,)
+        dst = out[i]  # (C,)
+        for j in range(c):
+            dst[j] = src[j]
+    return out
+
+
+@njit(parallel=True, cache=True)
+def embedding_scatter_add(idx, dout, vocab_size):
+    """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n = 0, 1, ... (section 4.5).
+
+    Threads split the columns: every column block sees all tokens in
+    increasing n, so each row receives its tokens in the document's order.
+    """
+    n, c = dout.shape
+    dtable = np.zeros((vocab_size, c), np.float32)  # (V, C)
+    n_tasks = (c + EMB_COLS_PER_TASK - 1) // EMB_COLS_PER_TASK
+    for task in prange(n_tasks):
+        c0 = task * EMB_COLS_PER_TASK
+        c1 = min(c, c0 + EMB_COLS_PER_TASK)
+        for i in range(n):
+            dst = dtable[idx[i], c0:c1]  # (c1 - c0,)
+            src = dout[i, c0:c1]  # (c1 - c0,)
+            for j in range(c1 - c0):  # from 0: LLVM then knows j >= 0 and vectorises
+                dst[j] = dst[j] + src[j]
+    return dtable
