@@ -1,0 +1,141 @@
+"""Host side of the Triton backend: launching kernels, the generic trees, the matmul.
+
+Works on torch tensors that already live on the backend's device (CUDA, or
+CPU under TRITON_INTERPRET=1). Every launch goes through `launch`, which
+turns off fused multiply-add contraction. Tile sizes are literals here; they
+decide how work is spread, never the order of a reduction.
+"""
+
+from __future__ import annotations
+
+from kernels.triton_math import MODE  # first: the device check
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from kernels import triton_kernels as tk  # noqa: E402
+
+DEVICE = torch.device("cuda" if MODE == "cuda" else "cpu")
+
+FLAT_BLOCK = 1024  # elements per program of the flat elementwise kernels
+ROW_LOG2W = 10  # rows up to 2^10 wide are reduced in one block; wider rows are folded first
+FOLD_LOG2G = 3  # tree levels per fold pass (8 rows of the folded axis per program)
+FOLD_BW = 128  # lanes per fold program
+ROW_ELEMS = 4096  # elements per program in the row kernels: rows per block = ROW_ELEMS // width
+MM_BM = 64  # matmul output tile
+MM_BN = 64
+
+
+def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
+    """Run `kernel` over `grid` with fp fusion off (no a*b+c contracted into an fma)."""
+    if not all(g > 0 for g in grid):
+        return
+    if MODE == "interpret":
+        # The interpreter evaluates with numpy, which warns about inf/NaN in
+        # lanes that the kernels mask or replace; those lanes are expected.
+        with np.errstate(all="ignore"):
+            kernel[grid](*args, **constexprs)
+    else:
+        kernel[grid](*args, **constexprs, enable_fp_fusion=False)
+
+
+def log2_p2(n: int) -> int:
+    """log2 of P2(n), the smallest power of two >= n (P2(0) = P2(1) = 1)."""
+    return max(n - 1, 0).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for a >= 0, b > 0."""
+    return -(-a // b)
+
+
+def rows_per_block(log2w: int) -> int:
+    """Rows of width 2^log2w that one row-kernel program takes (a power of two >= 1)."""
+    return max(1, ROW_ELEMS >> log2w)
+
+
+def scalars(*values) -> torch.Tensor:
+    """Host float32 scalars (already rounded by numpy) as a device float32 vector."""
+    host = np.array([np.float32(v) for v in values], dtype=np.float32)
+    return torch.from_numpy(host).to(DEVICE)
+
+
+def _fold(x: torch.Tensor, a: int, n: int, w: int, strides: tuple[int, int, int],
+          valid: tuple[int, int, int], is_max: bool) -> tuple[torch.Tensor, int]:
+    """Run fold passes over axis n of the view (a, n, w) until one row is left.
+
+    `valid` = (vn, vw, lim): element (a, n, w) exists iff n*vn + w*vw < lim.
+    Returns the contiguous (a, 1, w) result as (tensor, w).
+    """
+    log2n = log2_p2(n)
+    s_a, s_n, s_w = strides
+    vn, vw, lim = valid
+    while True:
+        log2g = min(FOLD_LOG2G, log2n)
+        nout = 1 << (log2n - log2g)
+        y = torch.empty((a, nout, w), dtype=torch.float32, device=x.device)
+        launch(tk.fold_kernel, (a, nout, cdiv(w, FOLD_BW)), x, y, w, s_a, s_n, s_w, vn, vw, lim, nout,
+               LOG2G=log2g, BW=FOLD_BW, IS_MAX=is_max)
+        x, log2n = y, log2n - log2g
+        s_a, s_n, s_w, vn, vw, lim = nout * w, w, 1, 1, 0, nout  # dense from here on
+        if log2n == 0:
+            return x, w
+
+
+def reduce_rows(x: torch.Tensor, is_max: bool) -> torch.Tensor:
+    """psum (or pmax) of each row of a contiguous (R, C) tensor -> (R,).
+
+    Precondition: C >= 1 for pmax. A row of C = 0 sums to +0.0.
+    """
+    r, c = x.shape
+    if c == 0:
+        return torch.zeros(r, dtype=torch.float32, device=x.device)
+    log2w = log2_p2(c)
+    if log2w > ROW_LOG2W:
+        # The top levels of each row's tree combine lanes i, i + 2^ROW_LOG2W, ...:
+        # view row r as (chunks, lanes) and fold over the chunks first.
+        lanes = 1 << ROW_LOG2W
+        x, c = _fold(x, r, cdiv(c, lanes), lanes, (c, lanes, 1), (lanes, 1, c), is_max)
+        x, log2w = x.reshape(r, lanes), ROW_LOG2W
+    y = torch.empty(r, dtype=torch.float32, device=x.device)
+    br = rows_per_block(log2w)
+    launch(tk.row_tree_kernel, (cdiv(r, br),), x, y, r, c, c, BR=br, LOG2W=log2w, IS_MAX=is_max)
+    return y
+
+
+def reduce_cols(x: torch.Tensor) -> torch.Tensor:
+    """psum down each column of a contiguous (R, C) tensor -> (C,). A column of R = 0 sums to +0.0."""
+    r, c = x.shape
+    if r == 0:
+        return torch.zeros(c, dtype=torch.float32, device=x.device)
+    if r == 1:
+        return x[0].clone()  # psum of one value is the value
+    y, _ = _fold(x, 1, r, c, (0, c, 1), (1, 0, r), is_max=False)
+    return y.reshape(c)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The product of layout "nn", "nt" or "tn" on 3-d contiguous (Z, ., .) tensors -> (Z, M, N).
+
+    Precondition: shapes already checked (kernels.validate.check_matmul).
+    With `scale` (a 1-element device tensor) every folded value is multiplied by it once.
+    """
+    z, ar, ac = a.shape
+    _, br, bc = b.shape
+    sab, sbb = ar * ac, br * bc
+    if layout == "nn":
+        m, k, n, sam, sak, sbk, sbn = ar, ac, bc, ac, 1, bc, 1
+    elif layout == "nt":
+        m, k, n, sam, sak, sbk, sbn = ar, ac, br, ac, 1, 1, bc
+    else:  # "tn"
+        m, k, n, sam, sak, sbk, sbn = ac, ar, bc, 1, ac, bc, 1
+    c = torch.empty((z, m, n), dtype=torch.float32, device=a.device)
+    s = scale if scale is not None else c  # never read without HAS_SCALE
+    launch(tk.matmul_kernel, (cdiv(m, MM_BM), cdiv(n, MM_BN), z), a, b, c, s, m, n, k,
+           sab, sam, sak, sbb, sbk, sbn, m * n, n, 1, BM=MM_BM, BN=MM_BN, HAS_SCALE=scale is not None)
+    return c
+
+
+def flat_grid(numel: int) -> tuple[int]:
+    """Grid of the flat elementwise kernels for `numel` elements."""
+    return (cdiv(numel, FLAT_BLOCK),)
