@@ -30,7 +30,8 @@ def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateD
     """The safetensors bytes of a checkpoint (tensors made contiguous little-endian)."""
     from safetensors.numpy import save
 
-    tensors = {name: np.ascontiguousarray(array) for name, array in state.items()}
+    # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
+    tensors = {name: array if array.flags.c_contiguous else array.copy(order="C") for name, array in state.items()}
     metadata = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step),
                 "state_digest": digest.text()}
     return save(tensors, metadata=metadata)

@@ -92,7 +92,8 @@ def _canonical_buffer(array: np.ndarray) -> np.ndarray:
     decides whether the slower NaN rewrite is needed (inf - inf also gives
     NaN; the rewrite then simply changes nothing).
     """
-    a = np.ascontiguousarray(array)
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    a = array if array.flags.c_contiguous else array.copy(order="C")
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
         a = a.astype(a.dtype.newbyteorder("<"))
     if a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype)):

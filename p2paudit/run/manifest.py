@@ -53,10 +53,14 @@ class StepRecord:
     data_digest: bytes
     loss: float
     output: StateDigest
+    trace: bytes | None = None  # SHA-256 of the published trace file, if the publisher wrote one
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "data": format_digest(self.data_digest), "loss": self.loss,
-                "output": self.output.to_dict()}
+        out = {"step": self.step, "data": format_digest(self.data_digest), "loss": self.loss,
+               "output": self.output.to_dict()}
+        if self.trace is not None:
+            out["trace"] = format_digest(self.trace)
+        return out
 
     @staticmethod
     def from_dict(item: object, step: int) -> "StepRecord":
@@ -66,8 +70,9 @@ class StepRecord:
         loss = item.get("loss")
         if not isinstance(loss, float | int) or isinstance(loss, bool):
             raise InputError(f"{where}.loss is {loss!r}, want a number")
+        trace = parse_digest(item["trace"], f"{where}.trace") if "trace" in item else None
         return StepRecord(step, parse_digest(item.get("data"), f"{where}.data"), float(loss),
-                          StateDigest.from_dict(item.get("output"), f"{where}.output"))
+                          StateDigest.from_dict(item.get("output"), f"{where}.output"), trace)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,12 @@ from p2paudit import __version__
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, default_key_path, generate_identity, load_identity, save_identity
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
-from p2paudit.run.digest import StateDigest, digest_batch, digest_state, format_digest
+from p2paudit.run.digest import StateDigest, digest_batch, digest_bytes, digest_state, format_digest
 from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, StepRecord,
                                    canonical_json, read_manifest, write_manifest)
 from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
 from p2paudit.run.storage import read_file, remove_temp_files, write_atomic
+from p2paudit.run.traces import TraceRecorder, encode_trace, trace_path
 
 PROGRESS_FILE = "progress.json"
 SCHEDULE_NAME = "p2paudit.engine.schedule.batch_for_step/v1"
@@ -46,6 +47,7 @@ class TrainPlan:
     ckpt_every: int = 1
     world_size: int = 1
     backend: str = "cpu"
+    traces: bool = False  # also publish every step's operation trace (one process only)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ def check_plan(plan: TrainPlan) -> None:
         raise InputError(f"--ckpt-every is {plan.ckpt_every}, want >= 1")
     if plan.world_size < 1:
         raise InputError(f"--world-size is {plan.world_size}, want >= 1")
+    if plan.traces and plan.world_size != 1:
+        raise InputError(f"--traces needs --world-size 1, got {plan.world_size}")
 
 
 def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
@@ -103,12 +107,14 @@ def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict
                      "micro_batches": cfg.micro_batches, "batch_size": cfg.batch_size,
                      "seq_len": cfg.model.seq_len},
         "initial_state": initial.to_dict(), "steps": [], "loss_curve": [], "checkpoints": [0],
+        "traces": plan.traces,
     }
 
 
 def _same_plan(body: dict, cfg, plan: TrainPlan) -> bool:
     return (body.get("config") == json.loads(canonical_json(cfg.to_dict()))
-            and body.get("steps_planned") == plan.steps and body.get("checkpoint_every") == plan.ckpt_every)
+            and body.get("steps_planned") == plan.steps and body.get("checkpoint_every") == plan.ckpt_every
+            and body.get("traces", False) == plan.traces)
 
 
 def _check_directory(run_dir: Path) -> None:
@@ -148,7 +154,7 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
 
         train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
     else:
-        train_steps(run_dir, body, tokens, state, cfg, plan, _single_process_step(cfg, plan.backend), on_step)
+        train_steps(run_dir, body, tokens, state, cfg, plan, single_process_step(cfg, plan.backend), on_step)
     run_id = write_manifest(run_dir, body, identity)
     (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
@@ -181,12 +187,13 @@ def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndar
     return body, tokens, state
 
 
-def _single_process_step(cfg, backend_name: str):
+def single_process_step(cfg, backend_name: str):
+    """step_fn(state, batch, trace=None) -> StepResult on one process with the named backend."""
     import kernels
     from p2paudit.engine.step import train_step
 
     backend = kernels.get_backend(backend_name)
-    return lambda state, batch: train_step(state, batch, cfg, backend)
+    return lambda state, batch, trace=None: train_step(state, batch, cfg, backend, trace)
 
 
 def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dict, cfg, plan: TrainPlan,
@@ -201,12 +208,18 @@ def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dic
     start = len(body["steps"])
     for n in range(start, plan.steps):
         batch = batch_for_step(tokens, data_key, cfg, n)  # (M, B, T+1)
-        result = step_fn(state, batch)
+        recorder = TraceRecorder() if plan.traces else None
+        result = step_fn(state, batch, recorder) if recorder is not None else step_fn(state, batch)
         state = result.state
         if run_dir is None:
             continue
         output = digest_state(state)
-        record = StepRecord(n, digest_batch(batch), float(result.loss), output)
+        trace_digest = None
+        if recorder is not None:
+            blob = encode_trace(n, recorder.ops)
+            write_atomic(run_dir / trace_path(n), blob)
+            trace_digest = digest_bytes(blob)
+        record = StepRecord(n, digest_batch(batch), float(result.loss), output, trace_digest)
         body["steps"].append(record.to_dict())
         body["loss_curve"].append(record.loss)
         if (n + 1) % plan.ckpt_every == 0 or n + 1 == plan.steps:

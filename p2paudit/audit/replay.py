@@ -1,0 +1,182 @@
+"""Replay a range of steps of a published run and compare every state digest with the manifest.
+
+Steps are 0-based: step n turns state n into state n + 1. Replaying steps
+A..B starts from the nearest checkpoint at or before state A and replays
+every step from there (the steps before A are checked too: they produce
+step A's input). Every file is checked before use: the manifest (signature,
+run id), the shards, and every checkpoint the range touches.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from p2paudit.audit.diagnosis import (Diagnosis, compare_states, conclude, differing_names, first_divergence)
+from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
+from p2paudit.errors import InputError
+from p2paudit.run.checkpoint import load_checkpoint
+from p2paudit.run.digest import digest_batch, digest_state, format_digest
+from p2paudit.run.manifest import Manifest, read_manifest
+from p2paudit.run.publisher import single_process_step
+from p2paudit.run.shards import load_tokens
+from p2paudit.run.traces import TraceRecorder, load_trace
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A published run, opened and checked: manifest, config, tokens, state tensor names."""
+
+    run_dir: Path
+    manifest: Manifest
+    cfg: object  # p2paudit.engine.config.TrainConfig
+    tokens: np.ndarray
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RangeReport:
+    """The audits of the requested steps, and a diagnosis for each mismatch."""
+
+    audits: tuple[StepAudit, ...]
+    diagnoses: tuple[Diagnosis, ...]
+
+    @property
+    def all_match(self) -> bool:
+        return all(a.verdict == MATCH for a in self.audits)
+
+    @property
+    def any_mismatch(self) -> bool:
+        return any(a.verdict == MISMATCH for a in self.audits)
+
+
+def open_run(run_dir: Path) -> RunView:
+    """Read and check the manifest and every shard of `run_dir`."""
+    from p2paudit.engine.config import TrainConfig
+    from p2paudit.engine.state import state_names
+
+    if not run_dir.is_dir():
+        raise InputError(f"run directory {run_dir} does not exist")
+    manifest = read_manifest(run_dir)
+    try:
+        cfg = TrainConfig.from_dict(manifest.config_dict)
+    except InputError as exc:
+        raise InputError(f"{run_dir / 'manifest.json'}: {exc}") from None
+    tokens = load_tokens(run_dir, manifest.data)
+    return RunView(run_dir, manifest, cfg, tokens, tuple(state_names(cfg)))
+
+
+def parse_step_range(text: str, num_steps: int) -> tuple[int, int]:
+    """"A-B" (inclusive) or "A" -> (A, B); InputError unless 0 <= A <= B < num_steps."""
+    match = _RANGE.match(text)
+    if match is None:
+        raise InputError(f"step range {text!r} is not 'A-B' or 'A' with non-negative integers A <= B")
+    a = int(match.group(1))
+    b = int(match.group(2)) if match.group(2) is not None else a
+    if a > b:
+        raise InputError(f"step range {text!r} runs backwards: {a} > {b}")
+    if b >= num_steps:
+        raise InputError(f"step {b} is outside the run: it has steps 0-{num_steps - 1}")
+    return a, b
+
+
+def check_checkpoints(view: RunView, first_state: int, last_state: int) -> None:
+    """Load and check every checkpoint of states first_state..last_state against the manifest."""
+    for c in view.manifest.checkpoints:
+        if first_state <= c <= last_state:
+            load_checkpoint(view.run_dir, c, view.manifest.state_digest(c), list(view.names))
+
+
+def verify_range(view: RunView, a: int, b: int, backend: str,
+                 on_audit: Callable[[StepAudit], None] | None = None, diagnose: bool = True) -> RangeReport:
+    """Replay steps a..b (0 <= a <= b < num_steps) with `backend`; one StepAudit per step a..b.
+
+    Every checkpoint of states in [start, b + 1] is checked first (InputError
+    on any fault, before any step runs). After a mismatch the replayed state
+    is no longer the published one: later steps are re-anchored at the next
+    checkpoint, and steps before it get the verdict "error".
+    """
+    m = view.manifest
+    start = m.nearest_checkpoint(a)
+    check_checkpoints(view, start, b + 1)
+    step_fn = single_process_step(view.cfg, backend)
+    state = load_checkpoint(view.run_dir, start, m.state_digest(start), list(view.names))
+    anchored_note = ""  # empty while the replayed state is the published one
+    audits, diagnoses = [], []
+    for n in range(start, b + 1):
+        if anchored_note and n in m.checkpoints:
+            state, anchored_note = load_checkpoint(view.run_dir, n, m.state_digest(n), list(view.names)), ""
+        began = time.perf_counter()
+        audit, state, diagnosis = _replay_one(view, n, state, step_fn, backend, anchored_note, diagnose)
+        audit = replace(audit, seconds=time.perf_counter() - began)
+        if audit.verdict == MISMATCH and not anchored_note:
+            anchored_note = f"input is not the published state {n + 1} (step {n} mismatched)"
+        if diagnosis is not None and n >= a:
+            diagnoses.append(diagnosis)
+        if n >= a:
+            audits.append(audit)
+            if on_audit is not None:
+                on_audit(audit)
+    return RangeReport(tuple(audits), tuple(diagnoses))
+
+
+def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanchored: str,
+                diagnose: bool) -> tuple[StepAudit, dict, Diagnosis | None]:
+    """Run step n from `state`; the audit (seconds filled in by the caller), new state, diagnosis."""
+    from p2paudit.engine.schedule import batch_for_step
+
+    m = view.manifest
+    record = m.steps[n]
+    batch = batch_for_step(view.tokens, m.data.data_key, view.cfg, n)  # (M, B, T+1)
+    data_digest = digest_batch(batch)
+    result = step_fn(state, batch)
+    observed = digest_state(result.state)
+    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, data_digest=data_digest,
+                claimed_digest=record.output.digest, observed_digest=observed.digest, backend=backend, seconds=0.0)
+    if unanchored:
+        return StepAudit(**base, verdict=ERROR, note=unanchored), result.state, None
+    if data_digest != record.data_digest:
+        note = (f"data digest {format_digest(data_digest)} is not the claimed {format_digest(record.data_digest)}: "
+                f"the claim used another slice of data")
+        return StepAudit(**base, verdict=MISMATCH, note=note), result.state, None
+    if observed.digest == record.output.digest:
+        return StepAudit(**base, verdict=MATCH), result.state, None
+    diagnosis = diagnose_step(view, n, state, batch, result.state, backend) if diagnose else None
+    note = f"{len(differing_names(record.output, observed))} tensor(s) differ"
+    return StepAudit(**base, verdict=MISMATCH, note=note), result.state, diagnosis
+
+
+def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict,
+                  backend: str) -> Diagnosis:
+    """Name the differing tensors, measure them against the claimed checkpoint if there is one,
+    and bisect the step's trace on two backends (and against the published trace, if any).
+
+    Precondition: `state` is the published state n and step n's replay mismatched.
+    """
+    m = view.manifest
+    claimed = m.steps[n].output
+    names = differing_names(claimed, digest_state(observed_state))
+    diffs = ()
+    if n + 1 in m.checkpoints:
+        claimed_state = load_checkpoint(view.run_dir, n + 1, claimed, list(view.names))
+        diffs = compare_states(claimed_state, observed_state, list(names))
+    other = "reference" if backend != "reference" else "cpu"
+    traces = {b: _trace_step(view, state, batch, b) for b in (backend, other)}
+    divergences = [first_divergence(backend, traces[backend], other, traces[other])]
+    if m.steps[n].trace is not None:
+        published = load_trace(view.run_dir, n, m.steps[n].trace)
+        divergences.append(first_divergence(backend, traces[backend], "published trace", published))
+    return Diagnosis(n, names, diffs, tuple(divergences), conclude(tuple(divergences), (backend, other)))
+
+
+def _trace_step(view: RunView, state: dict, batch: np.ndarray, backend: str) -> list[tuple[str, bytes]]:
+    recorder = TraceRecorder()
+    single_process_step(view.cfg, backend)(state, batch, recorder)
+    return recorder.ops

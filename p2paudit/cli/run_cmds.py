@@ -1,0 +1,144 @@
+"""`p2paudit train`, `p2paudit verify-range` and `p2paudit demo`: publish a run, replay its steps."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from p2paudit.cli import cli
+
+BACKEND_CHOICE = click.Choice(["cpu", "reference", "triton"])
+DEMO_STEPS = 8
+DEMO_CKPT_EVERY = 4
+
+
+def _short(digest: bytes | None) -> str:
+    return "-" if digest is None else "sha256:" + digest.hex()[:16]
+
+
+def _publish_with_progress(plan, identity):
+    """Run the publisher under a rich progress bar (step, loss, steps/s); returns its PublishResult."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from p2paudit.run.publisher import publish_run
+
+    started = time.perf_counter()
+    columns = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("loss {task.fields[loss]}"),
+               TextColumn("{task.fields[rate]} steps/s"), TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("train", total=plan.steps, loss="-", rate="-")
+
+        def on_step(done) -> None:
+            if progress.tasks[task].completed == 0 and done.resumed_from:
+                progress.update(task, completed=done.resumed_from)
+            rate = (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, completed=done.step + 1, loss=f"{done.loss:.4f}", rate=f"{rate:.2f}")
+
+        return publish_run(plan, identity, on_step)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--config", "config_name", type=click.Choice(["tiny", "small"]), default="tiny", show_default=True)
+@click.option("--steps", type=int, default=8, show_default=True, help="Number of training steps.")
+@click.option("--micro-batches", type=int, default=None, help="Micro-batches per step (a power of two).")
+@click.option("--ckpt-every", type=int, default=1, show_default=True, help="Store a checkpoint every K steps.")
+@click.option("--world-size", type=int, default=1, show_default=True, help="Processes (gloo on loopback).")
+@click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--traces", is_flag=True, help="Also publish every step's operation trace (world size 1).")
+@click.option("--key", "key_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Publisher key (default: the node key, created if missing).")
+def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None, ckpt_every: int,
+          world_size: int, backend: str, seed: int, traces: bool, key_path: Path | None) -> None:
+    """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
+    from p2paudit.run.digest import format_digest
+    from p2paudit.run.publisher import TrainPlan, check_plan, load_publisher_key
+
+    plan = TrainPlan(run_dir, config_name, steps, micro_batches, seed, ckpt_every, world_size, backend, traces)
+    check_plan(plan)
+    identity = load_publisher_key(key_path)
+    result = _publish_with_progress(plan, identity)
+    state = "already complete" if result.already_complete else (
+        f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
+    click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")
+
+
+def _echo_audit(audit) -> None:
+    line = f"step {audit.step:>6}  {audit.verdict:<8}  {_short(audit.observed_digest)}  {audit.seconds:7.2f}s"
+    click.echo(line + (f"  {audit.note}" if audit.note else ""))
+
+
+def _summary(report, run_id: bytes) -> dict:
+    from p2paudit.audit.records import VERDICTS
+    from p2paudit.run.digest import format_digest
+
+    counts = {v: sum(1 for a in report.audits if a.verdict == v) for v in VERDICTS}
+    return {"run_id": format_digest(run_id), "steps": len(report.audits), **counts,
+            "seconds": sum(a.seconds for a in report.audits)}
+
+
+def _verify(run_dir: Path, steps: str, backend: str, as_json: bool):
+    """Open and check the run, replay the range, print; returns the report."""
+    from p2paudit.audit.replay import open_run, parse_step_range, verify_range
+
+    view = open_run(run_dir)
+    a, b = parse_step_range(steps, view.manifest.num_steps)
+    report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit)
+    summary = _summary(report, view.manifest.run_id)
+    if as_json:
+        click.echo(json.dumps({"summary": summary, "audits": [x.to_dict() for x in report.audits],
+                               "diagnoses": [d.to_dict() for d in report.diagnoses]}, indent=2))
+        return report
+    for diagnosis in report.diagnoses:
+        for line in diagnosis.lines():
+            click.echo(line)
+    click.echo(f"{summary['steps']} step(s) of run {summary['run_id']}: {summary['match']} match, "
+               f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s)")
+    return report
+
+
+@cli.command("verify-range")
+@click.argument("steps")
+@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
+@click.pass_context
+def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, as_json: bool) -> None:
+    """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
+
+    Exit 0 when every step matches, 1 when any does not, 2 on bad usage or input.
+    """
+    report = _verify(run_dir, steps, backend, as_json)
+    if not report.all_match:
+        ctx.exit(1)
+
+
+@cli.command()
+@click.option("--dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("p2paudit-demo"), show_default=True)
+@click.option("--backend", type=BACKEND_CHOICE, default="reference", show_default=True,
+              help="reference needs no compilation, so the demo stays short.")
+@click.pass_context
+def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
+    """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, check the golden digest."""
+    from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
+    from p2paudit.run.manifest import read_manifest
+    from p2paudit.run.publisher import TrainPlan, load_publisher_key
+
+    plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
+    click.echo(f"publishing the tiny run ({DEMO_STEPS} steps, checkpoint every {DEMO_CKPT_EVERY}) into {run_dir}")
+    result = _publish_with_progress(plan, load_publisher_key(None))
+    if result.already_complete:
+        click.echo("(reusing the finished run already there)")
+    click.echo(f"replaying steps 0-{DEMO_STEPS - 1} with the {backend} backend")
+    report = _verify(run_dir, f"0-{DEMO_STEPS - 1}", backend, as_json=False)
+    final = read_manifest(run_dir).state_digest(GOLDEN_TINY_STEPS).text()
+    golden_ok = final == GOLDEN_TINY_DIGEST
+    click.echo(f"golden digest after {GOLDEN_TINY_STEPS} steps: {final} "
+               f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}")
+    if not (report.all_match and golden_ok):
+        ctx.exit(1)

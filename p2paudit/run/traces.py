@@ -1,0 +1,66 @@
+"""Operation traces: the digest of every operation's output in a step, in execution order.
+
+A trace file `traces/step-<n:08d>.json` is canonical JSON:
+{"format": "p2paudit-trace", "version": 1, "step": n, "ops": [[op_name, "sha256:<hex>"], ...]}
+where each digest is the tensor digest (see digest.py) of the op's output
+under the op's name. The manifest's step record names the file's SHA-256.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from p2paudit.errors import InputError
+from p2paudit.run.digest import digest_bytes, digest_tensor, format_digest, parse_digest
+from p2paudit.run.storage import read_file
+
+TRACE_FORMAT = "p2paudit-trace"
+TRACE_VERSION = 1
+
+
+def trace_path(step: int) -> str:
+    """Relative path of the published trace of `step`."""
+    return f"traces/step-{step:08d}.json"
+
+
+@dataclass
+class TraceRecorder:
+    """A callable for the engine's `trace=` hook that keeps (op name, output digest) pairs."""
+
+    ops: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def __call__(self, name: str, value: np.ndarray) -> None:
+        self.ops.append((name, digest_tensor(name, np.asarray(value))))
+
+
+def encode_trace(step: int, ops: list[tuple[str, bytes]]) -> bytes:
+    """Canonical JSON bytes of a trace file."""
+    body = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "step": step,
+            "ops": [[name, format_digest(d)] for name, d in ops]}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def load_trace(run_dir: Path, step: int, expected_digest: bytes) -> list[tuple[str, bytes]]:
+    """Read the published trace of `step`, checked against the manifest's file digest."""
+    path = run_dir / trace_path(step)
+    blob = read_file(path, "trace", 64 * 1024 * 1024)
+    if digest_bytes(blob) != expected_digest:
+        raise InputError(f"trace {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's "
+                         f"{format_digest(expected_digest)}")
+    try:
+        body = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"trace {path} is not UTF-8 JSON: {exc}") from None
+    if not isinstance(body, dict) or body.get("format") != TRACE_FORMAT or body.get("version") != TRACE_VERSION \
+            or body.get("step") != step or not isinstance(body.get("ops"), list):
+        raise InputError(f"trace {path} is not a {TRACE_FORMAT} v{TRACE_VERSION} file for step {step}")
+    ops = []
+    for i, item in enumerate(body["ops"]):
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+            raise InputError(f"trace {path}: ops[{i}] must be [name, digest]")
+        ops.append((item[0], parse_digest(item[1], f"trace {path} ops[{i}]")))
+    return ops
