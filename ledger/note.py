@@ -85,7 +85,7 @@ class NoteVerifier:
     @classmethod
     def from_vkey(cls, vkey: str) -> NoteVerifier:
         """Parse a verifier key string; raise CheckpointError naming what is wrong."""
-        parts = vkey.split("+") if isinstance(vkey, str) else []
+        parts = vkey.split("+", 2) if isinstance(vkey, str) else []  # base64 may itself hold "+"
         if len(parts) != 3:
             raise CheckpointError(f"verifier key has {len(parts)} '+'-separated fields, want 3")
         name, hex_id, blob = parts
