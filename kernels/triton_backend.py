@@ -13,7 +13,10 @@ TRITON_INTERPRET=1 ...").
 
 from __future__ import annotations
 
-from kernels.triton_math import MODE  # noqa: F401  (first: raises ImportError without a device)
+from kernels.triton_math import MODE  # first: raises ImportError without a device
+
+if MODE == "compile":
+    raise ImportError("triton backend needs CUDA or TRITON_INTERPRET=1 (P2PAUDIT_TRITON_COMPILE_ONLY=1 only compiles)")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -16,10 +16,16 @@ from __future__ import annotations
 import os
 
 
+COMPILE_ONLY_ENV = "P2PAUDIT_TRITON_COMPILE_ONLY"
+
+
 def require_triton_device() -> str:
-    """Return "cuda" or "interpret", or raise ImportError if neither is usable.
+    """Return "interpret", "cuda" or "compile", or raise ImportError if none applies.
 
     TRITON_INTERPRET=1 wins over CUDA, so tests run the interpreter everywhere.
+    "compile" (P2PAUDIT_TRITON_COMPILE_ONLY=1, no CUDA) builds real Triton
+    kernels that can be compiled for a GPU target (kernels/triton_ptx.py) but
+    never launched; kernels.triton_backend refuses to import in that mode.
     """
     if os.environ.get("TRITON_INTERPRET", "") == "1":
         return "interpret"
@@ -27,6 +33,8 @@ def require_triton_device() -> str:
 
     if torch.cuda.is_available():
         return "cuda"
+    if os.environ.get(COMPILE_ONLY_ENV, "") == "1":
+        return "compile"
     raise ImportError("triton backend needs CUDA or TRITON_INTERPRET=1 (no CUDA device found and TRITON_INTERPRET is not 1)")
 
 

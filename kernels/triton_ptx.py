@@ -1,0 +1,100 @@
+"""Compile every Triton kernel for a CUDA target and audit the PTX it produces.
+
+The interpreter proves the kernels' arithmetic; this proves the compiler keeps
+it: no fused multiply-add on float32 (enable_fp_fusion=False), no approximate
+division, reciprocal, square root or transcendental, no flush-to-zero. It runs
+without a GPU (Triton ships ptxas), given P2PAUDIT_TRITON_COMPILE_ONLY=1 or
+CUDA, and again on the GPU in benchmarks/gpu_check.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kernels.triton_math import MODE  # first: the device check
+
+if MODE == "interpret":
+    raise ImportError("kernels.triton_ptx compiles real kernels: unset TRITON_INTERPRET (use CUDA or P2PAUDIT_TRITON_COMPILE_ONLY=1)")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernels import triton_kernels as tk  # noqa: E402
+from kernels import triton_rows as tr  # noqa: E402
+
+# Instructions that would break bitwise equality with the CPU backends.
+FORBIDDEN = {
+    "fused multiply-add": re.compile(r"\b(fma|mad)(\.[a-z0-9]+)*\.f32\b"),
+    "approximate or full-range division": re.compile(r"\bdiv\.(approx|full)(\.[a-z0-9]+)*\.f32\b"),
+    "approximate reciprocal or square root": re.compile(r"\b(rcp|rsqrt|sqrt)\.approx(\.[a-z0-9]+)*\.f32\b"),
+    "hardware transcendental": re.compile(r"\b(ex2|lg2|sin|cos|tanh)\.approx\b"),
+    "flush-to-zero arithmetic": re.compile(r"\b(add|sub|mul|div|sqrt|max|min|setp)(\.[a-z0-9]+)*\.ftz\b"),
+    # max.f32/min.f32 return the non-NaN operand and may pick either zero: not max2.
+    "hardware min/max": re.compile(r"\b(max|min)(\.[a-zA-Z0-9]+)*\.f32\b"),
+    "tensor-core matrix product": re.compile(r"\b(mma|wgmma)\b"),
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel with one choice of compile-time constants."""
+
+    kernel: object
+    constexprs: dict
+    int_ptrs: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        consts = ",".join(f"{k}={v}" for k, v in self.constexprs.items())
+        return f"{self.kernel.__name__}[{consts}]"
+
+    def signature(self) -> dict[str, str]:
+        """Triton signature: *_ptr arguments are float32 pointers (int64 if listed), others int32."""
+        sig = {}
+        for arg in self.kernel.arg_names:
+            if arg in self.constexprs:
+                sig[arg] = "constexpr"
+            elif arg.endswith("_ptr"):
+                sig[arg] = "*i64" if arg in self.int_ptrs else "*fp32"
+            else:
+                sig[arg] = "i32"
+        return sig
+
+
+def kernel_specs() -> list[KernelSpec]:
+    """Every kernel of the backend, with the constexpr variants that change its code."""
+    S = KernelSpec
+    specs = [S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s}) for s in (False, True)]
+    specs += [S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m}) for w in (0, 10) for m in (False, True)]
+    specs += [S(tk.fold_kernel, {"LOG2G": 3, "BW": 128, "IS_MAX": m}) for m in (False, True)]
+    specs += [S(tk.unary_kernel, {"OP": op, "BLOCK": 1024}) for op in (0, 1, 2)]
+    specs += [S(tk.silu_backward_kernel, {"BLOCK": 1024})]
+    specs += [S(k, {"BR": 4, "LOG2T": 10}) for k in (tk.softmax_causal_kernel, tk.softmax_causal_backward_kernel)]
+    flat = {"BLOCK": 1024}
+    specs += [S(k, flat) for k in (tr.mul_kernel, tr.rmsnorm_forward_kernel, tr.rmsnorm_backward_parts_kernel,
+                                   tr.rmsnorm_backward_dx_kernel, tr.shifted_exp_kernel, tr.divide_kernel,
+                                   tr.adamw_kernel)]
+    specs += [S(tr.row_loss_kernel, flat, ("t_ptr",)), S(tr.cross_entropy_grad_kernel, flat, ("t_ptr",)),
+              S(tr.gather_rows_kernel, flat, ("idx_ptr",)),
+              S(tr.scatter_rows_kernel, {"BC": 128}, ("order_ptr", "start_ptr"))]
+    return specs
+
+
+def compile_spec(spec: KernelSpec, arch: int = 90) -> str:
+    """Compile `spec` for sm_<arch> (down to a cubin, so ptxas checks it too); return the PTX."""
+    src = ASTSource(fn=spec.kernel, signature=spec.signature(), constexprs=spec.constexprs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                              options={"enable_fp_fusion": False, "num_warps": 4})
+    return compiled.asm["ptx"]
+
+
+def audit_ptx(ptx: str) -> list[str]:
+    """The forbidden instructions in `ptx`, one line each ("fused multiply-add: fma.rn.f32 x3")."""
+    found = []
+    for what, pattern in FORBIDDEN.items():
+        hits = [m.group(0) for m in pattern.finditer(ptx)]
+        if hits:
+            found.append(f"{what}: {hits[0]} x{len(hits)}")
+    return found
