@@ -1,0 +1,210 @@
+"""Questions asked of an attestation store: coverage, disputes, equivocations.
+
+Definitions (what the CLI reports):
+
+- A step is *checked* by a key when the key signed a match or a mismatch for
+  it (it replayed the step and compared); "error" attestations are counted on
+  their own but check nothing. Coverage counts distinct keys, never
+  attestations, and is reported for all keys (untrusted: keys are free to
+  make) and, given a trust list, for trusted keys only.
+- A *dispute*: two different keys signed different outcomes (verdict and
+  observed digest) for one step of one run. With two or more keys and two or
+  more outcomes for a step, such a pair always exists.
+- An *equivocation*: one key signed two different results (record.result())
+  for one step, or one log key signed two roots for one tree size (the
+  ledger's split views).
+
+Evidence is the signed bytes themselves; `check_dispute` and
+`check_equivocation` let anybody verify a claimed conflict from the bytes
+alone, with no database.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import SplitView
+
+from p2paudit.attest.record import decode_signed
+from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.identity import parse_public_key_hex
+from p2paudit.errors import InputError
+
+
+@dataclass(frozen=True)
+class StepCoverage:
+    """Distinct keys per verdict for one step; `checked` counts keys with a match or a mismatch."""
+
+    step: int
+    match: int
+    mismatch: int
+    error: int
+    checked: int
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Coverage of one run by one set of keys (all keys, or trusted keys only)."""
+
+    run: RunInfo
+    trusted_only: bool
+    min_count: int
+    per_step: tuple[StepCoverage, ...]  # only steps with at least one attestation, in step order
+    keys: int  # distinct keys that attested anything in the run
+
+    @property
+    def checked_once(self) -> int:
+        return sum(1 for s in self.per_step if s.checked >= 1)
+
+    @property
+    def checked_min(self) -> int:
+        return sum(1 for s in self.per_step if s.checked >= self.min_count)
+
+    @property
+    def with_mismatch(self) -> int:
+        return sum(1 for s in self.per_step if s.mismatch)
+
+    def percent(self, count: int) -> float:
+        return 100.0 * count / self.run.steps
+
+
+def load_trusted_keys(path: Path | str) -> frozenset[bytes]:
+    """Trusted verifier keys: one hex public key per line; '#' starts a comment; blank lines are skipped."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise InputError(f"trust file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise InputError(f"trust file {path} is not text") from None
+    keys = set()
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            keys.add(parse_public_key_hex(text))
+        except InputError as exc:
+            raise InputError(f"trust file {path} line {number}: {exc}") from None
+    return frozenset(keys)
+
+
+def coverage(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None = None,
+             min_count: int = 1) -> Coverage:
+    """Per-step distinct-key counts for a known run; only `trusted` keys when given."""
+    if min_count < 1:
+        raise InputError(f"minimum coverage is {min_count}, want >= 1")
+    run = store.run_info(run_id)
+    number = store.run_number(run_id)
+    where, params = "WHERE run = ?", [number]
+    if trusted is not None:
+        rows = store.conn.execute("SELECT key, public_key FROM attest_keys").fetchall()
+        where += " AND key IN (SELECT value FROM json_each(?))"
+        params.append(json.dumps([key for key, public in rows if public in trusted]))
+    per_step = store.conn.execute(
+        "SELECT step, COUNT(DISTINCT CASE WHEN verdict = 0 THEN key END), "
+        "COUNT(DISTINCT CASE WHEN verdict = 1 THEN key END), COUNT(DISTINCT CASE WHEN verdict = 2 THEN key END), "
+        f"COUNT(DISTINCT CASE WHEN verdict IN (0, 1) THEN key END) FROM attest_index {where} "
+        "GROUP BY step ORDER BY step", params).fetchall()
+    keys = store.conn.execute(f"SELECT COUNT(DISTINCT key) FROM attest_index {where}", params).fetchone()[0]
+    return Coverage(run, trusted is not None, min_count, tuple(StepCoverage(*row) for row in per_step), keys)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One stored attestation: its ledger index, signer and exact signed bytes."""
+
+    index: int
+    verifier: bytes
+    verdict: str
+    observed: bytes | None
+    signed: bytes
+
+
+@dataclass(frozen=True)
+class Dispute:
+    """Different keys signed different outcomes for one step; `sides` groups the evidence by outcome."""
+
+    run_id: bytes
+    step: int
+    sides: tuple[tuple[Evidence, ...], ...]
+
+
+@dataclass(frozen=True)
+class KeyEquivocation:
+    """One key signed different results for one step; every signed entry of it for the step is kept."""
+
+    run_id: bytes
+    step: int
+    verifier: bytes
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class Equivocations:
+    """Attestation equivocations by verifier keys and split views of tree heads."""
+
+    keys: tuple[KeyEquivocation, ...]
+    tree_heads: tuple[SplitView, ...]
+
+
+def _evidence(store: AttestationStore, leaves: list[int]) -> list[Evidence]:
+    out = []
+    for leaf in leaves:
+        signed = store.attestation(leaf)
+        record = signed.attestation
+        out.append(Evidence(leaf, record.verifier, record.verdict, record.observed_output_digest, signed.encoded))
+    return out
+
+
+def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispute]:
+    """Every disputed step (of one run, or of all runs), with the signed evidence of each side."""
+    where, params = "", []
+    if run_id is not None:
+        where, params = "WHERE i.run = ?", [store.run_number(run_id)]
+    groups = store.conn.execute(
+        f"SELECT r.run_id, i.run, i.step FROM attest_index i JOIN attest_runs r ON r.run = i.run {where} "
+        "GROUP BY i.run, i.step HAVING COUNT(DISTINCT i.key) > 1 "
+        "AND COUNT(DISTINCT i.verdict || ':' || hex(COALESCE(i.observed, x''))) > 1 ORDER BY i.run, i.step",
+        params).fetchall()
+    found = []
+    for run_id_bytes, run, step in groups:
+        leaves = [row[0] for row in store.conn.execute(
+            "SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf", (run, step))]
+        sides: dict[tuple, list[Evidence]] = {}
+        for item in _evidence(store, leaves):
+            sides.setdefault((item.verdict, item.observed), []).append(item)
+        found.append(Dispute(run_id_bytes, step, tuple(tuple(side) for side in sides.values())))
+    return found
+
+
+def equivocations(store: AttestationStore) -> Equivocations:
+    """Keys that signed two results for one step, and tree heads of one size with two roots."""
+    groups = store.conn.execute(
+        "SELECT i.run, r.run_id, i.step, i.key FROM attest_index i JOIN attest_runs r ON r.run = i.run "
+        "GROUP BY i.run, i.step, i.key HAVING COUNT(*) > 1 ORDER BY i.run, i.step, i.key").fetchall()
+    found = []
+    for run, run_id, step, key in groups:
+        leaves = [row[0] for row in store.conn.execute(
+            "SELECT leaf FROM attest_index WHERE run = ? AND step = ? AND key = ? ORDER BY leaf", (run, step, key))]
+        items = _evidence(store, leaves)
+        results = {decode_signed(item.signed).attestation.result() for item in items}
+        if len(results) > 1:
+            found.append(KeyEquivocation(run_id, step, items[0].verifier, tuple(items)))
+    return Equivocations(tuple(found), tuple(store.ledger.split_views()))
+
+
+def check_dispute(signed_a: bytes, signed_b: bytes) -> bool:
+    """True iff the two signed attestations (verified here) are a dispute: same step, other keys, other outcomes."""
+    a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
+    same_step = (a.run_id, a.step) == (b.run_id, b.step)
+    return same_step and a.verifier != b.verifier and \
+        (a.verdict, a.observed_output_digest) != (b.verdict, b.observed_output_digest)
+
+
+def check_equivocation(signed_a: bytes, signed_b: bytes) -> bool:
+    """True iff the two signed attestations (verified here) are one key's two results for one step."""
+    a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
+    return (a.run_id, a.step, a.verifier) == (b.run_id, b.step, b.verifier) and a.result() != b.result()

@@ -1,0 +1,364 @@
+"""The attestation store: signed attestations as ledger leaves, plus index tables for queries.
+
+Leaves are the exact signed envelope bytes (record.SignedAttestation.encoded).
+Beside the ledger's tables, in the same SQLite file and written in the same
+BEGIN IMMEDIATE transaction as the leaves, the store keeps:
+
+    attest_runs     run number, run id, number of steps, label (known runs)
+    attest_keys     key number, verifier public key
+    attest_index    (run, step, key, leaf) -> verdict, observed digest; the
+                    primary key is the query order, so the table is its own index
+    attest_batches  (first leaf, count) per write: where the index ends, read
+                    in O(log n); entries appended behind the store's back are
+                    indexed (and checked) before the next write
+
+All four are append-only (triggers), like the ledger: a conflict is evidence,
+so nothing is ever updated or deleted.
+
+Appending checks everything before writing: size, canonical decoding, the
+signature (outside the write lock: it is the expensive part), then inside the
+transaction the run is known and the step is in range. A batch is all or
+nothing. An exact duplicate of a stored attestation is not stored twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import Ledger, LedgerError, NoteSigner, Transaction
+
+from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
+from p2paudit.identity import Identity, peer_id_of
+
+VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
+
+_DDL = [
+    "CREATE TABLE attest_runs (run INTEGER PRIMARY KEY, run_id BLOB NOT NULL UNIQUE CHECK (length(run_id) = 32), "
+    "steps INTEGER NOT NULL CHECK (steps >= 1), label TEXT NOT NULL)",
+    "CREATE TABLE attest_keys (key INTEGER PRIMARY KEY, public_key BLOB NOT NULL UNIQUE "
+    "CHECK (length(public_key) = 32))",
+    "CREATE TABLE attest_index (run INTEGER NOT NULL, step INTEGER NOT NULL, key INTEGER NOT NULL, "
+    "leaf INTEGER NOT NULL, verdict INTEGER NOT NULL CHECK (verdict IN (0, 1, 2)), observed BLOB, "
+    "PRIMARY KEY (run, step, key, leaf)) WITHOUT ROWID",
+    "CREATE TABLE attest_batches (first_leaf INTEGER PRIMARY KEY, count INTEGER NOT NULL CHECK (count >= 1))",
+]
+for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
+    _DDL += [
+        f"CREATE TRIGGER {_table}_no_update BEFORE UPDATE ON {_table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: UPDATE refused'); END",
+        f"CREATE TRIGGER {_table}_no_delete BEFORE DELETE ON {_table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: DELETE refused'); END",
+    ]
+
+
+def origin_for(public_key: bytes) -> str:
+    """The checkpoint origin of a node's ledger: names the log by the node's peer id."""
+    return f"p2paudit.dev/ledger/{peer_id_of(public_key)}"
+
+
+def read_origin(path: Path | str) -> str | None:
+    """The origin stored in an existing ledger file, or None if the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT origin FROM ledger_schema").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise AttestationError(f"{path} is not a p2paudit ledger: {exc}") from None
+    if row is None:
+        raise AttestationError(f"{path} is not a p2paudit ledger: it has no origin")
+    return row[0]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A known run: its 32-byte id, number of steps (steps 0..steps-1) and a free-form label."""
+
+    run_id: bytes
+    steps: int
+    label: str
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Where an attestation is stored; `new` is False when the same bytes were already there."""
+
+    index: int
+    new: bool
+
+
+@dataclass(frozen=True)
+class _Checked:
+    signed: SignedAttestation
+    position: int
+
+
+class AttestationStore:
+    """Signed attestations in a ledger file. Open with `AttestationStore.open(path, origin)`.
+
+    Like Ledger, one object is for one thread; several processes or threads
+    with their own objects may share one file.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.conn = ledger.conn
+        self._runs: dict[bytes, tuple[int, int]] = {}
+        self._keys: dict[bytes, int] = {}
+        self._create_tables()
+
+    @classmethod
+    def open(cls, path: Path | str, origin: str | None = None) -> AttestationStore:
+        """Open the store at `path`; a new file needs `origin` (see origin_for), an existing one knows its own."""
+        stored = read_origin(path)
+        if stored is None and origin is None:
+            raise AttestationError(f"no ledger at {path}")
+        if stored is not None and origin is not None and stored != origin:
+            raise AttestationError(f"{path} is the ledger of origin {stored!r}, not {origin!r}")
+        return cls(Ledger.open(path, stored or origin))
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> AttestationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _create_tables(self) -> None:
+        with self.ledger.transaction() as tx:
+            found = tx.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone()
+            if not found:
+                for statement in _DDL:
+                    tx.conn.execute(statement)
+
+    # -- runs -------------------------------------------------------------------------------------------
+
+    def register_run(self, run_id: bytes, steps: int, label: str = "") -> RunInfo:
+        """Make a run known (attestations for unknown runs are refused).
+
+        Registering the same run again with the same number of steps is a
+        no-op; a different number of steps is refused (runs are never changed).
+        """
+        if type(run_id) is not bytes or len(run_id) != 32:
+            raise AttestationError(f"run id has {len(run_id) if isinstance(run_id, bytes) else '?'} bytes, want 32")
+        if type(steps) is not int or steps < 1:
+            raise AttestationError(f"run {run_id.hex()[:16]}... has {steps} steps, want >= 1")
+        with self.ledger.transaction() as tx:
+            row = tx.conn.execute("SELECT steps, label FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                tx.conn.execute("INSERT INTO attest_runs (run_id, steps, label) VALUES (?, ?, ?)",
+                                (run_id, steps, label))
+                return RunInfo(run_id, steps, label)
+        if row[0] != steps:
+            raise AttestationError(f"run {run_id.hex()[:16]}... is registered with {row[0]} steps, not {steps}")
+        return RunInfo(run_id, row[0], row[1])
+
+    def runs(self) -> list[RunInfo]:
+        """Every known run, in registration order."""
+        rows = self.conn.execute("SELECT run_id, steps, label FROM attest_runs ORDER BY run").fetchall()
+        return [RunInfo(*row) for row in rows]
+
+    def run_info(self, run_id: bytes) -> RunInfo:
+        """A known run; AttestationError if it is not registered."""
+        row = self.conn.execute("SELECT run_id, steps, label FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise AttestationError(f"run {run_id.hex()} is not known to this ledger")
+        return RunInfo(*row)
+
+    def run_number(self, run_id: bytes) -> int:
+        """The run's row number in the index tables."""
+        return self._run(self.conn, run_id, 0)[0]
+
+    def _run(self, conn: sqlite3.Connection, run_id: bytes, step: int) -> tuple[int, int]:
+        cached = self._runs.get(run_id)
+        if cached is None:
+            row = conn.execute("SELECT run, steps FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise AttestationError(f"attestation for unknown run {run_id.hex()}; register the run first")
+            cached = self._runs[run_id] = (row[0], row[1])  # runs never change, so caching is safe
+        if step >= cached[1]:
+            raise AttestationError(f"attestation for step {step}, but run {run_id.hex()[:16]}... has "
+                                   f"{cached[1]} steps (0..{cached[1] - 1})")
+        return cached
+
+    def _key(self, conn: sqlite3.Connection, public_key: bytes) -> int:
+        number = self._keys.get(public_key)
+        if number is None:
+            row = conn.execute("SELECT key FROM attest_keys WHERE public_key = ?", (public_key,)).fetchone()
+            if row is None:  # we hold the write lock, so nobody can insert it between the two statements
+                number = conn.execute("INSERT INTO attest_keys (public_key) VALUES (?)", (public_key,)).lastrowid
+            else:
+                number = row[0]
+            self._keys[public_key] = number
+        return number
+
+    # -- appending --------------------------------------------------------------------------------------
+
+    def append(self, data: bytes) -> Appended:
+        """Verify and store one signed attestation (see append_many)."""
+        return self.append_many([data])[0]
+
+    def append_many(self, items: Sequence[bytes]) -> list[Appended]:
+        """Verify and store signed attestations, all or nothing, in one transaction.
+
+        Raises AttestationError naming the first bad item (oversized, malformed,
+        non-canonical, unknown version, bad signature, unknown run or step out
+        of range); then nothing of the batch is stored.
+        """
+        checked = [self._check(item, n, len(items)) for n, item in enumerate(items)]
+        with self._writing() as tx:
+            return self._store(tx, checked)
+
+    def _check(self, data: bytes, position: int, count: int) -> _Checked:
+        where = f" (item {position} of {count})" if count > 1 else ""
+        try:
+            return _Checked(decode_signed(data), position)
+        except AttestationError as exc:
+            raise AttestationError(f"{exc}{where}") from None
+
+    @contextmanager
+    def _writing(self) -> Iterator[Transaction]:
+        with self.ledger.transaction() as tx:
+            self._catch_up(tx)
+            yield tx
+
+    def _store(self, tx: Transaction, checked: Sequence[_Checked]) -> list[Appended]:
+        results: list[Appended | None] = []
+        fresh: list[SignedAttestation] = []
+        pending: dict[bytes, int] = {}  # duplicates inside the batch itself
+        for item in checked:
+            record = item.signed.attestation
+            try:
+                run, _ = self._run(tx.conn, record.run_id, record.step)
+            except AttestationError as exc:
+                raise AttestationError(f"{exc} (item {item.position})" if len(checked) > 1 else str(exc)) from None
+            existing = self._find_same(tx.conn, run, record, item.signed.encoded)
+            if existing is None and item.signed.encoded in pending:
+                existing = pending[item.signed.encoded]
+            if existing is not None:
+                results.append(Appended(existing, False))
+                continue
+            pending[item.signed.encoded] = tx.size + len(fresh)
+            fresh.append(item.signed)
+            results.append(None)
+        indices = iter(self._append_leaves(tx, fresh))
+        return [result if result is not None else Appended(next(indices), True) for result in results]
+
+    def _find_same(self, conn: sqlite3.Connection, run: int, record: Attestation, data: bytes) -> int | None:
+        """The leaf holding exactly `data`, if stored (only leaves of the same run, step and key can)."""
+        key = self._keys.get(record.verifier)
+        if key is None:
+            row = conn.execute("SELECT key FROM attest_keys WHERE public_key = ?", (record.verifier,)).fetchone()
+            if row is None:
+                return None
+            key = self._keys[record.verifier] = row[0]
+        rows = conn.execute("SELECT leaf FROM attest_index WHERE run = ? AND step = ? AND key = ?",
+                            (run, record.step, key)).fetchall()
+        for (leaf,) in rows:
+            if self.ledger.entry(leaf) == data:
+                return leaf
+        return None
+
+    def _append_leaves(self, tx: Transaction, fresh: Sequence[SignedAttestation]) -> list[int]:
+        if not fresh:
+            return []
+        indices = tx.append_many([signed.encoded for signed in fresh])
+        self._index_rows(tx.conn, indices, fresh)
+        return indices
+
+    def _index_rows(self, conn: sqlite3.Connection, indices: Sequence[int], signed: Sequence[SignedAttestation]) -> None:
+        rows = []
+        for index, item in zip(indices, signed):
+            record = item.attestation
+            run, _ = self._run(conn, record.run_id, record.step)
+            rows.append((run, record.step, self._key(conn, record.verifier), index, VERDICT_CODE[record.verdict],
+                         record.observed_output_digest))
+        conn.executemany("INSERT INTO attest_index (run, step, key, leaf, verdict, observed) VALUES (?, ?, ?, ?, ?, ?)",
+                         rows)
+        conn.execute("INSERT INTO attest_batches (first_leaf, count) VALUES (?, ?)", (indices[0], len(indices)))
+
+    def _catch_up(self, tx: Transaction) -> None:
+        """Index entries that reached the ledger without going through a store (checked like any append)."""
+        row = tx.conn.execute("SELECT first_leaf + count FROM attest_batches ORDER BY first_leaf DESC LIMIT 1")
+        indexed = (row.fetchone() or (0,))[0]
+        if indexed == tx.size:
+            return
+        if indexed > tx.size:
+            raise AttestationError(f"attestation index covers {indexed} leaves but the ledger has {tx.size}")
+        signed = []
+        for offset, data in enumerate(self.ledger.entries(indexed, tx.size)):
+            try:
+                signed.append(decode_signed(data))
+            except AttestationError as exc:
+                raise AttestationError(f"ledger entry {indexed + offset} is not a valid attestation: {exc}") from None
+        self._index_rows(tx.conn, range(indexed, tx.size), signed)
+
+    def sign_and_append(self, identity: Identity, attestation: Attestation) -> Appended:
+        """Sign `attestation` with the node key and store it, unless that would be an equivocation.
+
+        The check and the append are one transaction (the write lock is held
+        from the check to the commit), so two threads or processes of one node
+        cannot both sign different results for one (run, step). If the node
+        already signed the same result, nothing new is signed and the stored
+        index is returned (`new` False). A different result raises
+        AttestationError and signs nothing.
+        """
+        if attestation.verifier != identity.public_key:
+            raise AttestationError("attestation names another verifier than the signing key")
+        with self._writing() as tx:
+            run, _ = self._run(tx.conn, attestation.run_id, attestation.step)
+            for leaf, signed in self._own_attestations(tx.conn, run, attestation):
+                if signed.attestation.result() == attestation.result():
+                    return Appended(leaf, False)
+                raise AttestationError(
+                    f"this node already signed a different result for run {attestation.run_id.hex()[:16]}... "
+                    f"step {attestation.step} (ledger entry {leaf}, verdict {signed.attestation.verdict}); "
+                    "refusing to equivocate"
+                )
+            signed = sign_attestation(identity, attestation)
+            return Appended(self._append_leaves(tx, [signed])[0], True)
+
+    def _own_attestations(self, conn: sqlite3.Connection, run: int, record: Attestation) -> list[tuple[int, SignedAttestation]]:
+        rows = conn.execute(
+            "SELECT i.leaf FROM attest_index i JOIN attest_keys k ON k.key = i.key "
+            "WHERE i.run = ? AND i.step = ? AND k.public_key = ? ORDER BY i.leaf",
+            (run, record.step, record.verifier),
+        ).fetchall()
+        return [(leaf, decode_signed(self.ledger.entry(leaf))) for (leaf,) in rows]
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def attestation(self, index: int) -> SignedAttestation:
+        """The signed attestation at ledger index `index` (verified again on the way out)."""
+        try:
+            return decode_signed(self.ledger.entry(index))
+        except LedgerError as exc:
+            raise AttestationError(str(exc)) from None
+
+    def step_attestations(self, run_id: bytes, step: int) -> list[tuple[int, SignedAttestation]]:
+        """Every (index, attestation) stored for one step of one run, in ledger order."""
+        run = self.run_number(run_id)
+        rows = self.conn.execute("SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf",
+                                 (run, step)).fetchall()
+        return [(leaf, self.attestation(leaf)) for (leaf,) in rows]
+
+    def checkpoint(self, identity: Identity) -> str:
+        """Sign the current tree head with the node key (a C2SP checkpoint note), store it, and return it."""
+        return self.ledger.checkpoint(NoteSigner(self.ledger.origin, identity.private_key))
+
+
+def now_ms() -> int:
+    """The current unix time in milliseconds, as attestations carry it."""
+    return time.time_ns() // 1_000_000
