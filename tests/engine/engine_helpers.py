@@ -1,0 +1,40 @@
+"""Helpers shared by the engine tests: a real text corpus and small configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import numpy as np
+
+from p2paudit.engine.config import TrainConfig, train_config
+
+
+def text_corpus() -> np.ndarray:
+    """Real English-and-Python text: the source of the stdlib's `inspect` module, as bytes."""
+    with open(inspect.__file__, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8)
+
+
+def shrunk_config(micro_batches: int = 2, seq_len: int = 16, tied: bool = True, seed: int = 7) -> TrainConfig:
+    """The tiny config with a shorter context and batch, so multi-backend tests stay quick."""
+    cfg = train_config("tiny", micro_batches=micro_batches, seed=seed, steps=20)
+    model = dataclasses.replace(cfg.model, name="tiny-test", seq_len=seq_len, tied_head=tied)
+    return dataclasses.replace(cfg, model=model, batch_size=2)
+
+
+def distributed_run(rank: int, world_size: int, cfg: TrainConfig, tokens: np.ndarray, steps: int) -> dict:
+    """Worker body for spawn_workers: `steps` distributed steps from init; returns the final state."""
+    import kernels
+    from p2paudit.engine.distributed import distributed_train_step
+    from p2paudit.engine.schedule import batch_for_step
+    from p2paudit.engine.state import init_state
+
+    backend = kernels.get_backend("reference")
+    state = init_state(cfg)
+    losses = []
+    for n in range(steps):
+        result = distributed_train_step(state, batch_for_step(tokens, b"dist-test", cfg, n), cfg, backend, rank, world_size)
+        state = result.state
+        losses.append(result.loss)
+    return {"state": state, "losses": losses}
