@@ -1,0 +1,121 @@
+"""The machine code of every `cpu` kernel holds no fused multiply-add, and matmul is vectorised.
+
+numba loads cached kernels without their assembly, so each kernel is compiled
+afresh here from its Python source with the same options (parallel, no
+fastmath, no cache) and the assembly of the whole dispatcher, prange bodies
+included, is searched. A fastmath build of a*b+c shows the search does find
+FMAs on this processor (the failing baseline).
+"""
+
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+from kernels import cpu_elementwise as ew
+from kernels import cpu_matmul as mm
+from kernels import cpu_nn as nn
+from kernels import cpu_reduce as rd
+
+F32 = np.float32
+FMA = re.compile(r"\bv?f(?:n?m(?:add|sub)|madd|msub)\w*", re.IGNORECASE)
+PACKED_MUL = re.compile(r"\bvmulps\s+[^\n]*%[yz]mm")
+PACKED_ADD = re.compile(r"\bvaddps\s+[^\n]*%[yz]mm")
+
+
+def _sample_calls():
+    """(name, dispatcher, args) for every numba kernel of the backend, on tiny inputs."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 7)).astype(F32)
+    s = rng.standard_normal((2, 5, 5)).astype(F32)
+    flat = x.reshape(-1)
+    idx = np.array([1, 0, 1], dtype=np.int64)
+    a3 = x[None]
+    bp = mm.pack_panels(a3, True)
+    scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
+    return [
+        ("pack_panels", mm.pack_panels, (a3, False)),
+        ("matmul_packed", mm.matmul_packed, (a3, False, bp, 5)),
+        ("sum_rows_2d", rd.sum_rows_2d, (x,)),
+        ("sum_cols_2d", rd.sum_cols_2d, (x,)),
+        ("max_rows_2d", rd.max_rows_2d, (x,)),
+        ("exp_flat", ew.exp_flat, (flat,)),
+        ("log_flat", ew.log_flat, (flat,)),
+        ("silu_flat", ew.silu_flat, (flat,)),
+        ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
+        ("adamw_flat", ew.adamw_flat, (flat, flat, flat, np.abs(flat), *scalars)),
+        ("softmax_causal_3d", nn.softmax_causal_3d, (s,)),
+        ("softmax_causal_backward_3d", nn.softmax_causal_backward_3d, (s, s)),
+        ("rmsnorm_2d", nn.rmsnorm_2d, (x, x[0], F32(1e-5))),
+        ("rmsnorm_backward_rows", nn.rmsnorm_backward_rows, (x, x[0], x[:, 0].copy(), x)),
+        ("cross_entropy_rows", nn.cross_entropy_rows, (x, np.array([0, 6, 2, 3, 1], dtype=np.int64))),
+        ("cross_entropy_backward_2d", nn.cross_entropy_backward_2d, (x, np.zeros(5, np.int64), F32(0.2))),
+        ("embedding_gather", nn.embedding_gather, (x, idx)),
+        ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), 2)),
+    ]
+
+
+def _fresh_asm(dispatcher, args) -> str:
+    """Assembly of `dispatcher`'s source compiled now, uncached, with its own options."""
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}  # njit implies it
+    assert "fastmath" not in options, "a cpu kernel must not use fastmath"
+    fresh = numba.njit(**options)(dispatcher.py_func)
+    fresh(*args)
+    return "\n".join(fresh.inspect_asm().values())
+
+
+CALLS = _sample_calls()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,dispatcher,args", CALLS, ids=[c[0] for c in CALLS])
+def test_kernel_has_no_fma(name, dispatcher, args):
+    asm = _fresh_asm(dispatcher, args)
+    found = sorted(set(FMA.findall(asm)))
+    assert not found, f"{name}: the assembly holds fused multiply-adds {found}"
+
+
+def test_every_kernel_is_checked():
+    # A kernel added to a cpu_* module without a sample call here would escape the FMA check.
+    checked = {c[0] for c in CALLS}
+    kernels = {
+        name
+        for module in (ew, mm, nn, rd)
+        for name, obj in vars(module).items()
+        if isinstance(obj, numba.core.registry.CPUDispatcher)
+        and obj.py_func.__module__ == module.__name__
+        and obj.targetoptions.get("inline") != "always"  # inlined helpers are checked inside their callers
+    }
+    assert kernels == checked, f"unchecked: {sorted(kernels - checked)}, stale: {sorted(checked - kernels)}"
+
+
+@pytest.mark.slow
+def test_matmul_inner_loop_is_vectorised():
+    _, dispatcher, args = next(c for c in CALLS if c[0] == "matmul_packed")
+    asm = _fresh_asm(dispatcher, args)
+    assert PACKED_MUL.search(asm), "no packed vmulps on ymm/zmm registers in matmul_packed"
+    assert PACKED_ADD.search(asm), "no packed vaddps on ymm/zmm registers in matmul_packed"
+
+
+def test_fma_search_finds_contraction_when_allowed():
+    # The failing baseline: with fastmath LLVM does fuse a*b+c here, and the search sees it.
+    if not llvm.get_host_cpu_features().get("fma", False):
+        pytest.skip("this processor has no FMA instructions")
+
+    def axpy(a, b, c):
+        out = np.empty_like(a)
+        for i in range(a.shape[0]):
+            out[i] = a[i] * b[i] + c[i]
+        return out
+
+    x = np.ones(64, F32)
+    fused = numba.njit(fastmath=True)(axpy)
+    fused(x, x, x)
+    assert FMA.search("\n".join(fused.inspect_asm().values()))
+    plain = numba.njit(axpy)
+    plain(x, x, x)
+    assert not FMA.search("\n".join(plain.inspect_asm().values()))
