@@ -22,11 +22,11 @@ class VerifyReport:
     """Outcome of Ledger.verify(): ok, the size and recomputed root, and the problems found."""
 
     ok: bool
-    size: int
+    size: int  # as stored: the highest index + 1
     root: bytes | None  # recomputed from the entries when they are intact
     first_bad_index: int | None
     problems: tuple[str, ...]
-    entries_checked: int
+    entries_checked: int  # entries recomputed before the first problem (all of them when ok)
     nodes_checked: int
     checkpoints_checked: int
 
@@ -112,10 +112,12 @@ def verify_ledger(conn: sqlite3.Connection) -> VerifyReport:
     conn.execute("BEGIN")
     try:
         own_sizes = {r[0] for r in conn.execute("SELECT size FROM checkpoints WHERE kind = 'own'")}
-        size, nodes, roots = _check_tree(conn, own_sizes, found)
+        size = conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM entries").fetchone()[0]
+        checked_entries, nodes, roots = _check_tree(conn, own_sizes, found)
         full_root = None if found.problems else roots[size]
         checked = _check_checkpoints(conn, size, roots, found)
     finally:
         conn.execute("COMMIT")
-    return VerifyReport(not found.problems, size, full_root, found.first_bad, tuple(found.problems), size, nodes, checked)
+    problems = tuple(found.problems)
+    return VerifyReport(not problems, size, full_root, found.first_bad, problems, checked_entries, nodes, checked)
 

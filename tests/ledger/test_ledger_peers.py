@@ -1,0 +1,111 @@
+"""Witnessing peers' checkpoints: trust on first use, consistency proofs, rejection, split-view evidence."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ledger import Ledger
+from ledger.errors import CheckpointError, ProofError
+from ledger.note import Checkpoint, NoteSigner, sign_checkpoint
+
+PEER = "peer.example/log"
+
+
+@pytest.fixture
+def peer(tmp_path):
+    """The peer's own ledger and key: it signs checkpoints we witness."""
+    signer = NoteSigner(PEER, Ed25519PrivateKey.generate())
+    with Ledger.open(tmp_path / "peer.db", PEER) as lg:
+        yield lg, signer
+
+
+@pytest.fixture
+def me(tmp_path):
+    with Ledger.open(tmp_path / "me.db", "me.example/log") as lg:
+        yield lg
+
+
+def _grow(lg: Ledger, n: int) -> None:
+    start = lg.size
+    lg.append_many([b"peer entry %d" % i for i in range(start, start + n)])
+
+
+def test_first_is_trusted_then_consistent_growth_is_accepted(peer, me):
+    plg, signer = peer
+    _grow(plg, 5)
+    first = plg.checkpoint(signer)
+    r = me.add_peer_checkpoint(first, signer.verifier, [])
+    assert r.status == "first" and r.checkpoint.size == 5 and not r.split_view
+    _grow(plg, 9)
+    second = plg.checkpoint(signer)
+    r = me.add_peer_checkpoint(second, signer.verifier, plg.consistency_proof(5, 14))
+    assert r.status == "consistent" and r.checkpoint.size == 14
+    # An older checkpoint arriving late is checked against the newest held, in the other direction.
+    older = sign_checkpoint(Checkpoint(PEER, 8, plg.root(8)), signer)
+    r = me.add_peer_checkpoint(older, signer.verifier, plg.consistency_proof(8, 14))
+    assert r.status == "consistent"
+    assert me.add_peer_checkpoint(second, signer.verifier, []).status == "duplicate"
+    assert me.split_views() == []
+    assert me.verify().ok and me.verify().checkpoints_checked == 3
+
+
+def test_inconsistent_checkpoint_is_rejected_and_not_stored(peer, me):
+    plg, signer = peer
+    _grow(plg, 6)
+    me.add_peer_checkpoint(plg.checkpoint(signer), signer.verifier, [])
+    # A forked history: same first 3 entries, then different ones, signed by the same key.
+    forked = [b"peer entry %d" % i for i in range(3)] + [b"fork %d" % i for i in range(7)]
+    with Ledger.open(plg.path + ".fork", PEER) as fork:
+        fork.append_many(forked)
+        note = fork.checkpoint(signer)
+        for proof in ([], fork.consistency_proof(6, 10), plg.consistency_proof(3, 6)):
+            with pytest.raises(ProofError):
+                me.add_peer_checkpoint(note, signer.verifier, proof)
+    assert me.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 1
+
+
+def test_bad_signature_or_wrong_key_is_rejected(peer, me):
+    plg, signer = peer
+    _grow(plg, 3)
+    note = plg.checkpoint(signer)
+    other = NoteSigner(PEER, Ed25519PrivateKey.generate())
+    with pytest.raises(CheckpointError, match="no signature from a known key"):
+        me.add_peer_checkpoint(note, other.verifier, [])
+    with pytest.raises(CheckpointError, match="does not verify"):
+        me.add_peer_checkpoint(note.replace("\n3\n", "\n4\n"), signer.verifier, [])
+    with pytest.raises(CheckpointError):
+        me.add_peer_checkpoint("garbage", signer.verifier, [])
+    assert me.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 0
+
+
+def test_split_view_is_kept_as_evidence_and_reported(peer, me):
+    plg, signer = peer
+    _grow(plg, 4)
+    honest = plg.checkpoint(signer)
+    me.add_peer_checkpoint(honest, signer.verifier, [])
+    evil_root = bytes(32)
+    evil = sign_checkpoint(Checkpoint(PEER, 4, evil_root), signer)
+    r = me.add_peer_checkpoint(evil, signer.verifier, [])
+    assert r.split_view and r.status == "split_view" and r.conflicts == (honest,)
+    views = me.split_views()
+    assert len(views) == 1
+    v = views[0]
+    assert (v.origin, v.size, v.vkey) == (PEER, 4, signer.verifier.vkey)
+    assert v.roots == (plg.root(4), evil_root) and v.notes == (honest, evil)
+    # The honest line is still the one followed: growth is checked against the first root held.
+    _grow(plg, 4)
+    r = me.add_peer_checkpoint(plg.checkpoint(signer), signer.verifier, plg.consistency_proof(4, 8))
+    assert r.status == "consistent"
+    # The evidence survives and is signed: verify() checks both notes' signatures.
+    assert me.verify().ok and me.verify().checkpoints_checked == 3
+
+
+def test_keys_are_kept_apart(peer, me):
+    plg, signer = peer
+    other = NoteSigner("other.example/log", Ed25519PrivateKey.generate())
+    _grow(plg, 2)
+    me.add_peer_checkpoint(plg.checkpoint(signer), signer.verifier, [])
+    note = sign_checkpoint(Checkpoint("other.example/log", 2, bytes(32)), other)
+    assert me.add_peer_checkpoint(note, other.verifier, []).status == "first"
+    assert me.split_views() == []
