@@ -1,0 +1,191 @@
+"""The Triton backend, run by the Triton interpreter, gives the reference's bits on every op.
+
+The kernels run under TRITON_INTERPRET=1 in one subprocess (this file, run as
+a script), so the variable never leaks into the rest of the test session.
+The subprocess runs the shared cases of kernel_cases.py (small shapes), extra
+cases that reach the backend's multi-pass trees (rows wider than one block,
+columns taller than one fold), torch-tensor inputs, and bad inputs; it prints
+one JSON object that the tests below read. Beside them, stock torch on the
+same cases fails, which shows that the cases can tell orders apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO, SEED, run_probe
+from kernel_cases import OPS, build_cases, check_backend, compare_outputs, sprinkle, wide
+
+pytestmark = pytest.mark.triton
+
+# Shapes past the backend's single-block limits (rows of 2^10, folds of 2^3 rows).
+EXTRA_ROWS = [(3, 1100), (2, 2049), (70, 5), (600, 2)]
+
+
+def _extra_cases(rng) -> list[tuple[str, tuple]]:
+    """(op, args) cases that take the fold paths of kernels/triton_launch.py."""
+    cases = []
+    for shape in EXTRA_ROWS:
+        x = sprinkle(rng, wide(rng, shape), 3)
+        cases += [("sum_rows", (x,)), ("sum_cols", (x,)), ("max_rows", (x,))]
+    logits = wide(rng, (2, 1100), spread=4)
+    targets = rng.integers(0, 1100, 2)
+    cases += [("cross_entropy", (logits, targets)), ("cross_entropy_backward", (logits, targets, 0.37))]
+    x, w = wide(rng, (2, 1100)), wide(rng, (1100,), spread=1)
+    cases += [("rmsnorm", (x, w, 1e-5))]
+    return cases
+
+
+def _probe_torch_inputs(triton_backend, reference, rng) -> list[str]:
+    """Torch tensors in, torch tensors out, with the reference's bits."""
+    import torch
+
+    problems = []
+    a, b = wide(rng, (5, 7)), wide(rng, (7, 3))
+    got = triton_backend.matmul(torch.from_numpy(a), torch.from_numpy(b))
+    if not isinstance(got, torch.Tensor):
+        problems.append(f"matmul of tensors returned a {type(got).__name__}, want a torch.Tensor")
+    else:
+        problems.append(compare_outputs(got.numpy(), reference.matmul(a, b)))
+    logits, targets = wide(rng, (3, 9)), rng.integers(0, 9, 3)
+    loss = triton_backend.cross_entropy(torch.from_numpy(logits), torch.from_numpy(targets))
+    problems.append(compare_outputs(loss.numpy(), reference.cross_entropy(logits, targets)))
+    y, rstd = triton_backend.rmsnorm(torch.from_numpy(a), torch.from_numpy(b[:, 0].copy()), 1e-5)
+    ry, rrstd = reference.rmsnorm(a, b[:, 0].copy(), 1e-5)
+    problems.append(compare_outputs((y.numpy(), rstd.numpy()), (ry, rrstd)))
+    return [p for p in problems if p]
+
+
+def _error_of(fn, *args) -> str:
+    """The KernelInputError message `fn(*args)` raises, or a note that it raised none."""
+    from kernels import KernelInputError
+
+    try:
+        fn(*args)
+    except KernelInputError as e:
+        return str(e)
+    return "no KernelInputError"
+
+
+def _probe_errors(triton_backend, reference, rng) -> dict[str, list[str]]:
+    """Bad inputs: (triton's message, reference's message) per case, and torch-only refusals."""
+    import torch
+
+    a = wide(rng, (3, 4))
+    bad = {
+        "matmul shapes": ("matmul", (a, wide(rng, (5, 2)))),
+        "float64": ("sum_rows", (a.astype(np.float64),)),
+        "not contiguous": ("exp", (a.T,)),
+        "index range": ("embedding", (a, np.array([0, 3], dtype=np.int64))),
+        "targets dtype": ("cross_entropy", (a, np.array([0, 1, 2], dtype=np.int32))),
+        "max of empty rows": ("max_rows", (np.zeros((2, 0), np.float32),)),
+        "adamw step": ("adamw", (a, a, a, a, 0, 1e-3, 0.9, 0.99, 1e-8, 0.0)),
+    }
+    out = {name: [_error_of(getattr(triton_backend, op), *args), _error_of(getattr(reference, op), *args)]
+           for name, (op, args) in bad.items()}
+    t = torch.from_numpy(a)
+    out["mixed kinds"] = [_error_of(triton_backend.matmul, t, a.T.copy()), "arguments mix numpy arrays and torch tensors"]
+    out["tensor not contiguous"] = [_error_of(triton_backend.exp, t.T), "not contiguous"]
+    out["tensor float64"] = [_error_of(triton_backend.exp, t.double()), "has dtype float64, want float32"]
+    return out
+
+
+class _TorchBaseline:
+    """Stock torch for a few ops: the failing baseline the same cases must catch."""
+
+    @staticmethod
+    def matmul(a, b):
+        import torch
+
+        return (torch.from_numpy(a) @ torch.from_numpy(b)).numpy()
+
+    @staticmethod
+    def sum_rows(x):
+        import torch
+
+        return torch.from_numpy(x).sum(dim=1).numpy()
+
+    @staticmethod
+    def exp(x):
+        import torch
+
+        return torch.from_numpy(x).exp().numpy()
+
+
+def probe() -> dict:
+    """Everything the tests check, computed under TRITON_INTERPRET=1."""
+    from kernels import reference, triton_backend
+
+    started = time.perf_counter()
+    rng = np.random.default_rng([SEED, 3])
+    result = {"ops": {op: check_backend(triton_backend, reference, op, SEED, small=True) for op in OPS}}
+    extra = []
+    for op, args in _extra_cases(rng):
+        msg = compare_outputs(getattr(triton_backend, op)(*args), getattr(reference, op)(*args))
+        if msg:
+            extra.append(f"{op} {[np.shape(a) for a in args]}: {msg}")
+    result["extra"] = extra
+    result["torch"] = _probe_torch_inputs(triton_backend, reference, rng)
+    result["errors"] = _probe_errors(triton_backend, reference, rng)
+    result["baseline"] = {op: len(check_backend(_TorchBaseline, reference, op, SEED, small=True))
+                          for op in ("matmul", "sum_rows", "exp")}
+    result["cases"] = {op: len(build_cases(op, SEED, small=True)) for op in OPS}
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+# ------------------------------------------------------------------- tests
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    return run_probe("test_triton_backend.py", [], {"TRITON_INTERPRET": "1"}, timeout=900)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_triton_matches_reference_bitwise(op, results):
+    assert results["cases"][op] > 0, f"no cases for {op}"
+    failures = results["ops"][op]
+    assert not failures, f"{len(failures)} of {results['cases'][op]} cases differ:\n" + "\n".join(failures[:10])
+
+
+def test_triton_matches_reference_past_one_block(results):
+    assert not results["extra"], "\n".join(results["extra"])
+
+
+def test_triton_takes_and_returns_torch_tensors(results):
+    assert not results["torch"], "\n".join(results["torch"])
+
+
+def test_triton_refuses_what_the_reference_refuses(results):
+    for name, (got, want) in results["errors"].items():
+        assert got != "no KernelInputError", f"{name}: the triton backend accepted it"
+        assert want in got, f"{name}: triton says {got!r}, want {want!r}"
+
+
+def test_stock_torch_fails_the_same_cases(results):
+    # The failing baseline: if stock torch passed, the cases could not tell orders apart.
+    for op, failures in results["baseline"].items():
+        assert failures > 0, f"stock torch {op} matched the reference on every case"
+
+
+def test_import_without_cuda_or_interpreter_is_refused():
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "P2PAUDIT_TRITON_COMPILE_ONLY")}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU, so the check cannot pass on one
+    code = "import kernels.triton_backend"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300)
+    assert proc.returncode != 0
+    assert "ImportError: triton backend needs CUDA or TRITON_INTERPRET=1" in proc.stderr
+    env["P2PAUDIT_TRITON_COMPILE_ONLY"] = "1"  # compile-only builds kernels but never runs them
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300)
+    assert "ImportError: triton backend needs CUDA or TRITON_INTERPRET=1" in proc.stderr
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe()))
