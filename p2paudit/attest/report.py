@@ -1,0 +1,108 @@
+"""JSON-ready views of query results, and the coverage plot (what `p2paudit ledger ... --json` prints).
+
+Bytes are written as hex (keys, run ids), "sha256:<hex>" (digests) or base64
+(signed evidence, so a reader can check it with any msgpack and Ed25519
+library), never as Python reprs.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from ledger import SplitView
+
+from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
+from p2paudit.errors import InputError
+
+
+def parse_run_id(text: str) -> bytes:
+    """A run id from 64 hex digits, optionally prefixed "sha256:"."""
+    raw = text.strip().removeprefix("sha256:")
+    try:
+        run_id = bytes.fromhex(raw)
+    except ValueError:
+        raise InputError(f"run id {text[:80]!r} is not hex") from None
+    if len(run_id) != 32:
+        raise InputError(f"run id has {len(run_id)} bytes, want 32")
+    return run_id
+
+
+def digest_text(value: bytes | None) -> str | None:
+    return None if value is None else "sha256:" + value.hex()
+
+
+def coverage_dict(cov: Coverage) -> dict[str, Any]:
+    """One coverage table: the summary and the steps with any attestation."""
+    steps = cov.run.steps
+    return {
+        "trusted_only": cov.trusted_only,
+        "label": "trusted keys" if cov.trusted_only else "all keys (untrusted: keys are free to make)",
+        "keys": cov.keys,
+        "steps": steps,
+        "min": cov.min_count,
+        "checked_at_least_once": cov.checked_once,
+        "checked_at_least_min": cov.checked_min,
+        "percent_at_least_once": round(cov.percent(cov.checked_once), 3),
+        "percent_at_least_min": round(cov.percent(cov.checked_min), 3),
+        "steps_with_mismatch": cov.with_mismatch,
+        "per_step": [{"step": s.step, "checked": s.checked, "match": s.match, "mismatch": s.mismatch,
+                      "error": s.error} for s in cov.per_step],
+    }
+
+
+def evidence_dict(item: Evidence) -> dict[str, Any]:
+    return {"index": item.index, "verifier": item.verifier.hex(), "verdict": item.verdict,
+            "observed_output_digest": digest_text(item.observed),
+            "signed_attestation": base64.b64encode(item.signed).decode("ascii")}
+
+
+def dispute_dict(dispute: Dispute) -> dict[str, Any]:
+    return {"run_id": dispute.run_id.hex(), "step": dispute.step,
+            "sides": [[evidence_dict(item) for item in side] for side in dispute.sides]}
+
+
+def split_view_dict(view: SplitView) -> dict[str, Any]:
+    return {"vkey": view.vkey, "origin": view.origin, "size": view.size,
+            "roots": [base64.b64encode(root).decode("ascii") for root in view.roots], "notes": list(view.notes)}
+
+
+def equivocations_dict(found: Equivocations) -> dict[str, Any]:
+    return {
+        "keys": [{"run_id": e.run_id.hex(), "step": e.step, "verifier": e.verifier.hex(),
+                  "evidence": [evidence_dict(item) for item in e.evidence]} for e in found.keys],
+        "tree_heads": [split_view_dict(view) for view in found.tree_heads],
+    }
+
+
+def plot_coverage(path: Path | str, everyone: Coverage, trusted: Coverage | None) -> None:
+    """Write a PNG: distinct checking keys per step, all keys and trusted keys, with the R line."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    steps = everyone.run.steps
+
+    def dense(cov: Coverage) -> list[int]:
+        counts = [0] * steps
+        for item in cov.per_step:
+            counts[item.step] = item.checked
+        return counts
+
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
+    try:
+        ax.step(range(steps), dense(everyone), where="mid", label="all keys (untrusted)", color="0.6")
+        if trusted is not None:
+            ax.step(range(steps), dense(trusted), where="mid", label="trusted keys", color="tab:blue")
+        ax.axhline(everyone.min_count, color="tab:red", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("distinct keys that checked the step")
+        label = f" ({everyone.run.label})" if everyone.run.label else ""
+        ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}")
+        ax.legend(loc="upper right")
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)

@@ -1,0 +1,343 @@
+"""`p2paudit ledger ...`: query and maintain the node's attestation ledger.
+
+A thin adapter: parse options, call p2paudit.attest, print text or --json.
+The ledger is home_dir()/ledger.db unless --ledger PATH is given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from p2paudit.cli import cli
+
+
+def _ledger_option(func: Callable) -> Callable:
+    return click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="Ledger file (default: $P2PAUDIT_HOME/ledger.db).")(func)
+
+
+def _json_option(func: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(func)
+
+
+def _path(ledger_path: Path | None) -> Path:
+    from p2paudit.identity import home_dir
+
+    return ledger_path if ledger_path is not None else home_dir() / "ledger.db"
+
+
+def _open_existing(ledger_path: Path | None):
+    from p2paudit.attest.store import AttestationStore
+
+    return AttestationStore.open(_path(ledger_path))
+
+
+def _open_or_create(ledger_path: Path | None):
+    """Open the ledger, creating it under the node's own origin (which needs `p2paudit init`)."""
+    from p2paudit.attest.store import AttestationStore, origin_for, read_origin
+    from p2paudit.identity import default_key_path, load_identity
+
+    path = _path(ledger_path)
+    if read_origin(path) is not None:
+        return AttestationStore.open(path)
+    return AttestationStore.open(path, origin_for(load_identity(default_key_path()).public_key))
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2))
+
+
+def _pick_run(store, run: str | None) -> bytes:
+    from p2paudit.attest.report import parse_run_id
+    from p2paudit.errors import InputError
+
+    if run is not None:
+        return parse_run_id(run)
+    runs = store.runs()
+    if len(runs) != 1:
+        raise InputError(f"the ledger knows {len(runs)} runs; name one with --run RUN_ID")
+    return runs[0].run_id
+
+
+@cli.group()
+def ledger() -> None:
+    """The attestation ledger: coverage, disputes, proofs, checkpoints."""
+
+
+@ledger.command("add-run")
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--id", "run_hex", default=None, help="Run id (hex) when no run directory is given.")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Number of steps, with --id.")
+@click.option("--label", default=None, help="A name for the run.")
+@_ledger_option
+def add_run(run_dir: Path | None, run_hex: str | None, steps: int | None, label: str | None,
+            ledger_path: Path | None) -> None:
+    """Make a run known, from its signed manifest (RUN_DIR) or from --id and --steps."""
+    from p2paudit.attest.report import parse_run_id
+    from p2paudit.errors import InputError
+
+    if run_dir is not None:
+        if run_hex is not None or steps is not None:
+            raise InputError("give either RUN_DIR or --id with --steps, not both")
+        from p2paudit.run.manifest import read_manifest
+
+        manifest = read_manifest(run_dir)  # checks the publisher's signature and the run id
+        run_id, steps, label = manifest.run_id, manifest.num_steps, label or run_dir.name
+    elif run_hex is None or steps is None:
+        raise InputError("give RUN_DIR, or both --id and --steps")
+    else:
+        run_id = parse_run_id(run_hex)
+    with _open_or_create(ledger_path) as store:
+        info = store.register_run(run_id, steps, label or "")
+    click.echo(f"run {info.run_id.hex()} known: {info.steps} steps{f' ({info.label})' if info.label else ''}")
+
+
+@ledger.command()
+@click.option("--run", "run", required=True, help="Run id (hex).")
+@click.option("--trusted", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File of trusted verifier keys, one hex key per line ('#' comments).")
+@click.option("--min", "min_count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="R: report steps checked by at least R distinct keys.")
+@click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a coverage plot.")
+@_json_option
+@_ledger_option
+def coverage(run: str, trusted: Path | None, min_count: int, png: Path | None, as_json: bool,
+             ledger_path: Path | None) -> None:
+    """Per step, how many distinct keys attested a match, a mismatch, an error."""
+    from p2paudit.attest import queries, report
+
+    run_id = report.parse_run_id(run)
+    trusted_keys = queries.load_trusted_keys(trusted) if trusted is not None else None
+    with _open_existing(ledger_path) as store:
+        everyone = queries.coverage(store, run_id, None, min_count)
+        chosen = queries.coverage(store, run_id, trusted_keys, min_count) if trusted_keys is not None else None
+    if png is not None:
+        report.plot_coverage(png, everyone, chosen)
+    tables = [everyone] + ([chosen] if chosen is not None else [])
+    if as_json:
+        _echo_json({"run_id": run_id.hex(), "label": everyone.run.label, "steps": everyone.run.steps,
+                    "all_keys": report.coverage_dict(everyone),
+                    "trusted_keys": report.coverage_dict(chosen) if chosen is not None else None})
+        return
+    click.echo(f"run {run_id.hex()} {everyone.run.label!r}: {everyone.run.steps} steps, R = {min_count}")
+    for cov in tables:
+        view = report.coverage_dict(cov)
+        click.echo(f"{view['label']}, {cov.keys} keys: checked >= 1: {cov.checked_once} steps "
+                   f"({view['percent_at_least_once']:.1f}%), >= {min_count}: {cov.checked_min} steps "
+                   f"({view['percent_at_least_min']:.1f}%), steps with a mismatch: {cov.with_mismatch}")
+    if trusted_keys is None:
+        click.echo("no --trusted file: every figure above counts untrusted keys")
+    click.echo("step  checked  match  mismatch  error   (all keys)")
+    for item in everyone.per_step:
+        click.echo(f"{item.step:>4}  {item.checked:>7}  {item.match:>5}  {item.mismatch:>8}  {item.error:>5}")
+
+
+def _evidence_lines(side) -> str:
+    first = side[0]
+    observed = first.observed.hex()[:16] + "..." if first.observed else "none"
+    signers = ", ".join(f"{item.verifier.hex()[:16]}... (index {item.index})" for item in side)
+    return f"  {first.verdict} observed {observed} by {signers}"
+
+
+@ledger.command()
+@click.option("--run", "run", default=None, help="Only this run (hex id).")
+@_json_option
+@_ledger_option
+def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """Steps on which different keys signed different outcomes, with the signed evidence."""
+    from p2paudit.attest import queries, report
+
+    with _open_existing(ledger_path) as store:
+        found = queries.disputes(store, report.parse_run_id(run) if run is not None else None)
+    if as_json:
+        _echo_json([report.dispute_dict(item) for item in found])
+        return
+    click.echo(f"{len(found)} disputed steps")
+    for item in found:
+        click.echo(f"run {item.run_id.hex()[:16]}... step {item.step}: {len(item.sides)} outcomes")
+        for side in item.sides:
+            click.echo(_evidence_lines(side))
+
+
+@ledger.command()
+@_json_option
+@_ledger_option
+def equivocations(as_json: bool, ledger_path: Path | None) -> None:
+    """Keys that signed two results for one step, and tree heads of one size with two roots."""
+    from p2paudit.attest import queries, report
+
+    with _open_existing(ledger_path) as store:
+        found = queries.equivocations(store)
+    if as_json:
+        _echo_json(report.equivocations_dict(found))
+        return
+    click.echo(f"{len(found.keys)} key equivocations, {len(found.tree_heads)} tree-head split views")
+    for item in found.keys:
+        indices = ", ".join(str(e.index) for e in item.evidence)
+        click.echo(f"key {item.verifier.hex()[:16]}... run {item.run_id.hex()[:16]}... step {item.step}: "
+                   f"{len(item.evidence)} signed entries (indices {indices})")
+    for view in found.tree_heads:
+        click.echo(f"log {view.origin} key {view.vkey.split('+')[0]}: size {view.size} signed with "
+                   f"{len(view.roots)} roots")
+
+
+@ledger.command()
+@click.option("--step", type=click.IntRange(min=0), required=True)
+@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
+@_json_option
+@_ledger_option
+def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """Every attestation stored for one step."""
+    from p2paudit.attest.record import attestation_to_dict
+
+    with _open_existing(ledger_path) as store:
+        run_id = _pick_run(store, run)
+        store.run_info(run_id)
+        found = store.step_attestations(run_id, step)
+    if as_json:
+        _echo_json([{"index": index, **attestation_to_dict(s.attestation)} for index, s in found])
+        return
+    click.echo(f"run {run_id.hex()} step {step}: {len(found)} attestations")
+    for index, signed in found:
+        a = signed.attestation
+        observed = a.observed_output_digest.hex()[:16] + "..." if a.observed_output_digest else "none"
+        click.echo(f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
+                   f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms")
+
+
+
+
+@ledger.command()
+@click.option("--index", "index", type=click.IntRange(min=0), required=True, help="Entry index.")
+@click.option("--size", type=click.IntRange(min=1), default=None, help="Tree size (default: the current size).")
+@_json_option
+@_ledger_option
+def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None) -> None:
+    """The RFC 9162 inclusion proof of one entry (checked before it is printed)."""
+    from ledger import ProofError, leaf_hash, verify_inclusion
+
+    from p2paudit.errors import MismatchError
+
+    with _open_existing(ledger_path) as store:
+        size = store.ledger.size if size is None else size
+        hashes = store.ledger.inclusion_proof(index, size)
+        root, leaf = store.ledger.root(size), leaf_hash(store.ledger.entry(index))
+    try:
+        verify_inclusion(leaf, index, size, hashes, root)
+    except ProofError as exc:
+        raise MismatchError(f"the ledger's own proof does not verify: {exc}") from None
+    if as_json:
+        _echo_json({"index": index, "size": size, "leaf_hash": leaf.hex(), "root": root.hex(),
+                    "proof": [h.hex() for h in hashes]})
+        return
+    click.echo(f"entry {index} in tree of size {size}\nleaf hash {leaf.hex()}\nroot      {root.hex()}")
+    for number, item in enumerate(hashes):
+        click.echo(f"proof[{number}] {item.hex()}")
+
+
+@ledger.command()
+@click.argument("old_size", type=click.IntRange(min=0))
+@click.argument("new_size", type=click.IntRange(min=0))
+@_json_option
+@_ledger_option
+def consistency(old_size: int, new_size: int, as_json: bool, ledger_path: Path | None) -> None:
+    """The RFC 9162 proof that the tree of OLD_SIZE entries is a prefix of the tree of NEW_SIZE."""
+    from ledger import ProofError, verify_consistency
+
+    from p2paudit.errors import MismatchError
+
+    with _open_existing(ledger_path) as store:
+        hashes = store.ledger.consistency_proof(old_size, new_size)
+        old_root, new_root = store.ledger.root(old_size), store.ledger.root(new_size)
+    try:
+        verify_consistency(old_size, new_size, hashes, old_root, new_root)
+    except ProofError as exc:
+        raise MismatchError(f"the ledger's own proof does not verify: {exc}") from None
+    if as_json:
+        _echo_json({"old_size": old_size, "new_size": new_size, "old_root": old_root.hex(),
+                    "new_root": new_root.hex(), "proof": [h.hex() for h in hashes]})
+        return
+    click.echo(f"size {old_size} root {old_root.hex()}\nsize {new_size} root {new_root.hex()}")
+    for number, item in enumerate(hashes):
+        click.echo(f"proof[{number}] {item.hex()}")
+
+
+@ledger.command()
+@_ledger_option
+def checkpoint(ledger_path: Path | None) -> None:
+    """Sign the current tree head with the node key and print it (a C2SP checkpoint note)."""
+    from p2paudit.identity import default_key_path, load_identity
+
+    identity = load_identity(default_key_path())
+    with _open_or_create(ledger_path) as store:
+        note = store.checkpoint(identity)
+    click.echo(note, nl=False)
+
+
+@ledger.command()
+@_json_option
+@_ledger_option
+def verify(as_json: bool, ledger_path: Path | None) -> None:
+    """Recompute the tree, every signature and the index; exit 1 naming the first bad index."""
+    from p2paudit.attest.verification import verify_store
+    from p2paudit.errors import MismatchError
+
+    with _open_existing(ledger_path) as store:
+        found = verify_store(store)
+    if as_json:
+        _echo_json({"ok": found.ok, "size": found.size, "root": found.root.hex() if found.root else None,
+                    "first_bad_index": found.first_bad_index, "problems": list(found.problems),
+                    "attestations_checked": found.attestations_checked})
+    if not found.ok:
+        where = f"first bad index {found.first_bad_index}: " if found.first_bad_index is not None else ""
+        raise MismatchError(f"ledger does not verify: {where}{found.first_problem()}")
+    if not as_json:
+        click.echo(f"ok: {found.size} entries, {found.attestations_checked} signed attestations, "
+                   f"root {found.root.hex() if found.root else '-'}")
+
+
+@ledger.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@_ledger_option
+def import_(file: Path, ledger_path: Path | None) -> None:
+    """Verify and store a signed attestation (msgpack) or a DSSE envelope (JSON)."""
+    from p2paudit.attest.intoto import MAX_ENVELOPE_SIZE, import_dsse
+    from p2paudit.errors import InputError
+
+    if file.stat().st_size > MAX_ENVELOPE_SIZE:
+        raise InputError(f"{file} has {file.stat().st_size} bytes, more than {MAX_ENVELOPE_SIZE}; not an attestation")
+    data = file.read_bytes()
+    # JSON starts with '{' (maybe after whitespace); a signed attestation is a msgpack array (0x93).
+    signed = import_dsse(data).signed.encoded if data.lstrip()[:1] == b"{" else data
+    with _open_or_create(ledger_path) as store:
+        outcome = store.append(signed)
+    click.echo(f"{'stored' if outcome.new else 'already stored'} at index {outcome.index}")
+
+
+@ledger.command()
+@click.option("--index", "index", type=click.IntRange(min=0), required=True, help="Entry index.")
+@click.option("--dsse", is_flag=True, help="An in-toto statement in a DSSE envelope signed by this node "
+                                           "(default: the raw signed attestation bytes).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file (default: stdout).")
+@_ledger_option
+def export(index: int, dsse: bool, output: Path | None, ledger_path: Path | None) -> None:
+    """Export one stored attestation."""
+    with _open_existing(ledger_path) as store:
+        signed = store.attestation(index)
+    if dsse:
+        from p2paudit.attest.intoto import export_dsse
+        from p2paudit.identity import default_key_path, load_identity
+
+        data = export_dsse(signed, load_identity(default_key_path())).encode()
+    else:
+        data = signed.encoded
+    if output is not None:
+        output.write_bytes(data)
+    else:
+        click.echo(data, nl=False)  # bytes go to the binary stream untouched
