@@ -8,6 +8,8 @@ the one the manifest records for that step.
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
 from typing import Mapping
 
@@ -19,6 +21,7 @@ from p2paudit.run.storage import write_atomic
 
 CHECKPOINT_FORMAT = "p2paudit-checkpoint"
 CHECKPOINT_VERSION = "1"
+_DTYPES = {"float32": "F32", "float64": "F64", "int64": "I64", "int32": "I32", "uint8": "U8", "bool": "BOOL"}
 
 
 def checkpoint_path(step: int) -> str:
@@ -27,14 +30,30 @@ def checkpoint_path(step: int) -> str:
 
 
 def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> bytes:
-    """The safetensors bytes of a checkpoint (tensors made contiguous little-endian)."""
-    from safetensors.numpy import save
+    """The safetensors bytes of a checkpoint, byte-for-byte reproducible.
 
-    # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
-    tensors = {name: array if array.flags.c_contiguous else array.copy(order="C") for name, array in state.items()}
+    Written here rather than by safetensors.save, whose header key order
+    varies between calls: header JSON with sorted keys and no whitespace,
+    padded with spaces to a multiple of 8 bytes; tensors laid out in name
+    order, C-contiguous little-endian.
+    """
     metadata = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step),
                 "state_digest": digest.text()}
-    return save(tensors, metadata=metadata)
+    header: dict[str, object] = {"__metadata__": metadata}
+    blobs, offset = [], 0
+    for name in sorted(state):
+        array = state[name]
+        if array.dtype.name not in _DTYPES:
+            raise InputError(f"tensor {name}: dtype {array.dtype} cannot go into a checkpoint")
+        # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
+        data = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False).tobytes(order="C")
+        header[name] = {"dtype": _DTYPES[array.dtype.name], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
 def save_checkpoint(run_dir: Path, step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> Path:
@@ -56,7 +75,8 @@ def load_checkpoint(run_dir: Path, step: int, expected: StateDigest, names: list
     if not path.is_file():
         raise InputError(f"checkpoint {path} is missing")
     state, metadata = _read_safetensors(path)
-    want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step)}
+    want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step),
+            "state_digest": expected.text()}
     got = {k: metadata.get(k) for k in want}
     if got != want:
         raise InputError(f"checkpoint {path}: metadata {got} is not {want}")

@@ -78,6 +78,8 @@ def parse_digest(text: object, where: str = "digest") -> bytes:
     hexpart = text[len(DIGEST_PREFIX):]
     if len(hexpart) != 64:
         raise InputError(f"{where}: digest has {len(hexpart)} hex digits, want 64")
+    if hexpart != hexpart.lower():
+        raise InputError(f"{where}: digest must be lower-case hex")
     try:
         return bytes.fromhex(hexpart)
     except ValueError:
@@ -96,7 +98,9 @@ def _canonical_buffer(array: np.ndarray) -> np.ndarray:
     a = array if array.flags.c_contiguous else array.copy(order="C")
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
         a = a.astype(a.dtype.newbyteorder("<"))
-    if a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype)):
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the sum is expected
+        maybe_nan = a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype))
+    if maybe_nan:
         nan_mask = np.isnan(a)
         if nan_mask.any():
             bits = a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint64).copy()

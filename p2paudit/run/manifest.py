@@ -159,7 +159,8 @@ def _parse_json(data: bytes, path: Path) -> dict:
 
 
 def _read_signature(path: Path) -> tuple[bytes, bytes, bytes]:
-    envelope = _parse_json(read_file(path, "manifest signature", 64 * 1024), path)
+    blob = read_file(path, "manifest signature", 64 * 1024)
+    envelope = _parse_json(blob, path)
     if envelope.get("format") != SIGNATURE_FORMAT or envelope.get("version") != RUN_VERSION:
         raise InputError(f"{path}: format {envelope.get('format')!r} version {envelope.get('version')!r}, "
                          f"want {SIGNATURE_FORMAT!r} version {RUN_VERSION}")
@@ -168,6 +169,11 @@ def _read_signature(path: Path) -> tuple[bytes, bytes, bytes]:
     run_id = parse_digest(envelope.get("run_id"), f"{path} run_id")
     public_key = _parse_hex(envelope.get("public_key"), 32, f"{path} public_key")
     signature = _parse_hex(envelope.get("signature"), 64, f"{path} signature")
+    # One encoding only (e.g. lower-case hex), so that no changed byte can leave the file valid.
+    canonical = {"format": SIGNATURE_FORMAT, "version": RUN_VERSION, "run_id": format_digest(run_id),
+                 "scheme": "ed25519", "public_key": public_key.hex(), "signature": signature.hex()}
+    if canonical_json(canonical) != blob:
+        raise InputError(f"{path} is not in canonical form (sorted keys, no whitespace, lower-case hex, no extra keys)")
     return run_id, public_key, signature
 
 
