@@ -30,7 +30,7 @@ OPS = (
 def canonical_bits(a) -> np.ndarray:
     """uint32 bit patterns of a float32 array with every NaN written as 0x7FC00000."""
     a = np.asarray(a)
-    bits = np.ascontiguousarray(a, dtype=F32).view(np.uint32).copy()
+    bits = np.array(a, dtype=F32, order="C").view(np.uint32)  # a copy; keeps 0-d arrays 0-d
     bits[np.isnan(a)] = NAN_BITS
     return bits
 
@@ -41,10 +41,10 @@ def describe_difference(got, want, name: str = "output") -> str | None:
     if got.dtype != want.dtype or got.shape != want.shape:
         return f"{name}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}"
     gb, wb = canonical_bits(got), canonical_bits(want)
-    bad = np.argwhere(gb != wb)
-    if not len(bad):
+    bad = np.flatnonzero(gb.reshape(-1) != wb.reshape(-1))
+    if not bad.size:
         return None
-    i = tuple(int(j) for j in bad[0])
+    i = tuple(int(j) for j in np.unravel_index(bad[0], got.shape))  # () for 0-d arrays
     return (
         f"{name}: {len(bad)} of {got.size} values differ, first at {i}: "
         f"got {got[i]!r} (0x{int(gb[i]):08X}), want {want[i]!r} (0x{int(wb[i]):08X})"
