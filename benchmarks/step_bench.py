@@ -1,0 +1,111 @@
+"""One training step: the deterministic engine (cpu backend) against stock PyTorch on the same model.
+
+Both sides run the same configuration: M micro-batches of B sequences of T
+tokens, gradient accumulation, AdamW. PyTorch uses float32 autograd,
+F.scaled_dot_product_attention, F.rms_norm and torch.optim.AdamW with its
+default thread count. Each side runs one warm-up step (numba compiles on its
+first call), then `--repeats` timed steps; the median is reported.
+
+    python benchmarks/step_bench.py --configs tiny small --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+# Python puts this script's folder first on sys.path; a benchmarks/kernels.py
+# there would shadow the kernels package, so import from the installed paths.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kernels  # noqa: E402
+from p2paudit.engine.config import TrainConfig, train_config  # noqa: E402
+from p2paudit.engine.model import NORM_EPS  # noqa: E402
+from p2paudit.engine.schedule import batch_for_step  # noqa: E402
+from p2paudit.engine.state import count_params, init_state, param_shapes  # noqa: E402
+from p2paudit.engine.step import train_step  # noqa: E402
+
+
+def torch_params(state: dict[str, np.ndarray], cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    return {n: torch.tensor(state["params/" + n], requires_grad=True) for n in param_shapes(cfg.model)}
+
+
+def torch_loss(p: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """The engine's model in ordinary float32 PyTorch."""
+    m = cfg.model
+    B, T, H, C = tokens.shape[0], m.seq_len, m.n_head, m.n_embd
+    idx, tgt = tokens[:, :-1], tokens[:, 1:]
+    x = p["wte"][idx] + p["wpe"]  # (B, T, C)
+    for layer in range(m.n_layer):
+        pre = f"h.{layer}."
+        a = F.rms_norm(x, (C,), p[pre + "ln1"], float(NORM_EPS))
+        q, k, v = ((a @ p[pre + "attn." + n]).view(B, T, H, C // H).transpose(1, 2) for n in ("wq", "wk", "wv"))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + o @ p[pre + "attn.wo"]
+        h = F.rms_norm(x, (C,), p[pre + "ln2"], float(NORM_EPS)) @ p[pre + "mlp.w_fc"]
+        x = x + F.silu(h) @ p[pre + "mlp.w_proj"]
+    head = p["wte"] if m.tied_head else p["lm_head"]
+    logits = F.rms_norm(x, (C,), p["ln_f"], float(NORM_EPS)) @ head.T
+    return F.cross_entropy(logits.reshape(B * T, -1), tgt.reshape(-1))
+
+
+def time_torch(cfg: TrainConfig, batches: list[np.ndarray], repeats: int) -> float:
+    p = torch_params(init_state(cfg), cfg)
+    o = cfg.optim
+    opt = torch.optim.AdamW(p.values(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
+    times = []
+    for i in range(repeats + 1):
+        batch = torch.from_numpy(batches[i])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for mb in range(cfg.micro_batches):
+            (torch_loss(p, batch[mb], cfg) / cfg.micro_batches).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def time_engine(cfg: TrainConfig, batches: list[np.ndarray], repeats: int, backend_name: str) -> float:
+    backend = kernels.get_backend(backend_name)
+    state = init_state(cfg)
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        state = train_step(state, batches[i], cfg, backend).state
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=["tiny", "small"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--backend", default="cpu")
+    args = ap.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
+    with open(np.__file__, "rb") as f:
+        tokens = np.frombuffer(f.read() * 20, dtype=np.uint8)
+    for name in args.configs:
+        cfg = train_config(name)
+        m = cfg.model
+        batches = [batch_for_step(tokens, b"bench", cfg, n) for n in range(args.repeats + 1)]
+        ours = time_engine(cfg, batches, args.repeats, args.backend)
+        ref = time_torch(cfg, batches, args.repeats)
+        print(
+            f"{name}: {count_params(m) / 1e6:.2f} M params, M={cfg.micro_batches} B={cfg.batch_size} T={m.seq_len}: "
+            f"engine[{args.backend}] {ours * 1e3:.1f} ms/step, torch {ref * 1e3:.1f} ms/step, "
+            f"ratio {ours / ref:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
