@@ -94,9 +94,18 @@ def check_checkpoints(view: RunView, first_state: int, last_state: int) -> None:
             load_checkpoint(view.run_dir, c, view.manifest.state_digest(c), list(view.names))
 
 
+def second_backend(backend: str) -> str:
+    """The backend a mismatch is bisected against: reference, or cpu when replaying with reference."""
+    return "cpu" if backend == "reference" else "reference"
+
+
 def verify_range(view: RunView, a: int, b: int, backend: str,
-                 on_audit: Callable[[StepAudit], None] | None = None, diagnose: bool = True) -> RangeReport:
+                 on_audit: Callable[[StepAudit], None] | None = None, diagnose: bool = True,
+                 against: str | None = None) -> RangeReport:
     """Replay steps a..b (0 <= a <= b < num_steps) with `backend`; one StepAudit per step a..b.
+
+    A mismatching step is diagnosed (unless `diagnose` is false) by tracing it
+    on `backend` and on `against` (default: second_backend(backend)).
 
     Every checkpoint of states in [start, b + 1] is checked first (InputError
     on any fault, before any step runs). After a mismatch the replayed state
@@ -114,7 +123,8 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
         if anchored_note and n in m.checkpoints:
             state, anchored_note = load_checkpoint(view.run_dir, n, m.state_digest(n), list(view.names)), ""
         began = time.perf_counter()
-        audit, state, diagnosis = _replay_one(view, n, state, step_fn, backend, anchored_note, diagnose)
+        audit, state, diagnosis = _replay_one(view, n, state, step_fn, backend, anchored_note,
+                                              (against or second_backend(backend)) if diagnose else None)
         audit = replace(audit, seconds=time.perf_counter() - began)
         if audit.verdict == MISMATCH and not anchored_note:
             anchored_note = f"input is not the published state {n + 1} (step {n} mismatched)"
@@ -128,7 +138,7 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
 
 
 def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanchored: str,
-                diagnose: bool) -> tuple[StepAudit, dict, Diagnosis | None]:
+                against: str | None) -> tuple[StepAudit, dict, Diagnosis | None]:
     """Run step n from `state`; the audit (seconds filled in by the caller), new state, diagnosis."""
     from p2paudit.engine.schedule import batch_for_step
 
@@ -148,13 +158,13 @@ def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanc
         return StepAudit(**base, verdict=MISMATCH, note=note), result.state, None
     if observed.digest == record.output.digest:
         return StepAudit(**base, verdict=MATCH), result.state, None
-    diagnosis = diagnose_step(view, n, state, batch, result.state, backend) if diagnose else None
+    diagnosis = diagnose_step(view, n, state, batch, result.state, backend, against) if against else None
     note = f"{len(differing_names(record.output, observed))} tensor(s) differ"
     return StepAudit(**base, verdict=MISMATCH, note=note), result.state, diagnosis
 
 
 def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict,
-                  backend: str) -> Diagnosis:
+                  backend: str, other: str) -> Diagnosis:
     """Name the differing tensors, measure them against the claimed checkpoint if there is one,
     and bisect the step's trace on two backends (and against the published trace, if any).
 
@@ -167,7 +177,6 @@ def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observe
     if n + 1 in m.checkpoints:
         claimed_state = load_checkpoint(view.run_dir, n + 1, claimed, list(view.names))
         diffs = compare_states(claimed_state, observed_state, list(names))
-    other = "reference" if backend != "reference" else "cpu"
     traces = {b: _trace_step(view, state, batch, b) for b in (backend, other)}
     divergences = [first_divergence(backend, traces[backend], other, traces[other])]
     if m.steps[n].trace is not None:
