@@ -129,6 +129,14 @@ def range_hash(start: int, end: int, complete_hash: SubtreeHash) -> bytes:
     return node_hash(range_hash(start, start + k, complete_hash), range_hash(start + k, end, complete_hash))
 
 
+def complete_subtrees(start: int, end: int) -> list[Range]:
+    """The complete aligned subtrees `range_hash(start, end, ...)` asks for, left to right. Precondition: start < end."""
+    if is_complete(start, end):
+        return [(start, end)]
+    k = split_point(end - start)
+    return complete_subtrees(start, start + k) + complete_subtrees(start + k, end)
+
+
 def subtree_hasher(leaf_hashes: Sequence[bytes]) -> SubtreeHash:
     """An in-memory SubtreeHash over a list of leaf hashes (the naive reference provider)."""
 
@@ -207,18 +215,18 @@ def _short(h: bytes) -> str:
     return bytes(h).hex()[:16]
 
 
-def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes) -> None:
-    """Check that `leaf` (a leaf hash) is at `index` in the tree of `size` leaves with `root`.
+def verify_inclusion(leaf_hash: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes) -> None:
+    """Check that the leaf with hash `leaf_hash` is at `index` in the tree of `size` leaves with `root`.
 
     Raises ProofError (with the numbers) on any malformed input or mismatch;
     returns None when the proof holds. RFC 9162 section 2.1.3.2.
     """
-    check_hash(leaf, "leaf hash")
+    check_hash(leaf_hash, "leaf hash")
     check_hash(root, "root")
     if not 0 <= index < size:  # step 1
         raise ProofError(f"leaf index {index} is not in a tree of size {size}")
     _check_proof_hashes(proof, len(inclusion_path(index, size)), f"inclusion proof for leaf {index} of {size}")
-    fn, sn, r = index, size - 1, bytes(leaf)  # steps 2 and 3
+    fn, sn, r = index, size - 1, bytes(leaf_hash)  # steps 2 and 3
     for p in proof:  # step 4
         if sn == 0:
             raise ProofError(f"inclusion proof for leaf {index} of {size} is too long")

@@ -39,14 +39,38 @@ def read_size(conn: sqlite3.Connection) -> int:
 
 def read_complete_hash(conn: sqlite3.Connection, start: int, end: int) -> bytes:
     """Hash of the complete aligned subtree [start, end): a leaf hash or a stored interior hash."""
-    level = (end - start).bit_length() - 1
-    if level == 0:
-        row = conn.execute("SELECT leaf_hash FROM entries WHERE idx = ?", (start,)).fetchone()
-    else:
-        row = conn.execute("SELECT hash FROM nodes WHERE level = ? AND idx = ?", (level, start >> level)).fetchone()
-    if row is None:
-        raise CorruptLedgerError(f"the stored hash of leaves [{start}, {end}) is missing", start)
-    return row[0]
+    return read_complete_hashes(conn, [(start, end)])[(start, end)]
+
+
+def read_complete_hashes(conn: sqlite3.Connection, ranges: Iterable[merkle.Range]) -> dict[merkle.Range, bytes]:
+    """Hashes of complete aligned subtrees in two queries (leaves, then interior nodes), keyed by range.
+
+    Raises CorruptLedgerError naming the first range whose hash is not stored.
+    """
+    wanted = sorted(set(ranges))
+    leaves = [a for a, b in wanted if b - a == 1]
+    nodes = [((b - a).bit_length() - 1, a) for a, b in wanted if b - a > 1]
+    found: dict[merkle.Range, bytes] = {}
+    if leaves:
+        marks = ",".join("?" * len(leaves))
+        for idx, h in conn.execute(f"SELECT idx, leaf_hash FROM entries WHERE idx IN ({marks})", leaves):
+            found[(idx, idx + 1)] = h
+    if nodes:
+        # A UNION ALL of primary-key lookups: a row-value IN (VALUES ...) would scan the whole table.
+        query = " UNION ALL ".join(["SELECT level, idx, hash FROM nodes WHERE level = ? AND idx = ?"] * len(nodes))
+        params = [v for level, a in nodes for v in (level, a >> level)]
+        for level, idx, h in conn.execute(query, params):
+            found[(idx << level, (idx + 1) << level)] = h
+    for a, b in wanted:
+        if (a, b) not in found:
+            raise CorruptLedgerError(f"the stored hash of leaves [{a}, {b}) is missing", a)
+    return found
+
+
+def hash_ranges(conn: sqlite3.Connection, ranges: list[merkle.Range]) -> list[bytes]:
+    """MTH of each range (as in proofs and roots), from the stored complete subtrees fetched in one go."""
+    stored = read_complete_hashes(conn, [sub for a, b in ranges for sub in merkle.complete_subtrees(a, b)])
+    return [merkle.range_hash(a, b, lambda s, e: stored[(s, e)]) for a, b in ranges]
 
 
 def _check_entry(entry: bytes, position: int) -> bytes:
@@ -65,7 +89,9 @@ class Transaction:
         self.conn = conn
         self.size = read_size(conn)
         # The right edge of the tree, read once per transaction so other writers' appends are seen.
-        self._frontier = [((b - a).bit_length() - 1, read_complete_hash(conn, a, b)) for a, b in merkle.compact_ranges(self.size)]
+        ranges = merkle.compact_ranges(self.size)
+        stored = read_complete_hashes(conn, ranges)
+        self._frontier = [((b - a).bit_length() - 1, stored[(a, b)]) for a, b in ranges]
 
     def append(self, entry: bytes) -> int:
         """Append one entry in this transaction; return its index."""
@@ -178,11 +204,7 @@ class Ledger:
         if not 0 <= start <= stop <= size:
             raise LedgerError(f"entries [{start}, {stop}) are not within the ledger of size {size}")
         cursor = self.conn.execute("SELECT data FROM entries WHERE idx >= ? AND idx < ? ORDER BY idx", (start, stop))
-        for (data,) in cursor:
-            yield data
-
-    def _subtree_hash(self, start: int, end: int) -> bytes:
-        return merkle.range_hash(start, end, lambda a, b: read_complete_hash(self.conn, a, b))
+        return (data for (data,) in cursor)
 
     def _resolve_size(self, size: int | None) -> int:
         current = self.size
@@ -195,21 +217,21 @@ class Ledger:
     def root(self, size: int | None = None) -> bytes:
         """The RFC 9162 root of the first `size` entries (default: all), from O(log n) stored hashes."""
         size = self._resolve_size(size)
-        return self._subtree_hash(0, size) if size else merkle.EMPTY_ROOT
+        return hash_ranges(self.conn, [(0, size)])[0] if size else merkle.EMPTY_ROOT
 
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         """The proof that entry `index` is in the tree of `size` entries (default: all)."""
         size = self._resolve_size(size)
         if not 0 <= index < size:
             raise LedgerError(f"entry {index} is not in a tree of size {size}")
-        return merkle.inclusion_proof(index, size, self._subtree_hash)
+        return hash_ranges(self.conn, merkle.inclusion_path(index, size))
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """The proof that the tree of `old_size` entries is a prefix of the tree of `new_size` (default: all)."""
         new_size = self._resolve_size(new_size)
         if not 0 <= old_size <= new_size:
             raise LedgerError(f"no consistency proof from size {old_size} to size {new_size}")
-        return merkle.consistency_proof(old_size, new_size, self._subtree_hash)
+        return hash_ranges(self.conn, merkle.consistency_path(old_size, new_size))
 
     def checkpoint(self, signer: NoteSigner) -> str:
         """Sign the current tree head as a C2SP checkpoint note, store it, and return the note."""

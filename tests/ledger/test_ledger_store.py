@@ -76,7 +76,7 @@ def test_entries_read_back_exactly(ledger):
     with pytest.raises(LedgerError, match="entry 32 is not in the ledger of size 32"):
         ledger.entry(32)
     with pytest.raises(LedgerError, match=r"entries \[5, 40\) are not within the ledger of size 32"):
-        list(ledger.entries(5, 40))
+        ledger.entries(5, 40)
 
 
 def test_entry_size_limit_and_type(ledger):
