@@ -82,7 +82,8 @@ def _check_text(name: str, value: Any) -> None:
         raise AttestationError(f"attestation {name} is {type(value).__name__}, want a string")
     if not low <= len(value) <= high:
         raise AttestationError(f"attestation {name} has {len(value)} characters, want {low}..{high}")
-    if not all(" " <= ch <= "~" for ch in value):
+    # isascii and isprintable together are exactly 0x20..0x7e, in C rather than a Python loop.
+    if not (value.isascii() and value.isprintable()):
         raise AttestationError(f"attestation {name} {value[:40]!r} is not printable ASCII")
 
 

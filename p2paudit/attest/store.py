@@ -23,6 +23,7 @@ nothing. An exact duplicate of a stored attestation is not stored twice.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -235,41 +236,45 @@ class AttestationStore:
             yield tx
 
     def _store(self, tx: Transaction, checked: Sequence[_Checked]) -> list[Appended]:
-        results: list[Appended | None] = []
-        fresh: list[SignedAttestation] = []
-        pending: dict[bytes, int] = {}  # duplicates inside the batch itself
+        runs = []
         for item in checked:
             record = item.signed.attestation
             try:
-                run, _ = self._run(tx.conn, record.run_id, record.step)
+                runs.append(self._run(tx.conn, record.run_id, record.step)[0])
             except AttestationError as exc:
                 raise AttestationError(f"{exc} (item {item.position})" if len(checked) > 1 else str(exc)) from None
-            existing = self._find_same(tx.conn, run, record, item.signed.encoded)
-            if existing is None and item.signed.encoded in pending:
-                existing = pending[item.signed.encoded]
+        stored = self._stored_leaves(tx.conn, runs, checked)
+        results: list[Appended | None] = []
+        fresh: list[SignedAttestation] = []
+        pending: dict[bytes, int] = {}  # duplicates inside the batch itself
+        for item, run in zip(checked, runs):
+            record, data = item.signed.attestation, item.signed.encoded
+            # Only a leaf of the same run, step and key can hold the same bytes.
+            same = [leaf for leaf in stored.get((run, record.step, record.verifier), ()) if self.ledger.entry(leaf) == data]
+            existing = same[0] if same else pending.get(data)
             if existing is not None:
                 results.append(Appended(existing, False))
                 continue
-            pending[item.signed.encoded] = tx.size + len(fresh)
+            pending[data] = tx.size + len(fresh)
             fresh.append(item.signed)
             results.append(None)
         indices = iter(self._append_leaves(tx, fresh))
         return [result if result is not None else Appended(next(indices), True) for result in results]
 
-    def _find_same(self, conn: sqlite3.Connection, run: int, record: Attestation, data: bytes) -> int | None:
-        """The leaf holding exactly `data`, if stored (only leaves of the same run, step and key can)."""
-        key = self._keys.get(record.verifier)
-        if key is None:
-            row = conn.execute("SELECT key FROM attest_keys WHERE public_key = ?", (record.verifier,)).fetchone()
-            if row is None:
-                return None
-            key = self._keys[record.verifier] = row[0]
-        rows = conn.execute("SELECT leaf FROM attest_index WHERE run = ? AND step = ? AND key = ?",
-                            (run, record.step, key)).fetchall()
-        for (leaf,) in rows:
-            if self.ledger.entry(leaf) == data:
-                return leaf
-        return None
+    def _stored_leaves(self, conn: sqlite3.Connection, runs: Sequence[int],
+                       checked: Sequence[_Checked]) -> dict[tuple[int, int, bytes], list[int]]:
+        """Leaves already stored for the (run, step) pairs of a batch: one query per run, not per item."""
+        steps: dict[int, set[int]] = {}
+        for item, run in zip(checked, runs):
+            steps.setdefault(run, set()).add(item.signed.attestation.step)
+        found: dict[tuple[int, int, bytes], list[int]] = {}
+        for run, wanted in steps.items():
+            rows = conn.execute(
+                "SELECT i.step, k.public_key, i.leaf FROM attest_index i JOIN attest_keys k ON k.key = i.key "
+                "WHERE i.run = ? AND i.step IN (SELECT value FROM json_each(?))", (run, json.dumps(sorted(wanted))))
+            for step, public_key, leaf in rows:
+                found.setdefault((run, step, public_key), []).append(leaf)
+        return found
 
     def _append_leaves(self, tx: Transaction, fresh: Sequence[SignedAttestation]) -> list[int]:
         if not fresh:
