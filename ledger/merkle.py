@@ -56,6 +56,14 @@ def check_hash(value: bytes, what: str) -> None:
         raise ProofError(f"{what} has {len(value)} bytes, want {HASH_SIZE}")
 
 
+def check_size(value: int, what: str) -> None:
+    """Raise ProofError unless `value` is a non-negative int (bool is not a size)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProofError(f"{what} is {type(value).__name__}, want an integer")
+    if value < 0:
+        raise ProofError(f"{what} is {value}, want 0 or more")
+
+
 def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
     """MTH over the given leaf hashes (each 32 bytes); EMPTY_ROOT for none.
 
@@ -152,7 +160,9 @@ def inclusion_path(index: int, size: int) -> list[Range]:
     RFC 9162 PATH(m, D[n]), bottom-up (the order the proof lists them).
     Precondition: 0 <= index < size, else ProofError.
     """
-    if not 0 <= index < size:
+    check_size(index, "leaf index")
+    check_size(size, "tree size")
+    if not index < size:
         raise ProofError(f"leaf index {index} is not in a tree of size {size}")
     path: list[Range] = []
     start, end = 0, size
@@ -174,7 +184,9 @@ def consistency_path(size1: int, size2: int) -> list[Range]:
     RFC 9162 PROOF(m, D[n]) = SUBPROOF(m, D[n], true), bottom-up. Empty when
     size1 is 0 or equals size2. Precondition: 0 <= size1 <= size2, else ProofError.
     """
-    if not 0 <= size1 <= size2:
+    check_size(size1, "old tree size")
+    check_size(size2, "new tree size")
+    if not size1 <= size2:
         raise ProofError(f"no consistency proof from size {size1} to size {size2}")
     if size1 == 0 or size1 == size2:
         return []
@@ -205,6 +217,8 @@ def consistency_proof(size1: int, size2: int, subtree_hash: SubtreeHash) -> list
 
 
 def _check_proof_hashes(proof: Sequence[bytes], want: int, what: str) -> None:
+    if not isinstance(proof, (list, tuple)):
+        raise ProofError(f"{what} is {type(proof).__name__}, want a list of {HASH_SIZE}-byte hashes")
     if len(proof) != want:
         raise ProofError(f"{what} has {len(proof)} hashes, want {want}")
     for i, h in enumerate(proof):
@@ -223,7 +237,9 @@ def verify_inclusion(leaf_hash: bytes, index: int, size: int, proof: Sequence[by
     """
     check_hash(leaf_hash, "leaf hash")
     check_hash(root, "root")
-    if not 0 <= index < size:  # step 1
+    check_size(index, "leaf index")
+    check_size(size, "tree size")
+    if not index < size:  # step 1
         raise ProofError(f"leaf index {index} is not in a tree of size {size}")
     _check_proof_hashes(proof, len(inclusion_path(index, size)), f"inclusion proof for leaf {index} of {size}")
     fn, sn, r = index, size - 1, bytes(leaf_hash)  # steps 2 and 3
@@ -252,8 +268,10 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     """
     check_hash(root1, "old root")
     check_hash(root2, "new root")
+    check_size(size1, "old tree size")
+    check_size(size2, "new tree size")
     what = f"consistency proof from size {size1} to {size2}"
-    if not 0 <= size1 <= size2:
+    if not size1 <= size2:
         raise ProofError(f"no consistency proof from size {size1} to size {size2}")
     _check_proof_hashes(proof, len(consistency_path(size1, size2)), what)
     if size1 == size2 or size1 == 0:

@@ -96,7 +96,8 @@ def ensure_schema(conn: sqlite3.Connection, origin: str, path: str) -> None:
             conn.execute("INSERT INTO ledger_schema (magic, version, origin) VALUES (?, ?, ?)", (MAGIC, VERSION, origin))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     rows = conn.execute("SELECT magic, version, origin FROM ledger_schema").fetchall()
     if len(rows) != 1 or rows[0][0] != MAGIC:

@@ -166,13 +166,20 @@ class Ledger:
         """BEGIN IMMEDIATE ... COMMIT around the block; any exception rolls everything back and propagates."""
         if self._in_transaction:
             raise LedgerError("a ledger transaction is already open on this connection")
-        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise LedgerError(f"ledger {self.path} cannot start a write transaction: {e}") from None
         self._in_transaction = True
         try:
             yield Transaction(self.conn)
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                raise LedgerError(f"ledger {self.path}: commit failed, nothing was stored: {e}") from None
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+                self.conn.execute("ROLLBACK")
             raise
         finally:
             self._in_transaction = False
@@ -257,6 +264,8 @@ class Ledger:
 
     def verify(self) -> VerifyReport:
         """Recompute the whole tree from the stored entries and check every stored hash and checkpoint."""
+        if self._in_transaction:
+            raise LedgerError("verify() cannot run inside a ledger transaction")
         return verification.verify_ledger(self.conn)
 
 

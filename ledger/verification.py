@@ -117,7 +117,8 @@ def verify_ledger(conn: sqlite3.Connection) -> VerifyReport:
         full_root = None if found.problems else roots[size]
         checked = _check_checkpoints(conn, size, roots, found)
     finally:
-        conn.execute("COMMIT")
+        if conn.in_transaction:
+            conn.execute("COMMIT")
     problems = tuple(found.problems)
     return VerifyReport(not problems, size, full_root, found.first_bad, problems, checked_entries, nodes, checked)
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,8 @@ def expected(i: int) -> bytes:
 
 def _run_and_kill(path, seed: int, rng: random.Random) -> int:
     """Start the child, let it append for a random while, SIGKILL it; return the last size it reported committed."""
-    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    repo = str(Path(__file__).resolve().parents[2])  # the child imports this checkout's ledger package
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         first = proc.stdout.readline()  # the child is up and the ledger is open

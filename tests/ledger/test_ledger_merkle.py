@@ -291,6 +291,16 @@ def test_errors_carry_the_numbers():
         merkle.verify_consistency(6, 8, [*CONSISTENCY_VECTORS[2][2], EMPTY], ROOTS[5], ROOTS[7])
     with pytest.raises(ProofError, match="root is str, want 32 bytes"):
         merkle.verify_inclusion(LEAF_HASHES[0], 0, 1, [], "x" * 32)
+    with pytest.raises(ProofError, match="leaf index is float, want an integer"):
+        merkle.verify_inclusion(LEAF_HASHES[0], 0.0, 1, [], ROOTS[0])
+    with pytest.raises(ProofError, match="tree size is bool"):
+        merkle.verify_inclusion(LEAF_HASHES[0], 0, True, [], ROOTS[0])
+    with pytest.raises(ProofError, match="old tree size is -1, want 0 or more"):
+        merkle.verify_consistency(-1, 3, [], ROOTS[0], ROOTS[2])
+    with pytest.raises(ProofError, match="consistency proof from size 1 to 3 is NoneType, want a list"):
+        merkle.verify_consistency(1, 3, None, ROOTS[0], ROOTS[2])
+    with pytest.raises(ProofError, match="inclusion proof for leaf 0 of 2 is bytes, want a list"):
+        merkle.verify_inclusion(LEAF_HASHES[0], 0, 2, LEAF_HASHES[1], ROOTS[1])
 
 
 def _random_leaves(n: int, seed: int) -> list[bytes]:
