@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -39,8 +40,14 @@ def free_loopback_port() -> int:
         return int(s.getsockname()[1])
 
 
+GROUP_TIMEOUT = timedelta(minutes=5)
+
+
 def init_loopback_group(rank: int, world_size: int, port: int, dist_backend: str | None = None) -> None:
-    """Join the process group on tcp://127.0.0.1:port (gloo by default; "nccl" for CUDA tensors)."""
+    """Join the process group on tcp://127.0.0.1:port (gloo by default; "nccl" for CUDA tensors).
+
+    A rank that waits longer than GROUP_TIMEOUT for its peers fails rather than hangs.
+    """
     import torch.distributed as dist
 
     # Gloo picks its interface from the hostname unless told; keep all traffic on loopback.
@@ -50,6 +57,7 @@ def init_loopback_group(rank: int, world_size: int, port: int, dist_backend: str
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world_size,
+        timeout=GROUP_TIMEOUT,
     )
 
 

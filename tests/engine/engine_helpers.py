@@ -38,3 +38,10 @@ def distributed_run(rank: int, world_size: int, cfg: TrainConfig, tokens: np.nda
         state = result.state
         losses.append(result.loss)
     return {"state": state, "losses": losses}
+
+
+def failing_run(rank: int, world_size: int) -> int:
+    """Worker body whose last rank fails: spawn_workers must raise, not hang."""
+    if rank == world_size - 1:
+        raise ValueError(f"rank {rank} fails on purpose")
+    return rank

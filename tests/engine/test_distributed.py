@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from engine_helpers import distributed_run, shrunk_config, text_corpus
+from engine_helpers import distributed_run, failing_run, shrunk_config, text_corpus
 
 import kernels
 from p2paudit.engine.distributed import rank_share, spawn_workers
@@ -49,3 +49,9 @@ def test_w_processes_equal_one(world_size):
     # A different split of the tree would not match: (g0 + g1 + g2) + g3 departs from the pairwise tree.
     g = np.float32([0.1, 1e8, -1e8, 0.3])
     assert (g[0] + g[1]) + (g[2] + g[3]) != ((g[0] + g[1]) + g[2]) + g[3]
+
+
+@pytest.mark.slow
+def test_a_failing_worker_fails_the_spawn():
+    with pytest.raises(Exception, match="rank 1 fails on purpose"):
+        spawn_workers(2, failing_run)
