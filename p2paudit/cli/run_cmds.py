@@ -81,13 +81,13 @@ def _summary(report, run_id: bytes) -> dict:
             "seconds": sum(a.seconds for a in report.audits)}
 
 
-def _verify(run_dir: Path, steps: str, backend: str, as_json: bool):
+def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None):
     """Open and check the run, replay the range, print; returns the report."""
     from p2paudit.audit.replay import open_run, parse_step_range, verify_range
 
     view = open_run(run_dir)
     a, b = parse_step_range(steps, view.manifest.num_steps)
-    report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit)
+    report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit, against=against)
     summary = _summary(report, view.manifest.run_id)
     if as_json:
         click.echo(json.dumps({"summary": summary, "audits": [x.to_dict() for x in report.audits],
@@ -105,14 +105,18 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool):
 @click.argument("steps")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
+@click.option("--against", type=BACKEND_CHOICE, default=None,
+              help="Backend to bisect a mismatch against (default: reference, or cpu when --backend reference).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
 @click.pass_context
-def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, as_json: bool) -> None:
+def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, against: str | None,
+                     as_json: bool) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
-    Exit 0 when every step matches, 1 when any does not, 2 on bad usage or input.
+    Steps are 0-based: step n turns state n into state n+1. Exit 0 when every
+    step matches, 1 when any does not, 2 on bad usage or unreadable input.
     """
-    report = _verify(run_dir, steps, backend, as_json)
+    report = _verify(run_dir, steps, backend, as_json, against)
     if not report.all_match:
         ctx.exit(1)
 

@@ -1,0 +1,144 @@
+"""`p2paudit train`, `verify-range` and `demo` through click's runner: output and exit codes 0, 1, 2."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from p2paudit.cli import cli
+from p2paudit.identity import identity_from_seed, save_identity
+from p2paudit.run.golden import GOLDEN_TINY_DIGEST
+
+PUBLISHER = identity_from_seed(b"\x22" * 32)
+
+
+def _invoke(args, home: Path):
+    return CliRunner().invoke(cli, args, env={"P2PAUDIT_HOME": str(home)}, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory) -> Path:
+    """A run published through the CLI with an explicit key: tiny, 3 steps, checkpoints at 0, 2, 3."""
+    base = tmp_path_factory.mktemp("cli")
+    save_identity(PUBLISHER, base / "key.pem")
+    result = _invoke(["train", str(base / "run"), "--steps", "3", "--ckpt-every", "2", "--backend", "reference",
+                      "--key", str(base / "key.pem")], base / "home")
+    assert result.exit_code == 0, result.output
+    assert "run sha256:" in result.output and "(trained)" in result.output
+    assert not (base / "home").exists()  # an explicit key: the node key is not created
+    return base / "run"
+
+
+@pytest.fixture
+def run_copy(cli_run, tmp_path) -> Path:
+    shutil.copytree(cli_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_train_again_reuses_and_other_flags_are_refused(cli_run, tmp_path):
+    key = tmp_path / "key.pem"
+    save_identity(PUBLISHER, key)
+    again = _invoke(["train", str(cli_run), "--steps", "3", "--ckpt-every", "2", "--backend", "reference",
+                     "--key", str(key)], tmp_path)
+    assert again.exit_code == 0 and "already complete" in again.output
+    other = _invoke(["train", str(cli_run), "--steps", "4", "--ckpt-every", "2", "--key", str(key)], tmp_path)
+    assert other.exit_code == 2 and "another config" in other.output
+
+
+def test_train_creates_the_node_key_when_none_is_given(tmp_path):
+    result = _invoke(["train", str(tmp_path / "run"), "--steps", "1", "--backend", "reference"], tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "home" / "node.key").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps is 0"), (["--ckpt-every", "-1"], "--ckpt-every is -1"),
+    (["--key", "/nonexistent/key.pem"], "/nonexistent/key.pem"), (["--backend", "gpu"], "'gpu'"),
+    (["--micro-batches", "3"], "micro_batches is 3"),
+])
+def test_train_bad_usage_exits_2_with_one_line(tmp_path, args, message):
+    result = _invoke(["train", str(tmp_path / "run"), *args], tmp_path / "home")
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_verify_range_prints_one_line_per_step_and_a_summary(cli_run, tmp_path):
+    result = _invoke(["verify-range", "0-2", "--run", str(cli_run), "--backend", "reference"], tmp_path)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert [line.split()[:3] for line in lines[:3]] == [["step", str(n), "match"] for n in range(3)]
+    assert "3 step(s) of run sha256:" in lines[-1] and "3 match, 0 mismatch, 0 error" in lines[-1]
+
+
+def test_verify_range_json(cli_run, tmp_path):
+    result = _invoke(["verify-range", "2", "--run", str(cli_run), "--backend", "reference", "--json"], tmp_path)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["summary"]["match"] == 1 and report["audits"][0]["step"] == 2
+    assert set(report["audits"][0]) >= {"run_id", "input_digest", "data_digest", "claimed_digest",
+                                        "observed_digest", "verdict", "backend", "seconds"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["2-1"], "runs backwards"), (["0-3"], "step 3 is outside the run"), (["x"], "is not 'A-B'"),
+])
+def test_verify_range_bad_ranges_exit_2(cli_run, tmp_path, args, message):
+    result = _invoke(["verify-range", *args, "--run", str(cli_run), "--backend", "reference"], tmp_path)
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_verify_range_missing_run_exits_2(tmp_path):
+    assert _invoke(["verify-range", "0"], tmp_path).exit_code == 2  # --run is required
+    result = _invoke(["verify-range", "0", "--run", str(tmp_path / "nowhere")], tmp_path)
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+@pytest.mark.parametrize("relative", ["manifest.json", "manifest.sig.json", "shards/shard-00002.bin",
+                                      "checkpoints/step-00000002.safetensors"])
+def test_a_flipped_bit_exits_2_naming_the_file(run_copy, tmp_path, relative):
+    target = run_copy / relative
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    target.write_bytes(bytes(data))
+    before = sorted(p.name for p in run_copy.rglob("*"))
+    result = _invoke(["verify-range", "0-2", "--run", str(run_copy), "--backend", "reference"], tmp_path)
+    assert result.exit_code == 2 and str(target) in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in run_copy.rglob("*")) == before  # nothing written
+
+
+def test_a_forged_claim_exits_1_with_a_diagnosis(run_copy, tmp_path):
+    from p2paudit.audit.replay import open_run
+    from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
+    from p2paudit.run.digest import digest_state
+    from p2paudit.run.manifest import write_manifest
+
+    view = open_run(run_copy)
+    state = load_checkpoint(run_copy, 2, view.manifest.state_digest(2), list(view.names))
+    v = state["opt/v/ln_f"].copy()
+    v[:4] = np.nextafter(v[:4], np.float32(np.inf))
+    forged = dict(state, **{"opt/v/ln_f": v})
+    save_checkpoint(run_copy, 2, forged, digest_state(forged))
+    body = json.loads((run_copy / "manifest.json").read_bytes())
+    body["steps"][1]["output"] = digest_state(forged).to_dict()
+    write_manifest(run_copy, body, PUBLISHER)
+    result = _invoke(["verify-range", "1", "--run", str(run_copy), "--backend", "reference",
+                      "--against", "reference"], tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "mismatch" in result.output
+    assert "opt/v/ln_f: 4 of 64 elements differ, max 1 ulp" in result.output
+    assert "fault is in the claim, not the verifier" in result.output
+
+
+@pytest.mark.slow
+def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
+    result = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
+    assert result.exit_code == 0, result.output
+    assert f"{GOLDEN_TINY_DIGEST} == the committed constant" in result.output
+    assert "8 match, 0 mismatch, 0 error" in result.output
+    again = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
+    assert again.exit_code == 0 and "reusing the finished run" in again.output
