@@ -6,17 +6,23 @@ Only the k order is pinned, so the kernel is free to choose everything else:
 - B is packed into column panels of PANEL_COLS columns, each panel a
   contiguous (K, PANEL_COLS) block, so the inner loop streams unit-stride
   memory whatever B's layout (b or bᵀ) and no panel row lands on the same
-  cache set as the next (a row stride of 4 KiB would).
-- A task is ROW_BLOCK rows of one batch element; its rows of A are packed
-  (transposing them when A is given as aᵀ) and prange spreads tasks over the
-  threads. Rows are independent outputs.
-- For each panel the task keeps a (ROW_BLOCK, PANEL_COLS) block of
-  accumulators in a small buffer that stays in L1, and runs k as the OUTER
-  loop: for each k every accumulator gets exactly one `acc + a[i, k] * b[k, j]`
-  (a multiply rounded, then an add rounded: numba contracts nothing without
-  fastmath), so every output keeps its left-to-right fold. The j loop is the
-  innermost loop and LLVM vectorises it into vmulps/vaddps on zmm registers.
+  cache set as the next (a row stride of 4 KiB would). A plain B of at most
+  PANEL_COLS columns is one panel already and is not copied.
+- A task is one (ROW_BLOCK rows) x (one panel) block of C in one batch
+  element; prange spreads tasks over the threads. Outputs are independent.
+- The task keeps its (ROW_BLOCK, PANEL_COLS) accumulators in a small buffer
+  that stays in L1, and runs k as the OUTER loop (K_BLOCK values of A packed
+  k-major at a time): for each k every accumulator gets exactly one
+  `acc + a[i, k] * b[k, j]` (a multiply rounded, then an add rounded: numba
+  contracts nothing without fastmath), so every output keeps its
+  left-to-right fold from +0.0. The j loop is innermost and LLVM vectorises
+  it into vmulps/vaddps on zmm registers; each panel row loaded from L2
+  serves ROW_BLOCK rows from L1.
 
+Accumulators live in an L1 buffer rather than in registers: numba gives no
+way to pin a block of vector registers, and at one vector load, one store
+and one multiply-add pair per 16 outputs the loop is already near the
+store-port limit, within reach of torch.mm (see docs/benchmarks.md).
 These sizes change speed only, never a bit.
 """
 
@@ -25,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from kernels.cpu_scalar import ZERO
 
 PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
-ROW_BLOCK = 8  # rows of C per task; each B panel row is loaded once from L2 per task
+ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
+K_BLOCK = 256  # k values of A packed at a time: the packed block (32 KiB) stays in L1/L2
 
 
 @njit(parallel=True, cache=True)
@@ -62,67 +68,82 @@ def pack_panels(b, b_transposed):
 
 
 @njit(inline="always")
-def _pack_rows(a, a_transposed, z, i0, iw, ablk):
-    """Copy rows i0..i0+iw of A (batch z) into ablk (ROW_BLOCK, K); a is aᵀ if a_transposed."""
-    k_count = ablk.shape[1]
+def _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk):
+    """ablk[kk, i] = A[z, i0 + i, k0 + kk] for i < iw, kk < kw; a holds aᵀ if a_transposed.
+
+    k-major, so the fold reads the ROW_BLOCK multipliers of one k contiguously.
+    """
     if a_transposed:
-        for k in range(k_count):
-            src = a[z, k]  # (M,)
+        for kk in range(kw):
+            src = a[z, k0 + kk, i0 : i0 + iw]  # (iw,) one row of aᵀ is one column of A
+            dst = ablk[kk]
             for i in range(iw):
-                ablk[i, k] = src[i0 + i]
+                dst[i] = src[i]
     else:
         for i in range(iw):
-            src = a[z, i0 + i]  # (K,)
-            for k in range(k_count):
-                ablk[i, k] = src[k]
+            src = a[z, i0 + i, k0 : k0 + kw]  # (kw,)
+            for kk in range(kw):
+                ablk[kk, i] = src[kk]
 
 
 @njit(inline="always")
-def _fold_panel(ablk, iw, panel, jw, acc):
-    """acc[i, j] = fold over k of ablk[i, k] * panel[k, j], from +0.0, for i < iw, j < jw."""
-    k_count = ablk.shape[1]
-    for i in range(iw):
-        row = acc[i]
-        for j in range(jw):
-            row[j] = ZERO
-    for k in range(k_count):  # k outermost: each accumulator sees k = 0, 1, 2, ... in order
-        brow = panel[k]  # (PC,) contiguous
+def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
+    """acc[i, j] = acc[i, j] + ablk[kk, i] * panel[k0 + kk, j], for kk = 0, 1, ..., kw - 1 in order."""
+    for kk in range(kw):  # k outermost: each accumulator sees k in increasing order
+        brow = panel[k0 + kk, :jw]  # (jw,) contiguous
+        arow = ablk[kk]  # (RB,)
         for i in range(iw):
-            aik = ablk[i, k]
-            row = acc[i]  # (PC,) contiguous, in L1
+            aik = arow[i]
+            row = acc[i, :jw]  # (jw,) contiguous, in L1
             for j in range(jw):
                 row[j] = row[j] + aik * brow[j]
 
 
 @njit(parallel=True, cache=True)
 def matmul_packed(a, a_transposed, bp, n):
-    """C (BH, M, N) from A (BH, M, K) (or aᵀ given as (BH, K, M)) and panels bp from pack_panels."""
+    """C (BH, M, N) from A (BH, M, K) (or aᵀ given as (BH, K, M)) and B panels bp (BH, NP, K, PW).
+
+    A task is one (batch element, ROW_BLOCK rows, panel) block of C; it folds
+    k from 0 to K-1, K_BLOCK values of A at a time, into accumulators that
+    start at +0.0. Precondition: PW <= PANEL_COLS.
+    """
     if a_transposed:
         bh, k_count, m = a.shape
     else:
         bh, m, k_count = a.shape
-    n_panels = bp.shape[1]
+    n_panels, pw = bp.shape[1], bp.shape[3]
     c = np.empty((bh, m, n), np.float32)  # (BH, M, N)
     row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
-    for task in prange(bh * row_blocks):
-        z = task // row_blocks
-        i0 = (task - z * row_blocks) * ROW_BLOCK
-        iw = min(ROW_BLOCK, m - i0)
-        ablk = np.empty((ROW_BLOCK, k_count), np.float32)  # (RB, K)
-        acc = np.empty((ROW_BLOCK, PANEL_COLS), np.float32)  # (RB, PC)
-        _pack_rows(a, a_transposed, z, i0, iw, ablk)
-        for p in range(n_panels):
-            j0 = p * PANEL_COLS
-            jw = min(PANEL_COLS, n - j0)
-            _fold_panel(ablk, iw, bp[z, p], jw, acc)
-            for i in range(iw):
-                dst = c[z, i0 + i]  # (N,)
-                for j in range(jw):
-                    dst[j0 + j] = acc[i, j]
+    per_z = row_blocks * n_panels
+    for task in prange(bh * per_z):
+        z = task // per_z
+        rb = (task - z * per_z) // n_panels
+        p = task - z * per_z - rb * n_panels
+        i0, j0 = rb * ROW_BLOCK, p * pw
+        iw, jw = min(ROW_BLOCK, m - i0), min(pw, n - j0)
+        ablk = np.empty((K_BLOCK, ROW_BLOCK), np.float32)  # (KB, RB)
+        acc = np.zeros((ROW_BLOCK, PANEL_COLS), np.float32)  # (RB, PC): the folds start at +0.0
+        panel = bp[z, p]  # (K, PW)
+        for k0 in range(0, k_count, K_BLOCK):
+            kw = min(K_BLOCK, k_count - k0)
+            _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk)
+            _fold_block(ablk, iw, kw, panel, k0, jw, acc)
+        for i in range(iw):
+            dst = c[z, i0 + i, j0 : j0 + jw]  # (jw,)
+            src = acc[i]
+            for j in range(jw):
+                dst[j] = src[j]
     return c
 
 
 def matmul_batched(a: np.ndarray, a_transposed: bool, b: np.ndarray, b_transposed: bool, n: int) -> np.ndarray:
-    """The product of two 3-d operands given in either layout; n is the output's column count."""
-    bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
+    """The product of two 3-d operands given in either layout; n is the output's column count.
+
+    A plain B of at most PANEL_COLS columns already is one contiguous panel
+    per batch element, so it is used as it is.
+    """
+    if not b_transposed and n <= PANEL_COLS:
+        bp = b.reshape(b.shape[0], 1, b.shape[1], n)  # (BH, 1, K, N), a view
+    else:
+        bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
     return matmul_packed(a, a_transposed, bp, n)

@@ -16,6 +16,7 @@ from kernels.cpu_scalar import NEG_ZERO, next_pow2, pmax_row, psum_row
 
 ROWS_PER_TASK = 16  # rows handled by one prange task (amortises the scratch allocation)
 COLS_PER_TASK = 32  # column block of sum_cols: 32 floats = two cache lines per row
+LEAF_ROWS = 64  # rows folded per strided sub-tree of sum_cols (see _sum_col_block)
 
 
 @njit(parallel=True, cache=True)
@@ -49,32 +50,51 @@ def max_rows_2d(x):
 
 
 @njit(inline="always")
-def _sum_col_block(x, c0, cw, s):
-    """psum down columns c0..c0+cw of x into s[0, :cw]. s: (>= P2(R) / 2, COLS_PER_TASK).
+def _tree_rows(t, rows, width):
+    """Halving tree over the first `rows` rows of t (a power of two), vectorised across columns."""
+    flat = t.reshape(t.shape[0] * width)
+    w = rows >> 1
+    while w >= 1:
+        lo = flat[: w * width]  # rows (i, i + w) for i < w: two contiguous halves
+        hi = flat[w * width : 2 * w * width]
+        for f in range(w * width):
+            lo[f] = lo[f] + hi[f]
+        w >>= 1
 
-    Precondition: R >= 2. The first tree level (rows r and r + P/2) reads x
-    directly; a row r + P/2 >= R is -0.0 padding, and x + (-0.0) == x, so
-    those rows are copied.
+
+@njit(inline="always")
+def _sum_col_block(x, c0, cw, sums, t):
+    """psum down columns c0..c0+cw of x into sums[0, :cw].
+
+    Preconditions: R >= 2; sums (G, CB) and t (L / 2, CB) where P = P2(R) = G * L
+    and L >= 2. The halving tree over P rows splits exactly: its levels
+    w = P/2 .. G combine, for each residue a < G, only rows a, a + G, a + 2G, ...
+    (the same halving tree over that strided sequence of L rows); the levels
+    below G are the halving tree over those G partial sums. So each residue
+    is folded in the small buffer t, and the buffers stay in L1 whatever R.
+    A row index >= R is -0.0 padding, and x + (-0.0) == x.
     """
     r_count = x.shape[0]
-    h = next_pow2(r_count) >> 1  # h < R <= 2h
-    width = s.shape[1]
-    for i in range(h):
-        for j in range(cw, width):
-            s[i, j] = NEG_ZERO  # unused lanes of a partial block: never read back
-        if i + h < r_count:
-            for j in range(cw):
-                s[i, j] = x[i, c0 + j] + x[i + h, c0 + j]
-        else:
-            for j in range(cw):
-                s[i, j] = x[i, c0 + j]
-    flat = s.reshape(s.shape[0] * width)
-    w = h >> 1
-    while w >= 1:
-        # rows (i, i + w) for i < w: two contiguous halves of the buffer
-        for f in range(w * width):
-            flat[f] = flat[f] + flat[f + w * width]
-        w >>= 1
+    g = sums.shape[0]
+    half = t.shape[0]  # L / 2
+    width = t.shape[1]
+    for a in range(g):
+        for m in range(half):  # first level of the residue's tree: rows r and r + P/2
+            dst = t[m]  # (CB,)
+            r = a + m * g
+            top = x[r, c0 : c0 + cw]  # (cw,); r < P/2 < R always
+            if r + half * g < r_count:
+                bottom = x[r + half * g, c0 : c0 + cw]
+                for j in range(cw):
+                    dst[j] = top[j] + bottom[j]
+            else:
+                for j in range(cw):
+                    dst[j] = top[j]
+            for j in range(cw, width):
+                dst[j] = NEG_ZERO  # unused lanes of a partial block: never read back
+        _tree_rows(t, half, width)
+        sums[a] = t[0]
+    _tree_rows(sums, g, width)
 
 
 @njit(parallel=True, cache=True)
@@ -87,13 +107,16 @@ def sum_cols_2d(x):
     if r_count == 1:
         out[:] = x[0]
         return out
-    h = next_pow2(r_count) >> 1
+    p = next_pow2(r_count)
+    leaf = min(p, LEAF_ROWS)  # L
+    groups = p // leaf  # G
     n_tasks = (c_count + COLS_PER_TASK - 1) // COLS_PER_TASK
     for task in prange(n_tasks):
-        s = np.empty((h, COLS_PER_TASK), np.float32)  # scratch (P/2, CB)
+        sums = np.empty((groups, COLS_PER_TASK), np.float32)  # (G, CB)
+        t = np.empty((leaf // 2, COLS_PER_TASK), np.float32)  # (L/2, CB)
         c0 = task * COLS_PER_TASK
         cw = min(COLS_PER_TASK, c_count - c0)
-        _sum_col_block(x, c0, cw, s)
+        _sum_col_block(x, c0, cw, sums, t)
         for j in range(cw):
-            out[c0 + j] = s[0, j]
+            out[c0 + j] = sums[0, j]
     return out
