@@ -1,0 +1,361 @@
+"""GPU check of the Triton backend: compile, audit, compare bit for bit with the CPU backend, time.
+
+One script, end to end in a few minutes on one GPU:
+
+  1. compile every Triton kernel for this GPU and audit its PTX (no fma,
+     no approximate division/sqrt, no flush-to-zero: kernels/triton_ptx.py);
+  2. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
+     awkward shapes, subnormals, signed zeros, inf, NaN) through the Triton
+     backend and through kernels.cpu, live, and compare bit for bit;
+  3. for each op at a training-sized shape, compare the Triton output's digest
+     with the CPU backend's (prepared on a CPU machine into
+     benchmarks/gpu_inputs/cpu_digests.json by --prepare, from the same
+     seeded inputs; --cpu-live recomputes them here), and time the Triton
+     op against torch's own float32 op (TF32 off), both device-resident.
+
+    python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
+    python benchmarks/gpu_check.py --prepare              # on any machine: CPU digests
+    TRITON_INTERPRET=1 python benchmarks/gpu_check.py --quick --out OUT_DIR
+                                                          # dry run on CPU (no real timings)
+
+Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md after every stage.
+Exit status: 0 all equal, 1 some difference or forbidden instruction,
+2 no CUDA (and not a --quick interpreter dry run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "kernels")]
+DIGESTS = REPO / "benchmarks" / "gpu_inputs" / "cpu_digests.json"
+SEED = 20261129
+NAN_BITS = 0x7FC00000
+
+# Training-sized shapes ("full") and interpreter-sized ones ("quick"). A row of
+# W = 8192 or V = 8192 takes the multi-pass tree (wider than one 2^10 block).
+SIZES = {
+    "full": dict(M=2048, K=768, N=2304, R=8192, C=768, RW=4096, W=8192, BH=24, T=1024, D=64,
+                 E=1 << 24, NV=4096, V=8192, EV=8192, TOK=8192),
+    "quick": dict(M=33, K=17, N=65, R=70, C=33, RW=3, W=1100, BH=2, T=33, D=8,
+                  E=3000, NV=5, V=1100, EV=17, TOK=40),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One op at one shape: how to make its inputs, and torch's own version of it."""
+
+    name: str
+    op: str
+    make: Callable  # (rng, sizes) -> tuple of numpy arguments
+    torch_op: Callable  # (device args) -> zero-argument callable running torch's op
+
+
+def _n(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _causal(t, device):
+    import torch
+
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def _torch_softmax(s, keep):
+    import torch
+
+    return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+
+
+def _torch_attention(q, k, v, keep):
+    p = _torch_softmax((q @ k.transpose(1, 2)) * q.shape[-1] ** -0.5, keep)
+    return p @ v, p
+
+
+def _torch_attention_backward(q, k, v, p, do):
+    scale = q.shape[-1] ** -0.5
+    dp = do @ v.transpose(1, 2)
+    dv = p.transpose(1, 2) @ do
+    ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+    return (ds @ k) * scale, (ds.transpose(1, 2) @ q) * scale, dv
+
+
+def _torch_rmsnorm_backward(x, w, rstd, dy):
+    xhat = x * rstd[:, None]
+    g = dy * w
+    return (g - xhat * (g * xhat).mean(1, keepdim=True)) * rstd[:, None], (dy * xhat).sum(0)
+
+
+def _torch_ce_backward(l, t):
+    import torch
+
+    g = torch.softmax(l, dim=1)
+    g[torch.arange(l.shape[0], device=l.device), t] -= 1.0
+    return g / l.shape[0]
+
+
+def _torch_adamw(p, g, m, v, step, lr, b1, b2, eps, wd):
+    m2 = b1 * m + (1 - b1) * g
+    v2 = b2 * v + (1 - b2) * g * g
+    den = (v2.sqrt() / (1 - b2**step) ** 0.5) + eps
+    return p * (1 - lr * wd) - (lr / (1 - b1**step)) * (m2 / den), m2, v2
+
+
+def workloads() -> list[Workload]:
+    """Every op of the backend, with inputs drawn from a seeded generator."""
+    import torch
+    import torch.nn.functional as F
+
+    W = Workload
+    ad = (7, 1e-3, 0.9, 0.95, 1e-8, 0.1)
+    return [
+        W("matmul", "matmul", lambda r, s: (_n(r, s["M"], s["K"]), _n(r, s["K"], s["N"])), lambda a, b: lambda: a @ b),
+        W("matmul_nt", "matmul_nt", lambda r, s: (_n(r, s["M"], s["K"]), _n(r, s["N"], s["K"])), lambda a, b: lambda: a @ b.T),
+        W("matmul_tn", "matmul_tn", lambda r, s: (_n(r, s["K"], s["M"]), _n(r, s["K"], s["N"])), lambda a, b: lambda: a.T @ b),
+        W("bmm", "matmul", lambda r, s: (_n(r, s["BH"], s["T"], s["D"]), _n(r, s["BH"], s["D"], s["T"])),
+          lambda a, b: lambda: torch.bmm(a, b)),
+        W("sum_rows", "sum_rows", lambda r, s: (_n(r, s["R"], s["C"]),), lambda x: lambda: x.sum(1)),
+        W("sum_cols", "sum_cols", lambda r, s: (_n(r, s["R"], s["C"]),), lambda x: lambda: x.sum(0)),
+        W("max_rows", "max_rows", lambda r, s: (_n(r, s["RW"], s["W"]),), lambda x: lambda: x.amax(1)),
+        W("exp", "exp", lambda r, s: (_n(r, s["E"], scale=8.0),), lambda x: lambda: torch.exp(x)),
+        W("log", "log", lambda r, s: (np.abs(_n(r, s["E"], scale=100.0)),), lambda x: lambda: torch.log(x)),
+        W("silu", "silu", lambda r, s: (_n(r, s["E"], scale=4.0),), lambda x: lambda: F.silu(x)),
+        W("silu_backward", "silu_backward", lambda r, s: (_n(r, s["E"], scale=4.0), _n(r, s["E"])),
+          lambda x, dy: lambda: dy * torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))),
+        W("softmax_causal", "softmax_causal", lambda r, s: (_n(r, s["BH"], s["T"], s["T"], scale=3.0),),
+          lambda x: (lambda keep: lambda: _torch_softmax(x, keep))(_causal(x.shape[-1], x.device))),
+        W("softmax_causal_backward", "softmax_causal_backward",
+          lambda r, s: (np.abs(_n(r, s["BH"], s["T"], s["T"])) / np.float32(s["T"]), _n(r, s["BH"], s["T"], s["T"])),
+          lambda p, dp: lambda: p * (dp - (p * dp).sum(-1, keepdim=True))),
+        W("attention", "attention", lambda r, s: tuple(_n(r, s["BH"], s["T"], s["D"]) for _ in range(3)),
+          lambda q, k, v: (lambda keep: lambda: _torch_attention(q, k, v, keep))(_causal(q.shape[1], q.device))),
+        W("attention_backward", "attention_backward",
+          lambda r, s: tuple(_n(r, s["BH"], s["T"], s["D"]) for _ in range(3))
+          + (np.abs(_n(r, s["BH"], s["T"], s["T"])) / np.float32(s["T"]), _n(r, s["BH"], s["T"], s["D"])),
+          lambda q, k, v, p, do: lambda: _torch_attention_backward(q, k, v, p, do)),
+        W("rmsnorm", "rmsnorm", lambda r, s: (_n(r, s["R"], s["C"]), _n(r, s["C"]), 1e-5),
+          lambda x, w, eps: lambda: F.rms_norm(x, (x.shape[1],), w, eps)),
+        W("rmsnorm_backward", "rmsnorm_backward",
+          lambda r, s: (_n(r, s["R"], s["C"]), _n(r, s["C"]), np.abs(_n(r, s["R"])) + np.float32(0.5), _n(r, s["R"], s["C"])),
+          lambda x, w, rstd, dy: lambda: _torch_rmsnorm_backward(x, w, rstd, dy)),
+        W("cross_entropy", "cross_entropy", lambda r, s: (_n(r, s["NV"], s["V"], scale=4.0), r.integers(0, s["V"], s["NV"])),
+          lambda l, t: lambda: F.cross_entropy(l, t)),
+        W("cross_entropy_backward", "cross_entropy_backward",
+          lambda r, s: (_n(r, s["NV"], s["V"], scale=4.0), r.integers(0, s["V"], s["NV"]), 1.0),
+          lambda l, t, d: lambda: _torch_ce_backward(l, t)),
+        W("embedding", "embedding", lambda r, s: (_n(r, s["EV"], s["C"]), r.integers(0, s["EV"], s["TOK"])),
+          lambda tab, idx: lambda: F.embedding(idx, tab)),
+        W("embedding_backward", "embedding_backward",
+          lambda r, s: (r.integers(0, s["EV"], s["TOK"]), _n(r, s["TOK"], s["C"]), s["EV"]),
+          lambda idx, d, v: lambda: torch.zeros(v, d.shape[1], device=d.device).index_add_(0, idx, d)),
+        W("adamw", "adamw", lambda r, s: (_n(r, s["E"]), _n(r, s["E"]), _n(r, s["E"], scale=0.1),
+                                          np.abs(_n(r, s["E"], scale=0.01))) + ad,
+          lambda p, g, m, v, *h: lambda: _torch_adamw(p, g, m, v, *h)),
+    ]  # fmt: skip
+
+
+def make_inputs(w: Workload, index: int, size: str) -> tuple:
+    """The numpy arguments of workload number `index`, the same on every machine."""
+    return w.make(np.random.default_rng([SEED, index]), SIZES[size])
+
+
+def digest(outputs) -> str:
+    """sha256 over each output's shape and little-endian bits, every NaN as 0x7FC00000."""
+    h = hashlib.sha256()
+    for o in outputs if isinstance(outputs, tuple) else (outputs,):
+        a = np.ascontiguousarray(np.asarray(o), dtype="<f4")
+        bits = a.view("<u4").copy()
+        bits[np.isnan(a)] = NAN_BITS
+        h.update(repr(a.shape).encode() + bits.tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ stages
+
+
+class Report:
+    """Results so far, written to OUT_DIR after every stage (a timeout keeps what was done)."""
+
+    def __init__(self, out: Path, meta: dict):
+        self.out, self.data = out, {"meta": meta, "audit": {}, "cases": {}, "ops": []}
+        out.mkdir(parents=True, exist_ok=True)
+
+    def save(self) -> None:
+        (self.out / "gpu_check.json").write_text(json.dumps(self.data, indent=1))
+        (self.out / "gpu_check.md").write_text(markdown(self.data))
+
+    def failed(self) -> bool:
+        d = self.data
+        return (any(a["problems"] for a in d["audit"].values()) or any(d["cases"].values())
+                or any(not o["equal"] for o in d["ops"]))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def audit_kernels(report: Report, arch: int) -> None:
+    """Stage 1: compile every kernel for sm_<arch> and audit its PTX."""
+    from kernels import triton_ptx as P
+
+    for spec in P.kernel_specs():
+        t = time.perf_counter()
+        problems = P.audit_ptx(P.compile_spec(spec, arch=arch))
+        report.data["audit"][spec.name] = {"problems": problems, "compile_s": round(time.perf_counter() - t, 2)}
+        log(f"audit {spec.name}: {'; '.join(problems) or 'clean'}")
+    report.save()
+
+
+def check_cases(report: Report, small: bool) -> None:
+    """Stage 2: the shared kernel cases, Triton against kernels.cpu, live."""
+    from kernel_cases import OPS, check_backend
+
+    from kernels import cpu, triton_backend
+
+    for op in OPS:
+        t = time.perf_counter()
+        failures = check_backend(triton_backend, cpu, op, SEED, small=small)
+        report.data["cases"][op] = failures[:5]
+        log(f"cases {op}: {len(failures)} differ ({time.perf_counter() - t:.1f}s)")
+    report.save()
+
+
+def time_ms(fn: Callable, device: str, budget_s: float = 0.25, max_iter: int = 100) -> float:
+    """Mean milliseconds per call of fn, after a warm-up, over enough calls to fill budget_s."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    fn()
+    sync()
+    t = time.perf_counter()
+    fn()
+    sync()
+    once = max(time.perf_counter() - t, 1e-6)
+    n = int(min(max_iter, max(3, budget_s / once)))
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return (time.perf_counter() - t) / n * 1e3
+
+
+def _to_device(args: tuple, device: str) -> tuple:
+    import torch
+
+    return tuple(torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a for a in args)
+
+
+def _host(result):
+    return tuple(r.cpu().numpy() for r in result) if isinstance(result, tuple) else result.cpu().numpy()
+
+
+def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
+    """Stage 3: each op at size `size`: digest against the CPU backend's, and time against torch."""
+    from kernels import cpu, triton_backend
+
+    stored = json.loads(DIGESTS.read_text())["digests"].get(size, {}) if DIGESTS.exists() else {}
+    for i, w in enumerate(workloads()):
+        args = make_inputs(w, i, size)
+        dev = _to_device(args, device)
+        got = digest(_host(getattr(triton_backend, w.op)(*dev)))
+        want, source = stored.get(w.name), "prepared"
+        if cpu_live or want is None:
+            want, source = digest(getattr(cpu, w.op)(*args)), "live"
+        row = {"name": w.name, "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
+               "equal": got == want, "cpu_digest": source, "digest": got[:16]}
+        row["triton_ms"] = time_ms(lambda: getattr(triton_backend, w.op)(*dev), device)
+        row["torch_ms"] = time_ms(w.torch_op(*dev), device)
+        row["ratio"] = row["triton_ms"] / row["torch_ms"]
+        report.data["ops"].append(row)
+        log(f"{w.name:24s} equal={row['equal']} ({source})  triton {row['triton_ms']:.3f} ms  "
+            f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}")
+        report.save()
+
+
+def markdown(d: dict) -> str:
+    """The report as markdown: meta, audit and case summaries, the timing table."""
+    m = d["meta"]
+    lines = [f"GPU check on {m['device']} ({m['mode']}), torch {m['torch']}, triton {m['triton']}, "
+             f"sizes `{m['size']}`, {m['when']}.", ""]
+    bad = {k: v["problems"] for k, v in d["audit"].items() if v["problems"]}
+    lines.append(f"PTX audit: {len(d['audit'])} kernels, {len(bad)} with forbidden instructions {bad or ''}")
+    diff = {k: v for k, v in d["cases"].items() if v}
+    lines.append(f"Shared cases against kernels.cpu: {len(d['cases'])} ops, {len(diff)} with differences {diff or ''}")
+    lines += ["", "| op | shapes | bitwise equal to cpu | triton ms | torch fp32 ms | triton / torch |",
+              "|---|---|---|---|---|---|"]
+    for o in d["ops"]:
+        shapes = " ".join("x".join(map(str, s)) for s in o["shapes"])
+        lines.append(f"| {o['name']} | {shapes} | {'yes' if o['equal'] else 'NO'} ({o['cpu_digest']}) | "
+                     f"{o['triton_ms']:.3f} | {o['torch_ms']:.3f} | {o['ratio']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def prepare() -> None:
+    """Write the CPU backend's digests of every workload, both sizes, to DIGESTS."""
+    from kernels import cpu
+
+    out = {"seed": SEED, "sizes": SIZES, "machine": platform.platform(), "digests": {}}
+    for size in SIZES:
+        out["digests"][size] = {}
+        for i, w in enumerate(workloads()):
+            t = time.perf_counter()
+            out["digests"][size][w.name] = digest(getattr(cpu, w.op)(*make_inputs(w, i, size)))
+            log(f"cpu {size} {w.name}: {time.perf_counter() - t:.1f}s")
+    DIGESTS.parent.mkdir(parents=True, exist_ok=True)
+    DIGESTS.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("out/gpu_check"), help="directory for gpu_check.json/.md")
+    ap.add_argument("--quick", action="store_true", help="small shapes (the interpreter dry run uses these)")
+    ap.add_argument("--cpu-live", action="store_true", help="recompute CPU digests here instead of the prepared ones")
+    ap.add_argument("--skip-cases", action="store_true", help="skip stage 2 (the shared cases)")
+    ap.add_argument("--prepare", action="store_true", help=f"compute CPU digests into {DIGESTS.relative_to(REPO)}")
+    args = ap.parse_args(argv)
+    if args.prepare:
+        prepare()
+        return 0
+    import torch
+
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if not torch.cuda.is_available() and not (interpret and args.quick):
+        print("gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
+              "(a CPU dry run is TRITON_INTERPRET=1 ... --quick)", file=sys.stderr)
+        return 2
+    device = "cpu" if interpret else "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's baseline in true fp32 too
+    torch.backends.cudnn.allow_tf32 = False
+    import triton
+
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU (TRITON_INTERPRET=1, timings are not GPU figures)"
+    size = "quick" if args.quick else "full"
+    report = Report(args.out, {"device": name, "mode": "interpret" if interpret else "cuda", "size": size,
+                               "torch": torch.__version__, "triton": triton.__version__,
+                               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        audit_kernels(report, 10 * major + minor)
+    if not args.skip_cases:
+        check_cases(report, small=args.quick)
+    check_ops(report, size, device, args.cpu_live)
+    report.save()
+    print(markdown(report.data))
+    return 1 if report.failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
