@@ -1,0 +1,80 @@
+"""Instruction-set paths and thread counts change no bit of any op.
+
+invariance_probe.py digests every op's outputs (reference and cpu backends)
+on a fixed input set; it runs here in subprocesses under three settings that
+together take every value of: ATEN_CPU_CAPABILITY default/avx2 (and the
+host's own), NUMBA_CPU_NAME generic/host, NUMBA_NUM_THREADS and
+OMP_NUM_THREADS 1/2, NPY_DISABLE_CPU_FEATURES all of numpy's dispatch targets
+this CPU has / only the AVX-512 ones / none. Every digest must be equal, and
+each setting must be seen to take effect.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SEED, run_probe
+
+
+def host_dispatch_features() -> list[str]:
+    """numpy's runtime-dispatch targets this CPU supports (the names NPY_DISABLE_CPU_FEATURES accepts)."""
+    from numpy._core import _multiarray_umath as umath
+
+    return [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)]
+
+
+def settings_under_test() -> list[dict[str, str]]:
+    features = host_dispatch_features()
+    wide_simd = [f for f in features if "512" in f or f == "X86_V4"]
+    return [
+        {},
+        {"ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic", "NUMBA_NUM_THREADS": "1",
+         "OMP_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": " ".join(features)},
+        {"ATEN_CPU_CAPABILITY": "avx2", "NUMBA_CPU_NAME": "host", "NUMBA_NUM_THREADS": "2",
+         "OMP_NUM_THREADS": "2", "NPY_DISABLE_CPU_FEATURES": " ".join(wide_simd)},
+    ]  # fmt: skip
+
+
+def check_settings_took_effect(env: dict[str, str], seen: dict) -> None:
+    """Fail if the libraries did not apply what `env` asked for."""
+    for feature in env.get("NPY_DISABLE_CPU_FEATURES", "").split():
+        assert feature not in seen["numpy_dispatch_enabled"], f"numpy still dispatches to {feature}"
+    if "NUMBA_CPU_NAME" in env:
+        assert seen["numba_cpu_name"] == env["NUMBA_CPU_NAME"]
+    if "NUMBA_NUM_THREADS" in env:
+        assert seen["numba_threads"] == int(env["NUMBA_NUM_THREADS"])
+    if "OMP_NUM_THREADS" in env:
+        assert seen["torch_threads"] == int(env["OMP_NUM_THREADS"])
+    if env.get("ATEN_CPU_CAPABILITY") == "default":
+        assert seen["torch_capability"] == "DEFAULT"
+
+
+@pytest.mark.slow
+def test_digests_equal_across_isa_and_threads():
+    results = []
+    for env in settings_under_test():
+        report = run_probe("invariance_probe.py", [str(SEED)], env, timeout=600)
+        check_settings_took_effect(env, report["settings"])
+        results.append((env, report))
+    digests = {(i, name): d for i, (_, r) in enumerate(results) for name, d in r["digests"].items()}
+    first = results[0][1]["digests"]["reference"]
+    differing = [f"run {i} {name} ({results[i][0] or 'defaults'}): {d}" for (i, name), d in digests.items() if d != first]
+    assert not differing, f"reference under defaults: {first}\n" + "\n".join(differing)
+
+
+def test_a_changed_bit_changes_the_digest():
+    # The digests compare everything only if one flipped bit moves them.
+    import sys
+
+    import numpy as np
+    from kernel_cases import build_cases
+
+    probe = sys.modules.get("invariance_probe") or __import__("invariance_probe")
+    from kernels import reference
+
+    cases = {op: build_cases(op, SEED, small=True) for op in probe.OPS}
+    base = probe.digest_backend(reference, cases)
+    label, (x, w, eps) = cases["rmsnorm"][0]
+    x = x.copy()
+    x.view(np.uint32)[0, 0] ^= 1
+    cases["rmsnorm"][0] = (label, (x, w, eps))
+    assert probe.digest_backend(reference, cases) != base
