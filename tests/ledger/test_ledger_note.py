@@ -214,3 +214,31 @@ def test_signer_and_verifier_inputs_are_checked():
         sign_note("no newline", [_signer()])
     with pytest.raises(CheckpointError, match="at least one signer"):
         sign_note("text\n", [])
+
+
+# The examples in the C2SP specifications themselves (their public keys are not published, so only the
+# format is checked: the note text may hold blank lines, and the last blank line separates the signatures).
+C2SP_NOTE_EXAMPLE = (
+    "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\ned \u00e8 subito sera.\n\n"
+    "\u2014 quasimodo.example/salvatore NnugSzTjtVAewIS+Z/iJhUPeFDkO/5QQ2i5ddnGITLlC+EhfLW9oJKONrMouFSQU0xMcXxj99ihAQwaqP3ZekRwNtIc=\n"
+)
+C2SP_CHECKPOINT_EXAMPLE = (
+    "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n\n"
+    "\u2014 example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n"
+)
+
+
+def test_c2sp_signed_note_example_parses():
+    note = parse_note(C2SP_NOTE_EXAMPLE)
+    assert note.text == "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\ned \u00e8 subito sera.\n"
+    assert [(s.name, len(s.key_id), len(s.signature)) for s in note.signatures] == [("quasimodo.example/salvatore", 4, 64)]
+    with pytest.raises(CheckpointError, match="no signature from a known key"):
+        open_note(C2SP_NOTE_EXAMPLE, [_signer("quasimodo.example/salvatore").verifier])
+
+
+def test_c2sp_checkpoint_example_parses():
+    note = parse_note(C2SP_CHECKPOINT_EXAMPLE)
+    cp = Checkpoint.from_body(note.text)
+    assert (cp.origin, cp.size) == ("example.com/behind-the-sofa", 20852163)
+    assert cp.root == base64.b64decode("CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=") and cp.body() == note.text
+    assert note.signatures[0].name == "example.com/behind-the-sofa" and len(note.signatures[0].signature) == 64

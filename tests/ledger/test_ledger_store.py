@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import MAX_ENTRY_BYTES, Ledger, LedgerError, merkle
@@ -231,3 +235,23 @@ def test_append_only_error_when_the_database_refuses(ledger):
     assert ledger.size == 1
     report = ledger.verify()
     assert not report.ok and report.first_bad_index == 1, report.problems
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=24), min_size=1, max_size=12), min_size=1, max_size=12), st.data())
+def test_property_any_append_sequence_gives_the_naive_tree(batches, data):
+    entries: list[bytes] = []
+    with tempfile.TemporaryDirectory() as tmp, Ledger.open(Path(tmp) / "prop.db", ORIGIN) as lg:
+        for batch in batches:
+            if len(batch) == 1:
+                lg.append(batch[0])
+            else:
+                lg.append_many(batch)
+            entries.extend(batch)
+            size = data.draw(st.integers(1, len(entries)), label="size")
+            index = data.draw(st.integers(0, size - 1), label="index")
+            old = data.draw(st.integers(0, size), label="old")
+            assert lg.root(size) == naive.mth(entries[:size])
+            assert lg.inclusion_proof(index, size) == naive.path(index, entries[:size])
+            assert lg.consistency_proof(old, size) == naive.proof(old, entries[:size])
+        assert lg.verify().ok
