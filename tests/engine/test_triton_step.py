@@ -1,0 +1,60 @@
+"""A whole training step on the Triton backend (interpreted on CPU) has the reference's bits.
+
+TRITON_INTERPRET=1 must be set before Triton kernels are defined, so the
+Triton side runs in a fresh process; it reports the SHA-256 of every tensor
+of the new state, compared here with the reference backend's.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from engine_helpers import shrunk_config, text_corpus
+
+import kernels
+from p2paudit.engine.schedule import batch_for_step
+from p2paudit.engine.state import init_state
+from p2paudit.engine.step import train_step
+
+SCRIPT = r"""
+import dataclasses, hashlib, json, sys
+import numpy as np
+import kernels
+from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.schedule import batch_for_step
+from p2paudit.engine.state import init_state
+from p2paudit.engine.step import train_step
+cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
+tokens = np.frombuffer(open(sys.argv[2], "rb").read(), dtype=np.uint8)
+state = init_state(cfg)
+result = train_step(state, batch_for_step(tokens, b"triton-test", cfg, 0), cfg, kernels.get_backend("triton"))
+print(json.dumps({k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in result.state.items()}))
+"""
+
+
+def state_digests(state):
+    return {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in state.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.triton
+def test_triton_step_matches_reference(tmp_path):
+    cfg = shrunk_config(micro_batches=2, seq_len=8)  # the interpreter is slow: one layer, one sequence
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layer=1), batch_size=1)
+    corpus = tmp_path / "corpus.bin"
+    corpus.write_bytes(text_corpus().tobytes())
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(cfg.to_dict()), str(corpus)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    batch = batch_for_step(text_corpus(), b"triton-test", cfg, 0)
+    want = state_digests(train_step(init_state(cfg), batch, cfg, kernels.get_backend("reference")).state)
+    differ = [k for k in want if got.get(k) != want[k]]
+    assert list(got) == list(want) and not differ, f"{len(differ)} tensors differ, first {differ[:1]}"
