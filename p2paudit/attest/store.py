@@ -116,6 +116,7 @@ class AttestationStore:
         self.conn = ledger.conn
         self._runs: dict[bytes, tuple[int, int]] = {}
         self._keys: dict[bytes, int] = {}
+        self._pending_keys: dict[bytes, int] = {}
         self._create_tables()
 
     @classmethod
@@ -126,7 +127,12 @@ class AttestationStore:
             raise AttestationError(f"no ledger at {path}")
         if stored is not None and origin is not None and stored != origin:
             raise AttestationError(f"{path} is the ledger of origin {stored!r}, not {origin!r}")
-        return cls(Ledger.open(path, stored or origin))
+        ledger = Ledger.open(path, stored or origin)
+        try:
+            return cls(ledger)
+        except BaseException:
+            ledger.close()
+            raise
 
     def close(self) -> None:
         self.ledger.close()
@@ -179,7 +185,8 @@ class AttestationStore:
         return RunInfo(*row)
 
     def run_number(self, run_id: bytes) -> int:
-        """The run's row number in the index tables."""
+        """The run's row number in the index tables; AttestationError if the run is not known."""
+        self.run_info(run_id)
         return self._run(self.conn, run_id, 0)[0]
 
     def _run(self, conn: sqlite3.Connection, run_id: bytes, step: int) -> tuple[int, int]:
@@ -195,14 +202,15 @@ class AttestationStore:
         return cached
 
     def _key(self, conn: sqlite3.Connection, public_key: bytes) -> int:
-        number = self._keys.get(public_key)
+        number = self._keys.get(public_key) or self._pending_keys.get(public_key)
         if number is None:
             row = conn.execute("SELECT key FROM attest_keys WHERE public_key = ?", (public_key,)).fetchone()
-            if row is None:  # we hold the write lock, so nobody can insert it between the two statements
+            if row is not None:  # committed by someone (our own inserts in this transaction are pending)
+                number = self._keys[public_key] = row[0]
+            else:  # we hold the write lock, so nobody can insert it between the two statements
                 number = conn.execute("INSERT INTO attest_keys (public_key) VALUES (?)", (public_key,)).lastrowid
-            else:
-                number = row[0]
-            self._keys[public_key] = number
+                # Cached only once committed: a rollback would leave the number pointing at nothing.
+                self._pending_keys[public_key] = number
         return number
 
     # -- appending --------------------------------------------------------------------------------------
@@ -231,9 +239,15 @@ class AttestationStore:
 
     @contextmanager
     def _writing(self) -> Iterator[Transaction]:
-        with self.ledger.transaction() as tx:
-            self._catch_up(tx)
-            yield tx
+        """A write transaction with the index caught up; key numbers made in it are cached after commit."""
+        self._pending_keys = {}
+        try:
+            with self.ledger.transaction() as tx:
+                self._catch_up(tx)
+                yield tx
+            self._keys.update(self._pending_keys)
+        finally:
+            self._pending_keys = {}
 
     def _store(self, tx: Transaction, checked: Sequence[_Checked]) -> list[Appended]:
         runs = []

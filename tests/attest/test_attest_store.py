@@ -193,3 +193,19 @@ def test_checkpoint_is_signed_by_the_node(store):
     note = store.checkpoint(ALICE)
     cp = open_checkpoint(note, NoteVerifier(ORIGIN, ALICE.public_key))
     assert (cp.origin, cp.size, cp.root) == (ORIGIN, 1, store.ledger.root())
+
+
+def test_a_refused_batch_after_catch_up_leaves_the_index_consistent(store):
+    from p2paudit.attest.verification import verify_store
+
+    newcomer = key(9)
+    with Ledger.open(store.ledger.path, ORIGIN) as raw:
+        raw.append(make_signed(newcomer, step=1).encoded)  # a key the index has never seen
+    with pytest.raises(AttestationError, match="unknown run"):
+        store.append(make_signed(ALICE, run=digest("other")).encoded)  # catch-up, then refused: rollback
+    assert _count(store) == (1, 0)
+    store.append(make_signed(BOB, step=1).encoded)
+    store.append(make_signed(newcomer, step=2).encoded)
+    report = verify_store(store)
+    assert report.ok, report.problems
+    assert {s.verifier for _, s in store.step_attestations(RUN, 1)} == {newcomer.public_key, BOB.public_key}

@@ -221,3 +221,23 @@ def test_commands_without_a_node_key(tmp_path):
     empty = tmp_path / "empty"
     line = _one_line_error(run(empty, "ledger", "checkpoint"), 2)
     assert "p2paudit init" in line
+
+
+@pytest.mark.slow
+def test_add_run_from_a_published_run_directory(home, tmp_path):
+    from p2paudit.run.manifest import read_manifest
+    from p2paudit.run.publisher import TrainPlan, publish_run
+
+    run_dir = tmp_path / "tiny-run"
+    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=2, backend="reference"), A)
+    manifest = read_manifest(run_dir)
+    result = run(home, "ledger", "add-run", str(run_dir))
+    assert result.exit_code == 0, result.output
+    assert f"run {manifest.run_id.hex()} known: 2 steps (tiny-run)" in result.output
+    signed = make_signed(B, step=1, run=manifest.run_id)
+    path = tmp_path / "a.bin"
+    path.write_bytes(signed.encoded)
+    assert run(home, "ledger", "import", str(path)).exit_code == 0
+    path.write_bytes(make_signed(B, step=2, run=manifest.run_id).encoded)
+    assert "has 2 steps" in _one_line_error(run(home, "ledger", "import", str(path)), 2)
+    assert "not both" in _one_line_error(run(home, "ledger", "add-run", str(run_dir), "--steps", "2"), 2)
