@@ -8,6 +8,7 @@ import pytest
 from engine_helpers import shrunk_config, text_corpus
 
 import kernels
+from p2paudit.engine.config import train_config
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import check_state, init_state
 from p2paudit.engine.step import micro_batch_grads, train_step, tree_sum
@@ -97,7 +98,8 @@ def test_weight_decay_spares_norm_gains():
 
 @pytest.mark.skipif(importlib.util.find_spec("kernels.cpu") is None, reason="kernels.cpu is not written yet")
 def test_reference_and_cpu_backends_agree_bit_for_bit():
-    cfg, state, batch = setup(micro_batches=2)
+    cfg = train_config("tiny", micro_batches=2, seed=5)  # the real tiny model, two micro-batches
+    state, batch = init_state(cfg), batch_for_step(text_corpus(), b"step-test", cfg, 0)
     cpu = kernels.get_backend("cpu")
     ref_trace, cpu_trace = {}, {}
     r_ref = train_step(state, batch, cfg, REF, trace=lambda n, v: ref_trace.__setitem__(n, v.copy()))
