@@ -33,9 +33,11 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, scale_ptr, M, N, K,
     b_col = b_ptr + z * sbb + rn.to(tl.int64) * sbn
     acc = tl.zeros((BM, BN), dtype=tl.float32)  # (BM, BN), +0.0
     for k in range(0, K):
-        a_k = tl.load(a_row + k * sak, mask=rm < M, other=0.0)  # (BM,)
-        b_k = tl.load(b_col + k * sbk, mask=rn < N, other=0.0)  # (BN,)
+        a_k = tl.load(a_row, mask=rm < M, other=0.0)  # (BM,) = a[z, rm, k]
+        b_k = tl.load(b_col, mask=rn < N, other=0.0)  # (BN,) = b[z, k, rn]
         acc = acc + a_k[:, None] * b_k[None, :]  # one product and one sum per k, in k order
+        a_row += sak  # pointers step in 64 bits: no k * stride overflow
+        b_col += sbk
     if HAS_SCALE:
         acc = acc * tl.load(scale_ptr)
     c = c_ptr + z * scb + rm.to(tl.int64)[:, None] * scm + rn.to(tl.int64)[None, :] * scn
@@ -67,9 +69,10 @@ def fold_kernel(x_ptr, y_ptr, W, s_a, s_n, s_w, vn, vw, lim, NOUT,
     LOG2G levels of the halving tree leave at index i.
     """
     G: tl.constexpr = 1 << LOG2G
-    a = tl.program_id(0).to(tl.int64)
-    i = tl.program_id(1)
-    w = tl.program_id(2) * BW + tl.arange(0, BW)  # (BW,)
+    pid = tl.program_id(0).to(tl.int64)  # (a, i) flattened: grid axis 0 has room for 2^31 programs
+    a = pid // NOUT
+    i = pid % NOUT
+    w = tl.program_id(1) * BW + tl.arange(0, BW)  # (BW,)
     n = i + tl.arange(0, G) * NOUT  # (G,)
     pad: tl.constexpr = float("-inf") if IS_MAX else -0.0
     keep = ((n[:, None] * vn + w[None, :] * vw) < lim) & (w[None, :] < W)  # (G, BW)

@@ -71,7 +71,7 @@ def _fold(x: torch.Tensor, a: int, n: int, w: int, strides: tuple[int, int, int]
         log2g = min(FOLD_LOG2G, log2n)
         nout = 1 << (log2n - log2g)
         y = torch.empty((a, nout, w), dtype=torch.float32, device=x.device)
-        launch(tk.fold_kernel, (a, nout, cdiv(w, FOLD_BW)), x, y, w, s_a, s_n, s_w, vn, vw, lim, nout,
+        launch(tk.fold_kernel, (a * nout, cdiv(w, FOLD_BW)), x, y, w, s_a, s_n, s_w, vn, vw, lim, nout,
                LOG2G=log2g, BW=FOLD_BW, IS_MAX=is_max)
         x, log2n = y, log2n - log2g
         s_a, s_n, s_w, vn, vw, lim = nout * w, w, 1, 1, 0, nout  # dense from here on
