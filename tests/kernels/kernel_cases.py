@@ -298,12 +298,19 @@ def build_cases(op: str, seed: int, small: bool = False) -> list[tuple[str, tupl
 
 
 def check_backend(backend, reference, op: str, seed: int, small: bool = False) -> list[str]:
-    """Run every case of `op` on both modules; return one line per case that differs."""
+    """Run every case of `op` on both modules; return one line per case that differs.
+
+    A backend that writes into one of its inputs is reported too.
+    """
     failures = []
     for label, args in build_cases(op, seed, small):
         want = getattr(reference, op)(*args)
+        before = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         got = getattr(backend, op)(*args)
         msg = compare_outputs(got, want)
+        for k, (a, b) in enumerate(zip(args, before)):
+            if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.tobytes() != b.tobytes()):
+                msg = (msg + "; " if msg else "") + f"argument {k} was modified"
         if msg:
             failures.append(f"{op} [{label}]: {msg}")
     return failures
