@@ -137,6 +137,10 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
 
     check_plan(plan)
     cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    if plan.world_size > 1:
+        from p2paudit.engine.distributed import rank_share
+
+        rank_share(cfg, 0, plan.world_size)  # refuses a world size the micro-batches cannot be split over
     run_dir = plan.run_dir
     _check_directory(run_dir)
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
@@ -166,16 +170,9 @@ def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndar
 
     progress = run_dir / PROGRESS_FILE
     if progress.exists():
-        body = json.loads(read_file(progress, "progress file").decode("utf-8"))
-        if not isinstance(body, dict) or not _same_plan(body, cfg, plan):
-            raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
-                             f"resume it with the same flags or use another directory")
-        data = DataSpec.from_dict(body["data"])
+        body, data, claimed = _read_progress(progress, cfg, plan)
         tokens = load_tokens(run_dir, data)
-        done = len(body["steps"])
-        claimed = StateDigest.from_dict(body["initial_state"], str(progress)) if done == 0 else \
-            StepRecord.from_dict(body["steps"][-1], done - 1).output
-        state = load_checkpoint(run_dir, done, claimed, state_names(cfg))
+        state = load_checkpoint(run_dir, len(body["steps"]), claimed, state_names(cfg))
         return body, tokens, state
     data = write_shards(run_dir, corpus_tokens())
     tokens = load_tokens(run_dir, data)
@@ -185,6 +182,25 @@ def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndar
     body = new_body(cfg, data, initial, plan)
     write_atomic(progress, canonical_json(body))
     return body, tokens, state
+
+
+def _read_progress(progress: Path, cfg, plan: TrainPlan) -> tuple[dict, DataSpec, StateDigest]:
+    """(body so far, its data spec, claimed digest of its last checkpointed state) from progress.json."""
+    try:
+        body = json.loads(read_file(progress, "progress file").decode("utf-8"))
+        if not isinstance(body, dict) or not _same_plan(body, cfg, plan):
+            raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
+                             f"resume it with the same flags or use another directory")
+        data = DataSpec.from_dict(body["data"])
+        done = len(body["steps"])
+        claimed = StateDigest.from_dict(body["initial_state"], str(progress)) if done == 0 else \
+            StepRecord.from_dict(body["steps"][-1], done - 1).output
+        if body["checkpoints"][-1] != done:
+            raise InputError(f"{progress}: last checkpoint {body['checkpoints'][-1]} is not state {done}")
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InputError(f"{progress} is damaged ({type(exc).__name__}: {exc}); remove the run directory "
+                         f"and train again") from None
+    return body, data, claimed
 
 
 def single_process_step(cfg, backend_name: str):

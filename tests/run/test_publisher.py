@@ -37,11 +37,20 @@ def test_a_foreign_directory_is_not_written(tmp_path, publisher):
 @pytest.mark.parametrize("plan, message", [
     (dict(steps=0), "--steps is 0"), (dict(ckpt_every=0), "--ckpt-every is 0"),
     (dict(world_size=0), "--world-size is 0"), (dict(world_size=2, traces=True), "--traces needs"),
+    (dict(world_size=8), "world size 8 must be a power of two <= micro_batches 4"),
 ])
 def test_bad_plans_are_refused_before_anything_is_written(tmp_path, publisher, plan, message):
     with pytest.raises(InputError, match=message):
         publish_run(TrainPlan(tmp_path / "run", backend="reference", **plan), publisher)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_progress_file_is_named(tmp_path, publisher):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / PROGRESS_FILE).write_text('{"config": ')
+    with pytest.raises(InputError, match=f"{run_dir / PROGRESS_FILE} is damaged"):
+        publish_run(TrainPlan(run_dir, steps=1, backend="reference"), publisher)
 
 
 def test_golden_digest_of_the_builtin_tiny_run(tmp_path, publisher):
