@@ -1,0 +1,120 @@
+"""The `cpu` matmul at the edges of its blocking: bitwise equal to the reference.
+
+kernels/cpu_matmul.py splits C into (ROW_BLOCK rows) x (PANEL_COLS columns)
+tasks and folds k in chunks of K_BLOCK. Shapes one below, at and one above
+each size, in every layout and batched, must give the reference's bits; and
+the fold must run over k left to right across chunk boundaries, which a
+cancellation case shows (BLAS, the failing baseline, sums in another order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_cases import describe_difference
+
+from kernels import KernelInputError, cpu, reference
+from kernels.cpu_matmul import K_BLOCK, PANEL_COLS, ROW_BLOCK
+
+F32 = np.float32
+
+
+def _operands(rng, m, k, n, layout, batch=None):
+    """Random a, b for `layout` with awkward magnitudes (subnormal to large)."""
+    lead = () if batch is None else (batch,)
+    a_shape = lead + ((k, m) if layout == "tn" else (m, k))
+    b_shape = lead + ((n, k) if layout == "nt" else (k, n))
+    scale_a = rng.choice(np.array([1e-40, 1e-3, 1.0, 1e3], F32), a_shape)
+    scale_b = rng.choice(np.array([1e-3, 1.0, 1e3], F32), b_shape)
+    return (rng.standard_normal(a_shape) * scale_a).astype(F32), (rng.standard_normal(b_shape) * scale_b).astype(F32)
+
+
+FUNCS = {"nn": "matmul", "nt": "matmul_nt", "tn": "matmul_tn"}
+EDGE_SHAPES = [
+    (1, 1, 1),
+    (ROW_BLOCK - 1, 3, PANEL_COLS + 1),
+    (ROW_BLOCK + 1, K_BLOCK + 1, PANEL_COLS - 1),
+    (2 * ROW_BLOCK, K_BLOCK, 2 * PANEL_COLS),
+    (5, 2 * K_BLOCK + 3, 1),
+    (3, 0, 4),  # K = 0: every entry is +0.0
+    (0, 4, 3),
+    (4, 3, 0),
+]
+
+
+@pytest.mark.parametrize("layout", sorted(FUNCS))
+@pytest.mark.parametrize("m,k,n", EDGE_SHAPES)
+def test_matmul_edges_match_reference(layout, m, k, n):
+    rng = np.random.default_rng(m * 7919 + k * 104729 + n)
+    a, b = _operands(rng, m, k, n, layout)
+    got = getattr(cpu, FUNCS[layout])(a, b)
+    assert describe_difference(got, getattr(reference, FUNCS[layout])(a, b)) is None
+
+
+@pytest.mark.parametrize("layout", sorted(FUNCS))
+def test_batched_matmul_matches_reference(layout):
+    rng = np.random.default_rng(11)
+    a, b = _operands(rng, ROW_BLOCK + 3, 19, PANEL_COLS + 5, layout, batch=3)
+    got = getattr(cpu, FUNCS[layout])(a, b)
+    assert got.shape == (3, ROW_BLOCK + 3, PANEL_COLS + 5)
+    assert describe_difference(got, getattr(reference, FUNCS[layout])(a, b)) is None
+
+
+def _cancellation(k: int, big_at: tuple[int, int], small_at: int) -> tuple[np.ndarray, np.ndarray]:
+    """a (1, k) with +2^25 and -2^25 at big_at and 1.0 at small_at; b all ones (k, 1)."""
+    a = np.zeros((1, k), F32)
+    a[0, big_at[0]], a[0, big_at[1]], a[0, small_at] = F32(2**25), F32(-(2**25)), F32(1.0)
+    return a, np.ones((k, 1), F32)
+
+
+def test_fold_runs_left_to_right_across_k_blocks():
+    # Left fold: 2^25 + 1 rounds back to 2^25 (ulp 4), then -2^25 gives 0.
+    # Any order that adds the two big values first gives 1.
+    k = K_BLOCK + 2
+    a, b = _cancellation(k, (0, K_BLOCK + 1), K_BLOCK - 1)
+    assert cpu.matmul(a, b)[0, 0] == 0.0
+    assert reference.matmul(a, b)[0, 0] == 0.0
+    # The 1.0 after the cancellation survives: the order is by k, not by block.
+    a2, _ = _cancellation(k, (0, K_BLOCK - 1), K_BLOCK + 1)
+    assert cpu.matmul(a2, b)[0, 0] == 1.0
+
+
+def test_stock_matmul_is_a_failing_baseline():
+    # BLAS splits k over vector lanes: +2^25 and -2^25 (k = 0 and 128, one
+    # lane for any lane count up to 128) cancel before the 1.0 of k = 1 (another
+    # lane) joins, which gives 1; the left fold gives 0.
+    k = 256
+    a, b = _cancellation(k, (0, 128), 1)
+    assert cpu.matmul(a, b)[0, 0] == 0.0
+    stock = [float(np.matmul(a, b)[0, 0])]
+    torch = pytest.importorskip("torch")
+    stock.append(float(torch.from_numpy(a) @ torch.from_numpy(b)))
+    assert 1.0 in stock, f"stock products {stock} happen to fold left to right here"
+
+
+def test_signed_zero_start_of_fold():
+    # The fold starts from +0.0, so a product of -0.0 alone gives +0.0.
+    a = np.array([[-0.0]], F32)
+    b = np.array([[1.0]], F32)
+    assert np.signbit(cpu.matmul(a, b)[0, 0]) == np.signbit(reference.matmul(a, b)[0, 0]) == False  # noqa: E712
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,message",
+    [
+        ((3, 4), (5, 2), "b has 5 rows, want 4"),
+        ((2, 3, 4), (3, 4, 2), "batch size 2"),
+        ((3, 4), (2, 4, 2), "want both 2-d or both 3-d"),
+    ],
+)
+def test_bad_shapes_are_refused(a_shape, b_shape, message):
+    with pytest.raises(KernelInputError, match=message):
+        cpu.matmul(np.zeros(a_shape, F32), np.zeros(b_shape, F32))
+
+
+def test_non_contiguous_and_wrong_dtype_are_refused():
+    a = np.zeros((4, 4), F32)
+    with pytest.raises(KernelInputError, match="C-contiguous"):
+        cpu.matmul(a.T, a)
+    with pytest.raises(KernelInputError, match="float64"):
+        cpu.matmul_nt(a, a.astype(np.float64))
