@@ -4,7 +4,8 @@ Both sides run the same configuration: M micro-batches of B sequences of T
 tokens, gradient accumulation, AdamW. PyTorch uses float32 autograd,
 F.scaled_dot_product_attention, F.rms_norm and torch.optim.AdamW with its
 default thread count. Each side runs one warm-up step (numba compiles on its
-first call), then `--repeats` timed steps; the median is reported.
+first call), then `--repeats` timed steps, the two sides taking turns so that
+a change in machine load hits both; min and median are reported, and their ratios.
 
     python benchmarks/step_bench.py --configs tiny small --repeats 3
 """
@@ -17,6 +18,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 # Python puts this script's folder first on sys.path; a benchmarks/kernels.py
 # there would shadow the kernels package, so import from the installed paths.
@@ -58,31 +60,46 @@ def torch_loss(p: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: TrainConfi
     return F.cross_entropy(logits.reshape(B * T, -1), tgt.reshape(-1))
 
 
-def time_torch(cfg: TrainConfig, batches: list[np.ndarray], repeats: int) -> float:
+def torch_stepper(cfg: TrainConfig) -> Callable[[np.ndarray], None]:
+    """A function that runs one stock PyTorch step (accumulating M micro-batches, then AdamW)."""
     p = torch_params(init_state(cfg), cfg)
     o = cfg.optim
     opt = torch.optim.AdamW(p.values(), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
-    times = []
-    for i in range(repeats + 1):
-        batch = torch.from_numpy(batches[i])
-        t0 = time.perf_counter()
+
+    def step(batch: np.ndarray) -> None:
+        tokens = torch.from_numpy(batch)
         opt.zero_grad(set_to_none=True)
         for mb in range(cfg.micro_batches):
-            (torch_loss(p, batch[mb], cfg) / cfg.micro_batches).backward()
+            (torch_loss(p, tokens[mb], cfg) / cfg.micro_batches).backward()
         opt.step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+
+    return step
 
 
-def time_engine(cfg: TrainConfig, batches: list[np.ndarray], repeats: int, backend_name: str) -> float:
+def engine_stepper(cfg: TrainConfig, backend_name: str) -> Callable[[np.ndarray], None]:
+    """A function that runs one engine step, keeping the state between calls."""
     backend = kernels.get_backend(backend_name)
-    state = init_state(cfg)
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        state = train_step(state, batches[i], cfg, backend).state
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    holder = {"state": init_state(cfg)}
+
+    def step(batch: np.ndarray) -> None:
+        holder["state"] = train_step(holder["state"], batch, cfg, backend).state
+
+    return step
+
+
+def time_alternating(steppers: list[Callable[[np.ndarray], None]], batches: list[np.ndarray]) -> list[list[float]]:
+    """Seconds per step of each stepper; they take turns, so a change in machine load hits both alike.
+
+    batches[0] is a warm-up step for every stepper (numba compiles on first use) and is not timed.
+    """
+    times: list[list[float]] = [[] for _ in steppers]
+    for i, batch in enumerate(batches):
+        for k, step in enumerate(steppers):
+            t0 = time.perf_counter()
+            step(batch)
+            if i:
+                times[k].append(time.perf_counter() - t0)
+    return times
 
 
 def main() -> None:
@@ -98,12 +115,13 @@ def main() -> None:
         cfg = train_config(name)
         m = cfg.model
         batches = [batch_for_step(tokens, b"bench", cfg, n) for n in range(args.repeats + 1)]
-        ours = time_engine(cfg, batches, args.repeats, args.backend)
-        ref = time_torch(cfg, batches, args.repeats)
+        ours, ref = time_alternating([engine_stepper(cfg, args.backend), torch_stepper(cfg)], batches)
         print(
-            f"{name}: {count_params(m) / 1e6:.2f} M params, M={cfg.micro_batches} B={cfg.batch_size} T={m.seq_len}: "
-            f"engine[{args.backend}] {ours * 1e3:.1f} ms/step, torch {ref * 1e3:.1f} ms/step, "
-            f"ratio {ours / ref:.2f}x"
+            f"{name}: {count_params(m) / 1e6:.2f} M params, M={cfg.micro_batches} B={cfg.batch_size} T={m.seq_len}, "
+            f"{args.repeats} steps each: engine[{args.backend}] min {min(ours) * 1e3:.1f} / median "
+            f"{statistics.median(ours) * 1e3:.1f} ms, torch min {min(ref) * 1e3:.1f} / median "
+            f"{statistics.median(ref) * 1e3:.1f} ms; ratio engine/torch {min(ours) / min(ref):.2f}x (min), "
+            f"{statistics.median(ours) / statistics.median(ref):.2f}x (median)"
         )
 
 
