@@ -27,6 +27,7 @@ from ledger.peers import PeerCheckpointResult, SplitView
 from ledger.verification import VerifyReport
 
 MAX_ENTRY_BYTES = 64 * 1024
+_UNION_CHUNK = 200
 
 Hook = Callable[[sqlite3.Connection, int], None]
 """Called as hook(conn, index) inside the append's transaction; raising aborts the whole append."""
@@ -35,11 +36,6 @@ Hook = Callable[[sqlite3.Connection, int], None]
 def read_size(conn: sqlite3.Connection) -> int:
     """The number of entries (max index + 1: an O(log n) b-tree lookup, not a count)."""
     return conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM entries").fetchone()[0]
-
-
-def read_complete_hash(conn: sqlite3.Connection, start: int, end: int) -> bytes:
-    """Hash of the complete aligned subtree [start, end): a leaf hash or a stored interior hash."""
-    return read_complete_hashes(conn, [(start, end)])[(start, end)]
 
 
 def read_complete_hashes(conn: sqlite3.Connection, ranges: Iterable[merkle.Range]) -> dict[merkle.Range, bytes]:
@@ -51,14 +47,17 @@ def read_complete_hashes(conn: sqlite3.Connection, ranges: Iterable[merkle.Range
     leaves = [a for a, b in wanted if b - a == 1]
     nodes = [((b - a).bit_length() - 1, a) for a, b in wanted if b - a > 1]
     found: dict[merkle.Range, bytes] = {}
-    if leaves:
-        marks = ",".join("?" * len(leaves))
-        for idx, h in conn.execute(f"SELECT idx, leaf_hash FROM entries WHERE idx IN ({marks})", leaves):
+    for chunk in range(0, len(leaves), _UNION_CHUNK):
+        part = leaves[chunk : chunk + _UNION_CHUNK]
+        marks = ",".join("?" * len(part))
+        for idx, h in conn.execute(f"SELECT idx, leaf_hash FROM entries WHERE idx IN ({marks})", part):
             found[(idx, idx + 1)] = h
-    if nodes:
-        # A UNION ALL of primary-key lookups: a row-value IN (VALUES ...) would scan the whole table.
-        query = " UNION ALL ".join(["SELECT level, idx, hash FROM nodes WHERE level = ? AND idx = ?"] * len(nodes))
-        params = [v for level, a in nodes for v in (level, a >> level)]
+    # UNION ALLs of primary-key lookups (a row-value IN (VALUES ...) would scan the whole table),
+    # in chunks below SQLite's default limit of 500 terms in one compound SELECT.
+    for chunk in range(0, len(nodes), _UNION_CHUNK):
+        part = nodes[chunk : chunk + _UNION_CHUNK]
+        query = " UNION ALL ".join(["SELECT level, idx, hash FROM nodes WHERE level = ? AND idx = ?"] * len(part))
+        params = [v for level, a in part for v in (level, a >> level)]
         for level, idx, h in conn.execute(query, params):
             found[(idx << level, (idx + 1) << level)] = h
     for a, b in wanted:
@@ -88,6 +87,7 @@ class Transaction:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.size = read_size(conn)
+        self.failed = False  # set when the database refused an append: the transaction must not commit
         # The right edge of the tree, read once per transaction so other writers' appends are seen.
         ranges = merkle.compact_ranges(self.size)
         stored = read_complete_hashes(conn, ranges)
@@ -98,22 +98,31 @@ class Transaction:
         return self.append_many([entry])[0]
 
     def append_many(self, entries: Iterable[bytes]) -> list[int]:
-        """Append entries in order in this transaction; return their indices."""
+        """Append entries in order in this transaction; return their indices.
+
+        All entries are checked before anything is written. If the database
+        refuses a row, AppendOnlyError is raised and the transaction is marked
+        failed: rows of the batch may already be in it, so it cannot commit.
+        """
+        if self.failed:
+            raise LedgerError("an earlier append in this transaction was refused; it can only roll back")
+        first, size, frontier = self.size, self.size, list(self._frontier)
         leaf_rows, node_rows = [], []
-        first = self.size
         for entry in entries:
-            data = _check_entry(entry, self.size)
+            data = _check_entry(entry, size)
             lh = merkle.leaf_hash(data)
-            leaf_rows.append((self.size, lh, data))
-            node_rows.extend(merkle.push_leaf(self._frontier, self.size, lh))
-            self.size += 1
+            leaf_rows.append((size, lh, data))
+            node_rows.extend(merkle.push_leaf(frontier, size, lh))
+            size += 1
         try:
             # Entries first: the nodes trigger refuses a subtree reaching past the stored entries.
             self.conn.executemany("INSERT INTO entries (idx, leaf_hash, data) VALUES (?, ?, ?)", leaf_rows)
             self.conn.executemany("INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", node_rows)
-        except sqlite3.IntegrityError as e:
+        except sqlite3.Error as e:
+            self.failed = True
             raise AppendOnlyError(f"append at index {first} refused by the database: {e}") from None
-        return list(range(first, self.size))
+        self.size, self._frontier = size, frontier
+        return list(range(first, size))
 
     def root(self) -> bytes:
         """The root of the tree as it stands in this transaction."""
@@ -172,7 +181,10 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} cannot start a write transaction: {e}") from None
         self._in_transaction = True
         try:
-            yield Transaction(self.conn)
+            tx = Transaction(self.conn)
+            yield tx
+            if tx.failed:
+                raise LedgerError("ledger transaction rolled back: an append in it was refused by the database")
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:

@@ -255,3 +255,33 @@ def test_property_any_append_sequence_gives_the_naive_tree(batches, data):
             assert lg.inclusion_proof(index, size) == naive.path(index, entries[:size])
             assert lg.consistency_proof(old, size) == naive.proof(old, entries[:size])
         assert lg.verify().ok
+
+
+def test_reading_many_stored_hashes_at_once(ledger):
+    # More ranges than one compound SELECT may hold (SQLite's default limit is 500 terms).
+    from ledger.store import read_complete_hashes
+
+    ledger.append_many([b"%d" % i for i in range(3000)])
+    hashes = [merkle.leaf_hash(b"%d" % i) for i in range(3000)]
+    ranges = [(i, i + 2) for i in range(0, 2998, 2)] + [(i, i + 8) for i in range(0, 2992, 8)] + [(i, i + 1) for i in range(700)]
+    got = read_complete_hashes(ledger.conn, ranges)
+    assert len(got) == len(set(ranges))
+    for a, b in ranges:
+        assert got[(a, b)] == merkle.root_from_leaf_hashes(hashes[a:b])
+    with pytest.raises(CorruptLedgerError, match=r"the stored hash of leaves \[2048, 4096\) is missing"):
+        read_complete_hashes(ledger.conn, [(0, 2048), (2048, 4096)])
+
+
+def test_a_refused_append_cannot_be_committed_half_way(ledger):
+    ledger.append_many([b"a", b"b", b"c"])
+    ledger.conn.execute("DROP TRIGGER nodes_within_size")
+    ledger.conn.execute("INSERT INTO nodes VALUES (2, 0, ?)", (bytes(32),))  # forged: refused when [0, 4) completes
+    with pytest.raises(LedgerError, match="rolled back: an append in it was refused"):
+        with ledger.transaction() as tx:
+            try:
+                tx.append_many([b"d", b"e"])  # entry rows go in, then the node insert is refused
+            except AppendOnlyError:
+                pass  # a caller that swallows the error must still not commit half a batch
+            with pytest.raises(LedgerError, match="can only roll back"):
+                tx.append(b"f")
+    assert ledger.size == 3
