@@ -72,6 +72,11 @@ def hash_ranges(conn: sqlite3.Connection, ranges: list[merkle.Range]) -> list[by
     return [merkle.range_hash(a, b, lambda s, e: stored[(s, e)]) for a, b in ranges]
 
 
+def _check_int(value: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LedgerError(f"{what} is {type(value).__name__}, want an integer")
+
+
 def _check_entry(entry: bytes, position: int) -> bytes:
     if not isinstance(entry, (bytes, bytearray, memoryview)):
         raise LedgerError(f"entry {position} is {type(entry).__name__}, want bytes")
@@ -211,6 +216,7 @@ class Ledger:
 
     def entry(self, index: int) -> bytes:
         """The bytes of entry `index`; LedgerError if there is none."""
+        _check_int(index, "entry index")
         row = self.conn.execute("SELECT data FROM entries WHERE idx = ?", (index,)).fetchone()
         if row is None:
             raise LedgerError(f"entry {index} is not in the ledger of size {self.size}")
@@ -220,6 +226,8 @@ class Ledger:
         """The bytes of entries [start, stop) in order (stop defaults to the current size)."""
         size = self.size
         stop = size if stop is None else stop
+        _check_int(start, "start")
+        _check_int(stop, "stop")
         if not 0 <= start <= stop <= size:
             raise LedgerError(f"entries [{start}, {stop}) are not within the ledger of size {size}")
         cursor = self.conn.execute("SELECT data FROM entries WHERE idx >= ? AND idx < ? ORDER BY idx", (start, stop))
@@ -229,6 +237,7 @@ class Ledger:
         current = self.size
         if size is None:
             return current
+        _check_int(size, "tree size")
         if not 0 <= size <= current:
             raise LedgerError(f"tree size {size} is not within the ledger of size {current}")
         return size
@@ -241,6 +250,7 @@ class Ledger:
     def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
         """The proof that entry `index` is in the tree of `size` entries (default: all)."""
         size = self._resolve_size(size)
+        _check_int(index, "entry index")
         if not 0 <= index < size:
             raise LedgerError(f"entry {index} is not in a tree of size {size}")
         return hash_ranges(self.conn, merkle.inclusion_path(index, size))
@@ -248,6 +258,7 @@ class Ledger:
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """The proof that the tree of `old_size` entries is a prefix of the tree of `new_size` (default: all)."""
         new_size = self._resolve_size(new_size)
+        _check_int(old_size, "old tree size")
         if not 0 <= old_size <= new_size:
             raise LedgerError(f"no consistency proof from size {old_size} to size {new_size}")
         return hash_ranges(self.conn, merkle.consistency_path(old_size, new_size))

@@ -18,10 +18,12 @@ from ledger import Ledger, merkle
 ORIGIN = "example.org/crash"
 
 # The child appends deterministic entries (entry i is a function of i) in single appends and batches,
-# keeps its own index table through the hook, and prints the ledger size after every commit.
+# keeps its own index table through the hook, now and then signs a checkpoint, and prints the ledger
+# size after every commit.
 CHILD = r"""
 import hashlib, random, sys
-from ledger import Ledger
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from ledger import Ledger, NoteSigner
 
 def expected(i):
     return hashlib.sha256(b"%d" % i).digest() * (1 + i % 9)
@@ -31,6 +33,7 @@ def hook(conn, index):
 
 path, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
+signer = NoteSigner("example.org/crash", Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
 with Ledger.open(path, "example.org/crash") as lg:
     lg.conn.execute("CREATE TABLE IF NOT EXISTS my_index (idx INTEGER PRIMARY KEY, digest BLOB NOT NULL)")
     print(lg.size, flush=True)
@@ -43,6 +46,8 @@ with Ledger.open(path, "example.org/crash") as lg:
             k = rng.randrange(2, 300)
             lg.append_many([expected(i) for i in range(n, n + k)], hook)
             n += k
+        if rng.random() < 0.05:
+            lg.checkpoint(signer)
         print(n, flush=True)
 """
 
@@ -73,6 +78,7 @@ def test_sigkill_at_random_moments_loses_nothing_committed(tmp_path):
     path = tmp_path / "crash.db"
     rng = random.Random(20261129)
     reported_total = 0
+    checkpoints = 0
     for round_ in range(6):
         reported = _run_and_kill(path, round_, rng)
         assert reported >= reported_total
@@ -87,7 +93,9 @@ def test_sigkill_at_random_moments_loses_nothing_committed(tmp_path):
                 assert data == expected(i), f"round {round_}: entry {i} is not what was appended"
             digests = lg.conn.execute("SELECT idx, digest FROM my_index ORDER BY idx").fetchall()
             assert digests == [(i, hashlib.sha256(expected(i)).digest()) for i in range(size)]  # the hook's table moved in step
-            report = lg.verify()
+            report = lg.verify()  # also checks every checkpoint the child signed against the entries
             assert report.ok, report.problems
+            checkpoints += report.checkpoints_checked
             assert report.root == lg.root() == merkle.root_from_leaf_hashes([merkle.leaf_hash(expected(i)) for i in range(size)])
+    assert checkpoints > 0, "no checkpoint was signed in any round"
     assert reported_total >= 1000, f"only {reported_total} entries appended over all rounds: the test did not exercise much"

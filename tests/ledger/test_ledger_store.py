@@ -206,6 +206,12 @@ def test_bad_sizes_are_refused_with_numbers(ledger):
         ledger.inclusion_proof(3, 3)
     with pytest.raises(LedgerError, match="no consistency proof from size 4 to size 3"):
         ledger.consistency_proof(4, 3)
+    with pytest.raises(LedgerError, match="tree size is str, want an integer"):
+        ledger.root("3")
+    with pytest.raises(LedgerError, match="entry index is float, want an integer"):
+        ledger.inclusion_proof(1.0)
+    with pytest.raises(LedgerError, match="entry index is NoneType"):
+        ledger.entry(None)
     assert ledger.root(0) == merkle.EMPTY_ROOT
     assert ledger.consistency_proof(0) == [] and ledger.consistency_proof(5) == []
 
