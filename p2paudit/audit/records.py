@@ -38,6 +38,8 @@ class StepAudit:
     backend: str
     seconds: float
     note: str = ""
+    engine_version: str = ""  # the verifier's engine and arithmetic versions
+    arithmetic_version: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -46,4 +48,5 @@ class StepAudit:
             "claimed_digest": format_digest(self.claimed_digest),
             "observed_digest": None if self.observed_digest is None else format_digest(self.observed_digest),
             "verdict": self.verdict, "backend": self.backend, "seconds": self.seconds, "note": self.note,
+            "engine_version": self.engine_version, "arithmetic_version": self.arithmetic_version,
         }

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels import ARITHMETIC_VERSION
 from p2paudit.audit.diagnosis import (Diagnosis, compare_states, conclude, differing_names, first_divergence)
 from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
+from p2paudit.engine import ENGINE_VERSION
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
@@ -149,7 +151,8 @@ def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanc
     result = step_fn(state, batch)
     observed = digest_state(result.state)
     base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, data_digest=data_digest,
-                claimed_digest=record.output.digest, observed_digest=observed.digest, backend=backend, seconds=0.0)
+                claimed_digest=record.output.digest, observed_digest=observed.digest, backend=backend, seconds=0.0,
+                engine_version=ENGINE_VERSION, arithmetic_version=ARITHMETIC_VERSION)
     if unanchored:
         return StepAudit(**base, verdict=ERROR, note=unanchored), result.state, None
     if data_digest != record.data_digest:

@@ -196,6 +196,11 @@ def _parse_body(body: dict, body_bytes: bytes, run_id: bytes, public_key: bytes,
     if body.get("arithmetic_version") != kernels.ARITHMETIC_VERSION:
         raise InputError(f"arithmetic version {body.get('arithmetic_version')!r}, this verifier implements "
                          f"{kernels.ARITHMETIC_VERSION}")
+    from p2paudit.engine import ENGINE_VERSION
+
+    if body.get("engine_version") != ENGINE_VERSION:
+        raise InputError(f"engine version {body.get('engine_version')!r}, this verifier runs engine "
+                         f"version {ENGINE_VERSION!r}")
     if not isinstance(body.get("config"), dict):
         raise InputError("config must be an object")
     steps = body.get("steps")

@@ -100,7 +100,7 @@ def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict
 
     return {
         "format": RUN_FORMAT, "version": RUN_VERSION, "arithmetic_version": kernels.ARITHMETIC_VERSION,
-        "engine_version": str(getattr(engine, "ENGINE_VERSION", __version__)), "created_by": f"p2paudit {__version__}",
+        "engine_version": engine.ENGINE_VERSION, "created_by": f"p2paudit {__version__}",
         "config": cfg.to_dict(), "steps_planned": plan.steps, "checkpoint_every": plan.ckpt_every,
         "data": data.to_dict(),
         "schedule": {"function": SCHEDULE_NAME, "data_key": format_digest(data.data_key), "seed": cfg.seed,

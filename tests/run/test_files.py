@@ -110,6 +110,7 @@ def test_non_canonical_manifest_is_refused(run_copy, publisher):
 @pytest.mark.parametrize("field, value, message", [
     ("version", 2, "version 2"),
     ("arithmetic_version", 99, "arithmetic version 99"),
+    ("engine_version", "0", "engine version '0'"),
     ("checkpoints", [2, 4], "checkpoints must be"),
     ("loss_curve", [0.0], "loss_curve"),
 ])
