@@ -194,10 +194,14 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
 def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) -> None:
     """Every attestation stored for one step."""
     from p2paudit.attest.record import attestation_to_dict
+    from p2paudit.errors import InputError
 
     with _open_existing(ledger_path) as store:
         run_id = _pick_run(store, run)
-        store.run_info(run_id)
+        info = store.run_info(run_id)
+        if step >= info.steps:
+            raise InputError(f"step {step} is not in run {run_id.hex()[:16]}..., which has {info.steps} steps "
+                             f"(0..{info.steps - 1})")
         found = store.step_attestations(run_id, step)
     if as_json:
         _echo_json([{"index": index, **attestation_to_dict(s.attestation)} for index, s in found])

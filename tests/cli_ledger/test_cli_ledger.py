@@ -147,6 +147,8 @@ def test_show(home, filled):
     shown = json.loads(result.output)
     assert [(s["index"], s["verdict"]) for s in shown] == [(2, "match"), (3, "mismatch")]
     assert "2 attestations" in run(home, "ledger", "show", "--step", "1", "--run", RUN.hex()).output
+    assert "0 attestations" in run(home, "ledger", "show", "--step", "4").output
+    assert "has 5 steps (0..4)" in _one_line_error(run(home, "ledger", "show", "--step", "5"), 2)
 
 
 def test_proof_consistency_checkpoint(home, filled):
