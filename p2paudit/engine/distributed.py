@@ -26,7 +26,7 @@ from p2paudit.engine.step import (
     StepResult,
     apply_update,
     check_batch,
-    micro_batch_grads,
+    sum_micro_batches,
     tree_sum,
     tree_sum_losses,
 )
@@ -113,9 +113,7 @@ def distributed_train_step(
     check_state(state, cfg)
     check_batch(batch, cfg)
     share = rank_share(cfg, rank, world_size)
-    results = [micro_batch_grads(state, batch[m], cfg, backend) for m in share]
-    partial = tree_sum([g for g, _ in results])
-    partial_loss = tree_sum_losses([loss for _, loss in results])
+    partial, partial_loss = sum_micro_batches(state, batch, share, cfg, backend)
     if world_size == 1:
         total, loss_sum = partial, partial_loss
     else:

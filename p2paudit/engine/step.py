@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -48,19 +48,44 @@ def micro_batch_grads(
     return grads, cache.loss
 
 
-def tree_reduce(items: list[T_], add: Callable[[T_, T_], T_]) -> T_:
-    """Fold a power-of-two number of items by adjacent pairs: ((x0+x1)+(x2+x3))+... .
+class PairwiseTree(Generic[T_]):
+    """Sums items pushed one at a time by the fixed pairwise tree ((x0+x1)+(x2+x3))+... .
 
+    Two partial sums are added as soon as both halves of a subtree exist, so at
+    most log2(n) + 1 partial sums are held at once, and the adds (and their
+    operand order: left + right) are exactly those of the level-by-level tree.
     Any aligned contiguous block of 2^j items is a subtree, which is what lets
     the distributed step sum each rank's share first and the shares after.
     """
-    n = len(items)
-    if n < 1 or n & (n - 1):
-        raise InputError(f"tree sum over {n} items, want a power of two")
-    level = list(items)
-    while len(level) > 1:
-        level = [add(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
+
+    def __init__(self, add: Callable[[T_, T_], T_]) -> None:
+        self._add = add
+        self._stack: list[tuple[int, T_]] = []  # (number of items summed, partial sum), sizes decreasing
+        self.count = 0
+
+    def push(self, item: T_) -> None:
+        size, value = 1, item
+        while self._stack and self._stack[-1][0] == size:
+            _, left = self._stack.pop()
+            value = self._add(left, value)
+            size *= 2
+        self._stack.append((size, value))
+        self.count += 1
+
+    def total(self) -> T_:
+        """The sum; precondition: a power-of-two number of items was pushed."""
+        n = self.count
+        if n < 1 or n & (n - 1):
+            raise InputError(f"tree sum over {n} items, want a power of two")
+        return self._stack[0][1]
+
+
+def tree_reduce(items: list[T_], add: Callable[[T_, T_], T_]) -> T_:
+    """The pairwise tree sum (see PairwiseTree) of a power-of-two number of items."""
+    tree: PairwiseTree[T_] = PairwiseTree(add)
+    for item in items:
+        tree.push(item)
+    return tree.total()
 
 
 def add_grads(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -92,12 +117,12 @@ def apply_update(
     o = cfg.optim
     done = int(state["step"])
     lr = lr_at(done, o)
-    inv_m = np.float32(cfg.micro_batches)
+    m_f32 = np.float32(cfg.micro_batches)
     new_p, new_m, new_v = {}, {}, {}
     for name, shape in param_shapes(cfg.model).items():
         if name not in grads or grads[name].shape != shape or grads[name].dtype != np.float32:
             raise InputError(f"gradient {name} is missing or not float32 {shape}")
-        g = emit(trace, f"update/{name}/grad", grads[name] / inv_m)  # exact unless subnormal: M is 2^j
+        g = emit(trace, f"update/{name}/grad", grads[name] / m_f32)  # exact unless subnormal: M is 2^j
         wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
         p2, m2, v2 = backend.adamw(
             state["params/" + name], g, state["opt/m/" + name], state["opt/v/" + name],
@@ -122,20 +147,37 @@ def check_batch(batch: np.ndarray, cfg: TrainConfig) -> None:
         raise InputError(f"batch has shape {batch.shape}, want {want}")
 
 
+def sum_micro_batches(
+    state: dict[str, np.ndarray],
+    batch: np.ndarray,
+    indices: range,
+    cfg: TrainConfig,
+    backend: ModuleType,
+    trace: Trace | None = None,
+) -> tuple[dict[str, np.ndarray], np.float32]:
+    """Tree sums of the gradients and losses of micro-batches `indices` (a power-of-two count).
+
+    Each micro-batch's gradients are folded into the tree as soon as they exist,
+    so memory holds O(log M) gradient sets, not M.
+    """
+    grad_tree: PairwiseTree[dict[str, np.ndarray]] = PairwiseTree(add_grads)
+    loss_tree: PairwiseTree[np.float32] = PairwiseTree(lambda a, b: np.float32(a + b))
+    for m in indices:
+        g, loss = micro_batch_grads(state, batch[m], cfg, backend, prefixed(trace, f"mb{m}/"))
+        grad_tree.push(g)
+        loss_tree.push(np.float32(loss))
+    return grad_tree.total(), loss_tree.total()
+
+
 def train_step(
     state: dict[str, np.ndarray], batch: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
 ) -> StepResult:
     """One full step on batch (M, B, T+1); trace op names start with "mb<m>/", "grad/", "loss", "update/"."""
     check_state(state, cfg)
     check_batch(batch, cfg)
-    grads, losses = [], []
-    for m in range(cfg.micro_batches):
-        g, loss = micro_batch_grads(state, batch[m], cfg, backend, prefixed(trace, f"mb{m}/"))
-        grads.append(g)
-        losses.append(loss)
-    total = tree_sum(grads)
-    for name, t in total.items():
+    grads, losses = sum_micro_batches(state, batch, range(cfg.micro_batches), cfg, backend, trace)
+    for name, t in grads.items():
         emit(trace, f"grad/{name}", t)
-    loss = np.float32(tree_sum_losses(losses) / np.float32(cfg.micro_batches))
+    loss = np.float32(losses / np.float32(cfg.micro_batches))
     emit(trace, "loss", np.asarray(loss))
-    return StepResult(state=apply_update(state, total, cfg, backend, trace), loss=loss)
+    return StepResult(state=apply_update(state, grads, cfg, backend, trace), loss=loss)

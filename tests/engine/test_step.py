@@ -11,7 +11,7 @@ import kernels
 from p2paudit.engine.config import train_config
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import check_state, init_state
-from p2paudit.engine.step import micro_batch_grads, train_step, tree_sum
+from p2paudit.engine.step import PairwiseTree, micro_batch_grads, train_step, tree_reduce, tree_sum
 from p2paudit.errors import InputError
 
 REF = kernels.get_backend("reference")
@@ -57,6 +57,24 @@ def test_loss_and_gradient_follow_the_micro_batch_tree():
     assert same_bits(summed["wte"], (g[0]["wte"] + g[1]["wte"]) + (g[2]["wte"] + g[3]["wte"]))
     with pytest.raises(InputError, match="tree sum over 3 items"):
         tree_sum(g[:3])
+
+
+def test_pairwise_tree_of_eight_and_its_subtrees():
+    x = [np.float32(v) for v in (1.0, 1e8, -1e8, 1.0, 3.0, 5e7, -5e7, 0.5)]
+    add = lambda a, b: np.float32(a + b)  # noqa: E731
+    left = add(add(x[0], x[1]), add(x[2], x[3]))
+    right = add(add(x[4], x[5]), add(x[6], x[7]))
+    assert tree_reduce(x, add) == add(left, right)
+    assert tree_reduce([tree_reduce(x[:4], add), tree_reduce(x[4:], add)], add) == add(left, right)
+    serial = x[0]
+    for v in x[1:]:
+        serial = add(serial, v)
+    assert serial != add(left, right)  # the order is what the test pins: a left fold gives other bits
+    tree = PairwiseTree(add)
+    for v in x[:3]:
+        tree.push(v)
+    with pytest.raises(InputError, match="tree sum over 3 items, want a power of two"):
+        tree.total()
 
 
 def test_trace_names_are_unique_and_bisect_a_corruption():
