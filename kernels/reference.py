@@ -123,9 +123,10 @@ def _exp(x: np.ndarray) -> np.ndarray:
         t = xc * K.LOG2E
         n = (t + K.SHIFTER) - K.SHIFTER  # round to nearest integer, ties to even
         r = (xc - n * K.LN2_HI) - n * K.LN2_LO
-        p = np.full(x.shape, K.C7, dtype=F32)
-        for c in (K.C6, K.C5, K.C4, K.C3, K.C2, K.ONE, K.ONE):
-            p = p * r + c  # two roundings, never fused
+        q = np.full(x.shape, K.C7, dtype=F32)
+        for c in (K.C6, K.C5, K.C4, K.C3, K.C2):
+            q = q * r + c  # two roundings, never fused
+        p = K.ONE + (r + (r * r) * q)  # 1 + (r + r^2 q): monotone in r, unlike Horner through 1.0
         ni = n.astype(np.int32)
         n1 = ni >> np.int32(1)  # arithmetic shift = floor(n / 2)
         n2 = ni - n1

@@ -80,9 +80,10 @@ def spec_exp(x: np.float32) -> np.float32:
     t = x * K.LOG2E
     n = (t + K.SHIFTER) - K.SHIFTER
     r = (x - n * K.LN2_HI) - n * K.LN2_LO
-    p = K.C7
-    for c in (K.C6, K.C5, K.C4, K.C3, K.C2, f32(1.0), f32(1.0)):
-        p = p * r + c
+    q = K.C7
+    for c in (K.C6, K.C5, K.C4, K.C3, K.C2):
+        q = q * r + c
+    p = f32(1.0) + (r + (r * r) * q)
     ni = int(n)
     n1 = ni // 2  # floor
     n2 = ni - n1
