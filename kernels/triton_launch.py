@@ -117,19 +117,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | 
     Precondition: shapes already checked (kernels.validate.check_matmul).
     With `scale` (a 1-element device tensor) every folded value is multiplied by it once.
     """
-    z, ar, ac = a.shape
-    _, br, bc = b.shape
-    sab, sbb = ar * ac, br * bc
-    if layout == "nn":
-        m, k, n, sam, sak, sbk, sbn = ar, ac, bc, ac, 1, bc, 1
-    elif layout == "nt":
-        m, k, n, sam, sak, sbk, sbn = ar, ac, br, ac, 1, 1, bc
-    else:  # "tn"
-        m, k, n, sam, sak, sbk, sbn = ac, ar, bc, 1, ac, bc, 1
+    # Both operands go k-major, (Z, K, M) and (Z, K, N), so that step k of the
+    # fold loads two contiguous vectors. Transposing is an exact copy.
+    if layout in ("nn", "nt"):
+        a = a.transpose(1, 2).contiguous()
+    if layout == "nt":
+        b = b.transpose(1, 2).contiguous()
+    z, k, m = a.shape
+    n = b.shape[2]
     c = torch.empty((z, m, n), dtype=torch.float32, device=a.device)
     s = scale if scale is not None else c  # never read without HAS_SCALE
     launch(tk.matmul_kernel, (cdiv(m, MM_BM), cdiv(n, MM_BN), z), a, b, c, s, m, n, k,
-           sab, sam, sak, sbb, sbk, sbn, m * n, n, 1, BM=MM_BM, BN=MM_BN, HAS_SCALE=scale is not None)
+           k * m, 1, m, k * n, n, 1, m * n, n, 1, BM=MM_BM, BN=MM_BN, HAS_SCALE=scale is not None)
     return c
 
 

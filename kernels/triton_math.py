@@ -89,13 +89,12 @@ def exp_f32(x):
     t = xc * LOG2E
     n = (t + SHIFTER) - SHIFTER  # round to nearest integer, ties to even
     r = (xc - n * LN2_HI) - n * LN2_LO
-    p = r * C7 + C6  # (p * r) rounds, then + rounds: fusion is off at launch
-    p = p * r + C5
-    p = p * r + C4
-    p = p * r + C3
-    p = p * r + C2
-    p = p * r + 1.0
-    p = p * r + 1.0
+    q = r * C7 + C6  # (q * r) rounds, then + rounds: fusion is off at launch
+    q = q * r + C5
+    q = q * r + C4
+    q = q * r + C3
+    q = q * r + C2
+    p = 1.0 + (r + (r * r) * q)  # amendment of 2026-11-29: monotone, unlike Horner through 1.0
     ni = n.to(tl.int32)  # exact: |n| <= 150
     n1 = ni >> 1  # arithmetic shift = floor(n / 2)
     n2 = ni - n1
