@@ -2,6 +2,7 @@
 
     attest.record        the attestation record, its canonical msgpack bytes, signing and verification
     attest.intoto        export/import as an in-toto Statement v1 in a DSSE envelope
+    attest.audits        records from step audits (p2paudit.audit), the hardware description
     attest.store         AttestationStore: leaves of a `ledger` file plus index tables; no double signing
     attest.queries       coverage, disputes, equivocations, with signed evidence anybody can check
     attest.verification  full check of a store: tree, every signature, the index
