@@ -14,7 +14,7 @@ One script, end to end in a few minutes on one GPU:
      op against torch's own float32 op (TF32 off), both device-resident.
 
     python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
-    python benchmarks/gpu_check.py --prepare              # on any machine: CPU digests
+    python benchmarks/gpu_check.py --prepare [--backend reference]  # any machine: CPU digests
     TRITON_INTERPRET=1 python benchmarks/gpu_check.py --quick --out OUT_DIR
                                                           # dry run on CPU (no real timings)
 
@@ -304,17 +304,22 @@ def markdown(d: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prepare() -> None:
-    """Write the CPU backend's digests of every workload, both sizes, to DIGESTS."""
-    from kernels import cpu
+def prepare(backend_name: str) -> None:
+    """Write a CPU backend's digests of every workload, both sizes, to DIGESTS.
 
-    out = {"seed": SEED, "sizes": SIZES, "machine": platform.platform(), "digests": {}}
+    "cpu" and "reference" are held bitwise equal by the test suite, so either
+    gives the same digests; "reference" is slower but needs no numba.
+    """
+    from kernels import get_backend
+
+    backend = get_backend(backend_name)
+    out = {"seed": SEED, "sizes": SIZES, "backend": backend_name, "machine": platform.platform(), "digests": {}}
     for size in SIZES:
         out["digests"][size] = {}
         for i, w in enumerate(workloads()):
             t = time.perf_counter()
-            out["digests"][size][w.name] = digest(getattr(cpu, w.op)(*make_inputs(w, i, size)))
-            log(f"cpu {size} {w.name}: {time.perf_counter() - t:.1f}s")
+            out["digests"][size][w.name] = digest(getattr(backend, w.op)(*make_inputs(w, i, size)))
+            log(f"{backend_name} {size} {w.name}: {time.perf_counter() - t:.1f}s")
     DIGESTS.parent.mkdir(parents=True, exist_ok=True)
     DIGESTS.write_text(json.dumps(out, indent=1) + "\n")
 
@@ -326,9 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-live", action="store_true", help="recompute CPU digests here instead of the prepared ones")
     ap.add_argument("--skip-cases", action="store_true", help="skip stage 2 (the shared cases)")
     ap.add_argument("--prepare", action="store_true", help=f"compute CPU digests into {DIGESTS.relative_to(REPO)}")
+    ap.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="backend for --prepare")
     args = ap.parse_args(argv)
     if args.prepare:
-        prepare()
+        prepare(args.backend)
         return 0
     import torch
 
