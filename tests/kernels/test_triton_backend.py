@@ -25,7 +25,9 @@ from kernel_cases import OPS, build_cases, check_backend, compare_outputs, sprin
 pytestmark = pytest.mark.triton
 
 # Shapes past the backend's single-block limits (rows of 2^10, folds of 2^3 rows).
-EXTRA_ROWS = [(3, 1100), (2, 2049), (70, 5), (600, 2)]
+# Widths around 2^10, 2^11, 2^13 and past 2^13 (one, then two fold passes per row);
+# heights 9 to 600 (one to four fold passes down the columns, the last one narrower).
+EXTRA_ROWS = [(2, 1024), (3, 1025), (2, 2049), (1, 4097), (2, 9000), (9, 3), (65, 5), (70, 5), (600, 2)]
 
 
 def _extra_cases(rng) -> list[tuple[str, tuple]]:
