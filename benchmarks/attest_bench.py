@@ -101,6 +101,23 @@ def time_verify(signed: list[SignedAttestation]) -> tuple[float, float]:
     return time.perf_counter() - began, time.process_time() - cpu
 
 
+def time_queries(store: AttestationStore) -> dict[str, float]:
+    """Seconds for the ledger CLI's queries on the full store (one run of each)."""
+    from p2paudit.attest import queries
+
+    trusted = frozenset(k.public_key for k in make_keys()[:4])
+    jobs = {"coverage, all keys": lambda: queries.coverage(store, RUN, None, 2),
+            "coverage, 4 trusted keys": lambda: queries.coverage(store, RUN, trusted, 2),
+            "disputes": lambda: queries.disputes(store, RUN),
+            "equivocations": lambda: queries.equivocations(store)}
+    out = {}
+    for name, job in jobs.items():
+        began = time.perf_counter()
+        job()
+        out[name] = time.perf_counter() - began
+    return out
+
+
 def database_bytes(path: Path) -> int:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -159,6 +176,7 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     with AttestationStore.open(path) as store:
         store_t = time_store(store, items, args.batch)
         final_size = store.ledger.size
+        query_t = time_queries(store)
     load = os.getloadavg()[0]
     print(f"fill: {args.fill:,} appended at {args.fill / fill_seconds:,.0f}/s (wall)")
     print(f"ledger size at {args.fill:,} entries: {size_bytes:,} bytes = {size_bytes / args.fill:,.0f} bytes per "
@@ -178,6 +196,9 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
           f"store / signature check (CPU): {store_cpu / rates[rows[2][0]][1]:.2f}")
     print(f"  target >= 5,000/s on one core: {'met' if store_cpu >= 5000 else 'NOT met'} (CPU), "
           f"{'met' if store_wall >= 5000 else 'not met'} (wall, shared machine)")
+    print(f"queries at {final_size:,} entries (wall seconds):")
+    for name, seconds in query_t.items():
+        print(f"  {name:<37} {seconds:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ledger import SplitView
 
-from p2paudit.attest.record import decode_signed
+from p2paudit.attest.record import VERDICTS, decode_signed
 from p2paudit.attest.store import AttestationStore, RunInfo
 from p2paudit.identity import parse_public_key_hex
 from p2paudit.errors import InputError
@@ -150,13 +150,18 @@ class Equivocations:
     tree_heads: tuple[SplitView, ...]
 
 
-def _evidence(store: AttestationStore, leaves: list[int]) -> list[Evidence]:
-    out = []
-    for leaf in leaves:
-        signed = store.attestation(leaf)
-        record = signed.attestation
-        out.append(Evidence(leaf, record.verifier, record.verdict, record.observed_output_digest, signed.encoded))
-    return out
+def _evidence(store: AttestationStore, where: str, params: tuple) -> list[Evidence]:
+    """Evidence rows straight from the index and the leaves: no decoding, no signature check per query.
+
+    The index is written from the verified bytes in the same transaction as the
+    leaves, and `ledger verify` re-checks both; whoever receives the evidence
+    checks the signed bytes themselves (check_dispute, check_equivocation).
+    """
+    rows = store.conn.execute(
+        "SELECT i.leaf, k.public_key, i.verdict, i.observed FROM attest_index i JOIN attest_keys k ON k.key = i.key "
+        f"WHERE {where} ORDER BY i.leaf", params).fetchall()
+    return [Evidence(leaf, key, VERDICTS[verdict], observed, store.ledger.entry(leaf))
+            for leaf, key, verdict, observed in rows]
 
 
 def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispute]:
@@ -171,10 +176,8 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
         params).fetchall()
     found = []
     for run_id_bytes, run, step in groups:
-        leaves = [row[0] for row in store.conn.execute(
-            "SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf", (run, step))]
         sides: dict[tuple, list[Evidence]] = {}
-        for item in _evidence(store, leaves):
+        for item in _evidence(store, "i.run = ? AND i.step = ?", (run, step)):
             sides.setdefault((item.verdict, item.observed), []).append(item)
         found.append(Dispute(run_id_bytes, step, tuple(tuple(side) for side in sides.values())))
     return found
@@ -187,9 +190,7 @@ def equivocations(store: AttestationStore) -> Equivocations:
         "GROUP BY i.run, i.step, i.key HAVING COUNT(*) > 1 ORDER BY i.run, i.step, i.key").fetchall()
     found = []
     for run, run_id, step, key in groups:
-        leaves = [row[0] for row in store.conn.execute(
-            "SELECT leaf FROM attest_index WHERE run = ? AND step = ? AND key = ? ORDER BY leaf", (run, step, key))]
-        items = _evidence(store, leaves)
+        items = _evidence(store, "i.run = ? AND i.step = ? AND i.key = ?", (run, step, key))
         results = {decode_signed(item.signed).attestation.result() for item in items}
         if len(results) > 1:
             found.append(KeyEquivocation(run_id, step, items[0].verifier, tuple(items)))
