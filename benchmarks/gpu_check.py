@@ -4,14 +4,14 @@ One script, end to end in a few minutes on one GPU:
 
   1. compile every Triton kernel for this GPU and audit its PTX (no fma,
      no approximate division/sqrt, no flush-to-zero: kernels/triton_ptx.py);
-  2. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
-     awkward shapes, subnormals, signed zeros, inf, NaN) through the Triton
-     backend and through kernels.cpu, live, and compare bit for bit;
-  3. for each op at a training-sized shape, compare the Triton output's digest
+  2. for each op at a training-sized shape, compare the Triton output's digest
      with the CPU backend's (prepared on a CPU machine into
      benchmarks/gpu_inputs/cpu_digests.json by --prepare, from the same
      seeded inputs; --cpu-live recomputes them here), and time the Triton
-     op against torch's own float32 op (TF32 off), both device-resident.
+     op against torch's own float32 op (TF32 off), both device-resident;
+  3. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
+     awkward shapes, subnormals, signed zeros, inf, NaN) through the Triton
+     backend and through kernels.cpu, live, and compare bit for bit.
 
     python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
     python benchmarks/gpu_check.py --prepare [--backend reference]  # any machine: CPU digests
@@ -220,7 +220,7 @@ def audit_kernels(report: Report, arch: int) -> None:
 
 
 def check_cases(report: Report, small: bool) -> None:
-    """Stage 2: the shared kernel cases, Triton against kernels.cpu, live."""
+    """Stage 3: the shared kernel cases, Triton against kernels.cpu, live."""
     from kernel_cases import OPS, check_backend
 
     from kernels import cpu, triton_backend
@@ -263,7 +263,7 @@ def _host(result):
 
 
 def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
-    """Stage 3: each op at size `size`: digest against the CPU backend's, and time against torch."""
+    """Stage 2: each op at size `size`: digest against the CPU backend's, and time against torch."""
     from kernels import cpu, triton_backend
 
     stored = json.loads(DIGESTS.read_text())["digests"].get(size, {}) if DIGESTS.exists() else {}
@@ -356,9 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability()
         audit_kernels(report, 10 * major + minor)
+    # The training-size figures first: if the run is cut short, they are what
+    # matter most, and the report on disk already holds them.
+    check_ops(report, size, device, args.cpu_live)
     if not args.skip_cases:
         check_cases(report, small=args.quick)
-    check_ops(report, size, device, args.cpu_live)
     report.save()
     print(markdown(report.data))
     return 1 if report.failed() else 0
