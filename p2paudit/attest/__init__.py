@@ -4,6 +4,7 @@
     attest.intoto        export/import as an in-toto Statement v1 in a DSSE envelope
     attest.audits        records from step audits (p2paudit.audit), the hardware description
     attest.store         AttestationStore: leaves of a `ledger` file plus index tables; no double signing
+    attest.tables        the index tables (append-only) and the ledger origin
     attest.queries       coverage, disputes, equivocations, with signed evidence anybody can check
     attest.verification  full check of a store: tree, every signature, the index
     attest.report        JSON views and the coverage plot for the CLI

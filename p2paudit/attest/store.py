@@ -1,19 +1,9 @@
 """The attestation store: signed attestations as ledger leaves, plus index tables for queries.
 
 Leaves are the exact signed envelope bytes (record.SignedAttestation.encoded).
-Beside the ledger's tables, in the same SQLite file and written in the same
-BEGIN IMMEDIATE transaction as the leaves, the store keeps:
-
-    attest_runs     run number, run id, number of steps, label (known runs)
-    attest_keys     key number, verifier public key
-    attest_index    (run, step, key, leaf) -> verdict, observed digest; the
-                    primary key is the query order, so the table is its own index
-    attest_batches  (first leaf, count) per write: where the index ends, read
-                    in O(log n); entries appended behind the store's back are
-                    indexed (and checked) before the next write
-
-All four are append-only (triggers), like the ledger: a conflict is evidence,
-so nothing is ever updated or deleted.
+Index tables (see attest.tables) live in the same SQLite file and are written
+in the same BEGIN IMMEDIATE transaction as the leaves; entries appended to the
+ledger behind the store's back are indexed (and checked) before the next write.
 
 Appending checks everything before writing: size, canonical decoding, the
 signature (outside the write lock: it is the expensive part), then inside the
@@ -35,50 +25,12 @@ from ledger import Ledger, LedgerError, NoteSigner, Transaction
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
-from p2paudit.identity import Identity, peer_id_of
+from p2paudit.attest.tables import create_tables, indexed_size, origin_for, read_origin  # noqa: F401 (re-exported)
+from p2paudit.identity import Identity
 
 VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
-
-_DDL = [
-    "CREATE TABLE attest_runs (run INTEGER PRIMARY KEY, run_id BLOB NOT NULL UNIQUE CHECK (length(run_id) = 32), "
-    "steps INTEGER NOT NULL CHECK (steps >= 1), label TEXT NOT NULL)",
-    "CREATE TABLE attest_keys (key INTEGER PRIMARY KEY, public_key BLOB NOT NULL UNIQUE "
-    "CHECK (length(public_key) = 32))",
-    "CREATE TABLE attest_index (run INTEGER NOT NULL, step INTEGER NOT NULL, key INTEGER NOT NULL, "
-    "leaf INTEGER NOT NULL, verdict INTEGER NOT NULL CHECK (verdict IN (0, 1, 2)), observed BLOB, "
-    "PRIMARY KEY (run, step, key, leaf)) WITHOUT ROWID",
-    "CREATE TABLE attest_batches (first_leaf INTEGER PRIMARY KEY, count INTEGER NOT NULL CHECK (count >= 1))",
-]
-for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
-    _DDL += [
-        f"CREATE TRIGGER {_table}_no_update BEFORE UPDATE ON {_table} "
-        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: UPDATE refused'); END",
-        f"CREATE TRIGGER {_table}_no_delete BEFORE DELETE ON {_table} "
-        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: DELETE refused'); END",
-    ]
-
-
-def origin_for(public_key: bytes) -> str:
-    """The checkpoint origin of a node's ledger: names the log by the node's peer id."""
-    return f"p2paudit.dev/ledger/{peer_id_of(public_key)}"
-
-
-def read_origin(path: Path | str) -> str | None:
-    """The origin stored in an existing ledger file, or None if the file does not exist."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT origin FROM ledger_schema").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise AttestationError(f"{path} is not a p2paudit ledger: {exc}") from None
-    if row is None:
-        raise AttestationError(f"{path} is not a p2paudit ledger: it has no origin")
-    return row[0]
+EQUIVOCATION = "equivocation"
+DISPUTE = "dispute"
 
 
 @dataclass(frozen=True)
@@ -92,10 +44,26 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class Appended:
-    """Where an attestation is stored; `new` is False when the same bytes were already there."""
+    """Where an attestation is stored; `new` is False when the same bytes were already there.
+
+    `conflict` (new attestations only) is "equivocation" when its key had
+    signed another result for the step, "dispute" when another key had signed
+    another outcome, else None: what a node may want to tell its peers about.
+    """
 
     index: int
     new: bool
+    conflict: str | None = None
+
+
+@dataclass(frozen=True)
+class _Held:
+    """An attestation already stored (or earlier in the batch) for a step: enough to spot a conflict."""
+
+    leaf: int
+    verifier: bytes
+    verdict: str
+    observed: bytes | None
 
 
 @dataclass(frozen=True)
@@ -145,10 +113,7 @@ class AttestationStore:
 
     def _create_tables(self) -> None:
         with self.ledger.transaction() as tx:
-            found = tx.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone()
-            if not found:
-                for statement in _DDL:
-                    tx.conn.execute(statement)
+            create_tables(tx.conn)
 
     # -- runs -------------------------------------------------------------------------------------------
 
@@ -257,37 +222,55 @@ class AttestationStore:
                 runs.append(self._run(tx.conn, record.run_id, record.step)[0])
             except AttestationError as exc:
                 raise AttestationError(f"{exc} (item {item.position})" if len(checked) > 1 else str(exc)) from None
-        stored = self._stored_leaves(tx.conn, runs, checked)
+        stored = self._stored_attestations(tx.conn, runs, checked)
         results: list[Appended | None] = []
         fresh: list[SignedAttestation] = []
-        pending: dict[bytes, int] = {}  # duplicates inside the batch itself
         for item, run in zip(checked, runs):
             record, data = item.signed.attestation, item.signed.encoded
-            # Only a leaf of the same run, step and key can hold the same bytes.
-            same = [leaf for leaf in stored.get((run, record.step, record.verifier), ()) if self.ledger.entry(leaf) == data]
-            existing = same[0] if same else pending.get(data)
-            if existing is not None:
-                results.append(Appended(existing, False))
+            held = stored.setdefault((run, record.step), [])
+            # Only a leaf of the same key can hold the same bytes.
+            same = [h.leaf for h in held if h.verifier == record.verifier and self._bytes_at(h.leaf, fresh, tx) == data]
+            if same:
+                results.append(Appended(same[0], False))
                 continue
-            pending[data] = tx.size + len(fresh)
+            conflict = self._conflict(record, held, fresh, tx)
+            held.append(_Held(tx.size + len(fresh), record.verifier, record.verdict, record.observed_output_digest))
             fresh.append(item.signed)
-            results.append(None)
+            results.append(Appended(-1, True, conflict))
         indices = iter(self._append_leaves(tx, fresh))
-        return [result if result is not None else Appended(next(indices), True) for result in results]
+        return [r if not r.new else Appended(next(indices), True, r.conflict) for r in results]
 
-    def _stored_leaves(self, conn: sqlite3.Connection, runs: Sequence[int],
-                       checked: Sequence[_Checked]) -> dict[tuple[int, int, bytes], list[int]]:
-        """Leaves already stored for the (run, step) pairs of a batch: one query per run, not per item."""
+    def _bytes_at(self, leaf: int, fresh: Sequence[SignedAttestation], tx: Transaction) -> bytes:
+        """A stored leaf's bytes, or those of one earlier in this batch (not written yet)."""
+        return fresh[leaf - tx.size].encoded if leaf >= tx.size else self.ledger.entry(leaf)
+
+    def _conflict(self, record: Attestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation],
+                  tx: Transaction) -> str | None:
+        """"equivocation" if the key signed another result for the step, "dispute" if another key did."""
+        conflict = None
+        for h in held:
+            if h.verifier == record.verifier:
+                other = decode_signed(self._bytes_at(h.leaf, fresh, tx)).attestation
+                if other.result() != record.result():
+                    return EQUIVOCATION
+            elif (h.verdict, h.observed) != (record.verdict, record.observed_output_digest):
+                conflict = DISPUTE
+        return conflict
+
+    def _stored_attestations(self, conn: sqlite3.Connection, runs: Sequence[int],
+                             checked: Sequence[_Checked]) -> dict[tuple[int, int], list[_Held]]:
+        """What is already stored for the (run, step) pairs of a batch: one query per run, not per item."""
         steps: dict[int, set[int]] = {}
         for item, run in zip(checked, runs):
             steps.setdefault(run, set()).add(item.signed.attestation.step)
-        found: dict[tuple[int, int, bytes], list[int]] = {}
+        found: dict[tuple[int, int], list[_Held]] = {}
         for run, wanted in steps.items():
             rows = conn.execute(
-                "SELECT i.step, k.public_key, i.leaf FROM attest_index i JOIN attest_keys k ON k.key = i.key "
-                "WHERE i.run = ? AND i.step IN (SELECT value FROM json_each(?))", (run, json.dumps(sorted(wanted))))
-            for step, public_key, leaf in rows:
-                found.setdefault((run, step, public_key), []).append(leaf)
+                "SELECT i.step, i.leaf, k.public_key, i.verdict, i.observed FROM attest_index i "
+                "JOIN attest_keys k ON k.key = i.key WHERE i.run = ? AND i.step IN (SELECT value FROM json_each(?)) "
+                "ORDER BY i.leaf", (run, json.dumps(sorted(wanted))))
+            for step, leaf, public_key, verdict, observed in rows:
+                found.setdefault((run, step), []).append(_Held(leaf, public_key, VERDICTS[verdict], observed))
         return found
 
     def _append_leaves(self, tx: Transaction, fresh: Sequence[SignedAttestation]) -> list[int]:
@@ -310,8 +293,7 @@ class AttestationStore:
 
     def _catch_up(self, tx: Transaction) -> None:
         """Index entries that reached the ledger without going through a store (checked like any append)."""
-        row = tx.conn.execute("SELECT first_leaf + count FROM attest_batches ORDER BY first_leaf DESC LIMIT 1")
-        indexed = (row.fetchone() or (0,))[0]
+        indexed = indexed_size(tx.conn)
         if indexed == tx.size:
             return
         if indexed > tx.size:
@@ -346,8 +328,7 @@ class AttestationStore:
                     f"step {attestation.step} (ledger entry {leaf}, verdict {signed.attestation.verdict}); "
                     "refusing to equivocate"
                 )
-            signed = sign_attestation(identity, attestation)
-            return Appended(self._append_leaves(tx, [signed])[0], True)
+            return self._store(tx, [_Checked(sign_attestation(identity, attestation), 0)])[0]
 
     def _own_attestations(self, conn: sqlite3.Connection, run: int, record: Attestation) -> list[tuple[int, SignedAttestation]]:
         rows = conn.execute(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import VERDICT_CODE, AttestationStore
+from p2paudit.attest.tables import indexed_size
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,8 @@ def verify_store(store: AttestationStore) -> StoreReport:
     return StoreReport(not problems, tree.size, tree.root, first_bad, tuple(problems), checked)
 
 
-def _indexed_size(store: AttestationStore) -> int:
-    row = store.conn.execute("SELECT first_leaf + count FROM attest_batches ORDER BY first_leaf DESC LIMIT 1")
-    return (row.fetchone() or (0,))[0]
-
-
 def _check_attestations(store: AttestationStore, size: int) -> tuple[int, list[str], list[int]]:
-    indexed = min(_indexed_size(store), size)
+    indexed = min(indexed_size(store.conn), size)
     rows = store.conn.execute(
         "SELECT i.leaf, r.run_id, i.step, k.public_key, i.verdict, i.observed FROM attest_index i "
         "JOIN attest_runs r ON r.run = i.run JOIN attest_keys k ON k.key = i.key ORDER BY i.leaf")

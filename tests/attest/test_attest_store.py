@@ -209,3 +209,17 @@ def test_a_refused_batch_after_catch_up_leaves_the_index_consistent(store):
     report = verify_store(store)
     assert report.ok, report.problems
     assert {s.verifier for _, s in store.step_attestations(RUN, 1)} == {newcomer.public_key, BOB.public_key}
+
+
+def test_append_reports_conflicts(store):
+    assert store.append(make_signed(ALICE, step=2).encoded).conflict is None
+    assert store.append(make_signed(BOB, step=2).encoded).conflict is None  # agrees
+    assert store.append(make_signed(key(3), step=2, verdict="mismatch").encoded).conflict == "dispute"
+    assert store.append(make_signed(BOB, step=2, verdict="error").encoded).conflict == "equivocation"
+    # inside one batch, later items see earlier ones
+    batch = store.append_many([make_signed(ALICE, step=3).encoded, make_signed(ALICE, step=3, verdict="error").encoded,
+                               make_signed(BOB, step=3, verdict="error").encoded])
+    assert [o.conflict for o in batch] == [None, "equivocation", "dispute"]
+    # the node's own signing reports a dispute with others too
+    assert store.sign_and_append(BOB, make_record(BOB, step=4)).conflict is None
+    assert store.sign_and_append(ALICE, make_record(ALICE, step=4, verdict="mismatch")).conflict == "dispute"

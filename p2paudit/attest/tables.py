@@ -1,0 +1,74 @@
+"""The store's own tables beside the ledger's (same SQLite file), and the ledger file's origin.
+
+    attest_runs     run number, run id, number of steps, label (known runs)
+    attest_keys     key number, verifier public key
+    attest_index    (run, step, key, leaf) -> verdict, observed digest; the
+                    primary key is the query order, so the table is its own index
+    attest_batches  (first leaf, count) per write: where the index ends, read
+                    in O(log n)
+
+All four are append-only (triggers), like the ledger's: a conflict is
+evidence, so nothing is ever updated or deleted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from p2paudit.attest.errors import AttestationError
+from p2paudit.identity import peer_id_of
+
+DDL = [
+    "CREATE TABLE attest_runs (run INTEGER PRIMARY KEY, run_id BLOB NOT NULL UNIQUE CHECK (length(run_id) = 32), "
+    "steps INTEGER NOT NULL CHECK (steps >= 1), label TEXT NOT NULL)",
+    "CREATE TABLE attest_keys (key INTEGER PRIMARY KEY, public_key BLOB NOT NULL UNIQUE "
+    "CHECK (length(public_key) = 32))",
+    "CREATE TABLE attest_index (run INTEGER NOT NULL, step INTEGER NOT NULL, key INTEGER NOT NULL, "
+    "leaf INTEGER NOT NULL, verdict INTEGER NOT NULL CHECK (verdict IN (0, 1, 2)), observed BLOB, "
+    "PRIMARY KEY (run, step, key, leaf)) WITHOUT ROWID",
+    "CREATE TABLE attest_batches (first_leaf INTEGER PRIMARY KEY, count INTEGER NOT NULL CHECK (count >= 1))",
+]
+for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
+    DDL += [
+        f"CREATE TRIGGER {_table}_no_update BEFORE UPDATE ON {_table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: UPDATE refused'); END",
+        f"CREATE TRIGGER {_table}_no_delete BEFORE DELETE ON {_table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: DELETE refused'); END",
+    ]
+
+
+def origin_for(public_key: bytes) -> str:
+    """The checkpoint origin of a node's ledger: names the log by the node's peer id."""
+    return f"p2paudit.dev/ledger/{peer_id_of(public_key)}"
+
+
+def read_origin(path: Path | str) -> str | None:
+    """The origin stored in an existing ledger file, or None if the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT origin FROM ledger_schema").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise AttestationError(f"{path} is not a p2paudit ledger: {exc}") from None
+    if row is None:
+        raise AttestationError(f"{path} is not a p2paudit ledger: it has no origin")
+    return row[0]
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    """Create the tables unless they exist. Precondition: inside a write transaction."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone():
+        for statement in DDL:
+            conn.execute(statement)
+
+
+def indexed_size(conn: sqlite3.Connection) -> int:
+    """How many leaves (0..n-1) the index covers."""
+    row = conn.execute("SELECT first_leaf + count FROM attest_batches ORDER BY first_leaf DESC LIMIT 1").fetchone()
+    return row[0] if row else 0
