@@ -9,6 +9,18 @@ backend refuses exactly what the others refuse.
 Importing needs CUDA or TRITON_INTERPRET=1 (set before the import); without
 either, the import raises ImportError("triton backend needs CUDA or
 TRITON_INTERPRET=1 ...").
+
+How the orders are kept (the kernels are in kernels/triton_kernels.py and
+kernels/triton_rows.py, the launchers in kernels/triton_launch.py):
+products fold k one step at a time into a (64, 64) tile; row trees hold a
+padded row of up to 2^10 in one block and halve it in registers, and wider
+rows (and all column trees) first run fold passes that do the top levels of
+the same tree, 3 levels a pass; composite ops (RMSNorm, cross-entropy,
+attention) are sequences of these kernels and elementwise ones.
+
+Limits: a causal-softmax row (T) is held whole in one block, so very long
+rows compile to large kernels (T <= 4096 is the intended range); a batch of
+products or softmaxes has at most 65535 elements (a CUDA grid axis).
 """
 
 from __future__ import annotations
@@ -175,11 +187,13 @@ def _softmax_launch(kernel, ins: list[torch.Tensor], bh: int, t: int) -> torch.T
 
 
 def _softmax(s: torch.Tensor) -> torch.Tensor:
+    """softmax_causal on a checked device tensor (BH, T, T)."""
     bh, t = s.shape[0], s.shape[1]
     return _softmax_launch(tk.softmax_causal_kernel, [s], bh, t)
 
 
 def _softmax_backward(p: torch.Tensor, dp: torch.Tensor) -> torch.Tensor:
+    """softmax_causal_backward on checked device tensors (BH, T, T)."""
     bh, t = p.shape[0], p.shape[1]
     return _softmax_launch(tk.softmax_causal_backward_kernel, [p, dp], bh, t)
 
