@@ -317,10 +317,14 @@ def import_(file: Path, ledger_path: Path | None) -> None:
         raise InputError(f"{file} has {file.stat().st_size} bytes, more than {MAX_ENVELOPE_SIZE}; not an attestation")
     data = file.read_bytes()
     # JSON starts with '{' (maybe after whitespace); a signed attestation is a msgpack array (0x93).
-    signed = import_dsse(data).signed.encoded if data.lstrip()[:1] == b"{" else data
+    envelope = import_dsse(data) if data.lstrip()[:1] == b"{" else None
     with _open_or_create(ledger_path) as store:
-        outcome = store.append(signed)
-    click.echo(f"{'stored' if outcome.new else 'already stored'} at index {outcome.index}")
+        outcome = store.append(envelope.signed.encoded if envelope is not None else data)
+    if envelope is not None:
+        signers = ", ".join(key.hex()[:16] + "..." for key in envelope.envelope_signers)
+        click.echo(f"DSSE envelope signed by {signers}")
+    conflict = f" ({outcome.conflict} with stored attestations)" if outcome.conflict else ""
+    click.echo(f"{'stored' if outcome.new else 'already stored'} at index {outcome.index}{conflict}")
 
 
 @ledger.command()

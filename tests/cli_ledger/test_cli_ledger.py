@@ -71,6 +71,9 @@ def test_import_twice_and_dsse_import(home, filled, tmp_path):
     envelope.write_text(export_dsse(make_signed(C, step=4), A))
     result = run(home, "ledger", "import", str(envelope))
     assert result.exit_code == 0 and "stored at index 7" in result.output
+    assert f"DSSE envelope signed by {A.public_key.hex()[:16]}" in result.output
+    path.write_bytes(make_signed(C, step=0, verdict="mismatch").encoded)
+    assert "stored at index 8 (dispute with stored attestations)" in run(home, "ledger", "import", str(path)).output
 
 
 def test_import_refusals(home, filled, tmp_path):
