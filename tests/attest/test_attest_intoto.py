@@ -6,6 +6,8 @@ import base64
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -109,3 +111,28 @@ def test_tampering_is_refused():
     for blob, message in cases.items():
         with pytest.raises(AttestationError, match=message):
             import_dsse(blob)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+                           max_leaves=20)
+
+
+@given(st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
+@settings(max_examples=200, deadline=None)
+def test_import_never_crashes_on_arbitrary_input(data):
+    with pytest.raises(AttestationError):
+        import_dsse(data)
+
+
+@given(st.dictionaries(st.sampled_from(["payloadType", "payload", "signatures", "x"]), json_values, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_import_never_crashes_on_envelope_shaped_json(fields):
+    signed = make_signed(ALICE)
+    good = json.loads(export_dsse(signed, ALICE))
+    try:
+        imported = import_dsse(json.dumps({**good, **fields}).encode())
+    except AttestationError:
+        return
+    # only fields DSSE does not define may change without breaking the envelope
+    assert set(fields) <= {"x"} and imported.signed == signed
