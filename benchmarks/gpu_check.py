@@ -213,7 +213,7 @@ def audit_kernels(report: Report, arch: int) -> None:
 
     for spec in P.kernel_specs():
         t = time.perf_counter()
-        problems = P.audit_ptx(P.compile_spec(spec, arch=arch))
+        problems = P.audit(P.compile_spec(spec, arch=arch))
         report.data["audit"][spec.name] = {"problems": problems, "compile_s": round(time.perf_counter() - t, 2)}
         log(f"audit {spec.name}: {'; '.join(problems) or 'clean'}")
     report.save()

@@ -37,6 +37,16 @@ FORBIDDEN = {
 }
 
 
+# In the LLVM IR: fast-math flags that let LLVM reassociate, contract, use
+# reciprocals or approximations, or ignore the sign of zero. (nnan and ninf are
+# allowed: LLVM adds them itself where it has proved them, e.g. on m * 0.5 in
+# log, where m is built from bits in [1, 2); they change no value.)
+FORBIDDEN_LLIR = {
+    "fast-math flags": re.compile(r"= f(add|sub|mul|div)( [a-z]+)*? (fast|reassoc|contract|nsz|arcp|afn)\b"),
+    "fused multiply-add intrinsic": re.compile(r"@llvm\.(fma|fmuladd)\.f32"),
+}
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One kernel with one choice of compile-time constants."""
@@ -82,19 +92,32 @@ def kernel_specs() -> list[KernelSpec]:
     return specs
 
 
-def compile_spec(spec: KernelSpec, arch: int = 90) -> str:
-    """Compile `spec` for sm_<arch> (down to a cubin, so ptxas checks it too); return the PTX."""
+def compile_spec(spec: KernelSpec, arch: int = 90, fusion: bool = False) -> dict[str, str]:
+    """Compile `spec` for sm_<arch> (down to a cubin, so ptxas checks it too).
+
+    Returns {"ptx": ..., "llir": ...}. `fusion=True` is Triton's default and
+    is only for showing that the audit catches what it allows.
+    """
     src = ASTSource(fn=spec.kernel, signature=spec.signature(), constexprs=spec.constexprs)
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options={"enable_fp_fusion": False, "num_warps": 4})
-    return compiled.asm["ptx"]
+                              options={"enable_fp_fusion": fusion, "num_warps": 4})
+    return {"ptx": compiled.asm["ptx"], "llir": compiled.asm["llir"]}
+
+
+def _find(patterns: dict, text: str) -> list[str]:
+    found = []
+    for what, pattern in patterns.items():
+        hits = [m.group(0) for m in pattern.finditer(text)]
+        if hits:
+            found.append(f"{what}: {hits[0]} x{len(hits)}")
+    return found
 
 
 def audit_ptx(ptx: str) -> list[str]:
     """The forbidden instructions in `ptx`, one line each ("fused multiply-add: fma.rn.f32 x3")."""
-    found = []
-    for what, pattern in FORBIDDEN.items():
-        hits = [m.group(0) for m in pattern.finditer(ptx)]
-        if hits:
-            found.append(f"{what}: {hits[0]} x{len(hits)}")
-    return found
+    return _find(FORBIDDEN, ptx)
+
+
+def audit(asm: dict[str, str]) -> list[str]:
+    """Forbidden instructions in the PTX and fast-math flags or fma intrinsics in the LLVM IR."""
+    return audit_ptx(asm["ptx"]) + _find(FORBIDDEN_LLIR, asm["llir"])

@@ -3,7 +3,8 @@
 No GPU is needed: Triton ships ptxas, and P2PAUDIT_TRITON_COMPILE_ONLY=1 lets
 kernels/triton_ptx.py build the real (not interpreted) kernels. The audit
 refuses fused multiply-adds, approximate division/sqrt/transcendentals,
-flush-to-zero and hardware min/max. The failing baseline: the same kernel
+flush-to-zero and hardware min/max in the PTX, and fast-math flags or fma
+intrinsics in the LLVM IR. The failing baseline: the same kernel
 compiled with fp fusion left on does contain fma, and the audit says so.
 The compiles run in one subprocess (this file, run as a script).
 """
@@ -20,21 +21,18 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 def probe() -> dict:
     """Compile every kernel spec (fusion off) and one with fusion on; audit their PTX."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from kernels import triton_ptx as P
     from kernels import triton_rows as tr
 
     audits = {}
     for spec in P.kernel_specs():
-        ptx = P.compile_spec(spec, arch=90)
-        audits[spec.name] = {"problems": P.audit_ptx(ptx), "div_rn": "div.rn.f32" in ptx, "sqrt_rn": "sqrt.rn.f32" in ptx}
-    fused_spec = P.KernelSpec(tr.adamw_kernel, {"BLOCK": 1024})
-    src = ASTSource(fn=fused_spec.kernel, signature=fused_spec.signature(), constexprs=fused_spec.constexprs)
-    fused = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": True, "num_warps": 4})
-    return {"audits": audits, "fused_problems": P.audit_ptx(fused.asm["ptx"])}
+        asm = P.compile_spec(spec, arch=90)
+        ptx = asm["ptx"]
+        audits[spec.name] = {"problems": P.audit(asm), "div_rn": "div.rn.f32" in ptx, "sqrt_rn": "sqrt.rn.f32" in ptx}
+    fused = P.compile_spec(P.KernelSpec(tr.adamw_kernel, {"BLOCK": 1024}), arch=90, fusion=True)
+    fast_llir = "%r = fadd reassoc nsz float %a, %b\n%s = call float @llvm.fmuladd.f32(float %a, float %b, float %c)"
+    return {"audits": audits, "fused_problems": P.audit(fused),
+            "fast_llir_problems": P.audit({"ptx": "", "llir": fast_llir})}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +57,12 @@ def test_division_and_sqrt_are_the_correctly_rounded_ones(results):
 def test_fusion_left_on_is_caught(results):
     # The failing baseline: Triton's default would contract a*b+c; the audit must see it.
     assert any(p.startswith("fused multiply-add") for p in results["fused_problems"]), results["fused_problems"]
+
+
+def test_fast_math_in_llvm_ir_is_caught(results):
+    found = results["fast_llir_problems"]
+    assert any(p.startswith("fast-math flags") for p in found), found
+    assert any(p.startswith("fused multiply-add intrinsic") for p in found), found
 
 
 if __name__ == "__main__":
