@@ -30,7 +30,7 @@ FORBIDDEN = {
     "approximate or full-range division": re.compile(r"\bdiv\.(approx|full)(\.[a-z0-9]+)*\.f32\b"),
     "approximate reciprocal or square root": re.compile(r"\b(rcp|rsqrt|sqrt)\.approx(\.[a-z0-9]+)*\.f32\b"),
     "hardware transcendental": re.compile(r"\b(ex2|lg2|sin|cos|tanh)\.approx\b"),
-    "flush-to-zero arithmetic": re.compile(r"\b(add|sub|mul|div|sqrt|max|min|setp)(\.[a-z0-9]+)*\.ftz\b"),
+    "flush-to-zero arithmetic": re.compile(r"\b[a-z0-9]+(\.[a-z0-9]+)*\.ftz\b"),  # any instruction, neg and cvt too
     # max.f32/min.f32 return the non-NaN operand and may pick either zero: not max2.
     "hardware min/max": re.compile(r"\b(max|min)(\.[a-zA-Z0-9]+)*\.f32\b"),
     "tensor-core matrix product": re.compile(r"\b(mma|wgmma)\b"),
