@@ -82,14 +82,13 @@ def exp_f32(x):
     t = xc * LOG2E
     n = (t + SHIFTER) - SHIFTER  # round to the nearest integer, ties to even
     r = (xc - n * LN2_HI) - n * LN2_LO
-    p = C7
-    p = p * r + C6
-    p = p * r + C5
-    p = p * r + C4
-    p = p * r + C3
-    p = p * r + C2
-    p = p * r + ONE
-    p = p * r + ONE
+    q = C7
+    q = q * r + C6
+    q = q * r + C5
+    q = q * r + C4
+    q = q * r + C3
+    q = q * r + C2
+    p = ONE + (r + (r * r) * q)  # the amended v1 tail: monotone in r, unlike Horner through 1.0
     ni = np.int32(n)
     n1 = ni >> 1  # arithmetic shift: floor(n / 2)
     n2 = ni - n1
@@ -145,17 +144,55 @@ def next_pow2(n):
     return p
 
 
+LITERAL_LEVELS = 1024  # levels w < 1024 run as loops with literal trip counts
+
+
 @njit(inline="always")
 def tree_sum(s, p):
     """psum's halving tree over s[0:p] in place; return s[0].
 
     Preconditions: p is a power of two >= 1 and s[n:p] holds -0.0 padding.
+    Levels w >= LITERAL_LEVELS are loops over two contiguous halves (one
+    vector add per 16 pairs); the levels below are written out with literal
+    trip counts, so LLVM emits straight vector code with no loop set-up or
+    overlap check per level. Same pairs (i, i + w), same order.
     """
     w = p >> 1
-    while w >= 1:
-        for i in range(w):  # pairs (i, i + w): two contiguous halves, one vector add
-            s[i] = s[i] + s[i + w]
+    while w >= LITERAL_LEVELS:
+        lo = s[:w]
+        hi = s[w : 2 * w]
+        for i in range(w):
+            lo[i] = lo[i] + hi[i]
         w >>= 1
+    if p >= 1024:
+        for i in range(512):
+            s[i] = s[i] + s[i + 512]
+    if p >= 512:
+        for i in range(256):
+            s[i] = s[i] + s[i + 256]
+    if p >= 256:
+        for i in range(128):
+            s[i] = s[i] + s[i + 128]
+    if p >= 128:
+        for i in range(64):
+            s[i] = s[i] + s[i + 64]
+    if p >= 64:
+        for i in range(32):
+            s[i] = s[i] + s[i + 32]
+    if p >= 32:
+        for i in range(16):
+            s[i] = s[i] + s[i + 16]
+    if p >= 16:
+        for i in range(8):
+            s[i] = s[i] + s[i + 8]
+    if p >= 8:
+        for i in range(4):
+            s[i] = s[i] + s[i + 4]
+    if p >= 4:
+        for i in range(2):
+            s[i] = s[i] + s[i + 2]
+    if p >= 2:
+        s[0] = s[0] + s[1]
     return s[0]
 
 
@@ -164,38 +201,85 @@ def tree_max(s, p):
     """pmax's halving tree over s[0:p] in place; return s[0].
 
     Preconditions: p is a power of two >= 1 and s[n:p] holds -inf padding.
+    Written like tree_sum.
     """
     w = p >> 1
-    while w >= 1:
+    while w >= LITERAL_LEVELS:
+        lo = s[:w]
+        hi = s[w : 2 * w]
         for i in range(w):
-            a = s[i]
-            b = s[i + w]
-            s[i] = b if (b > a) | (b != b) else a
+            lo[i] = max2_f32(lo[i], hi[i])
         w >>= 1
+    if p >= 1024:
+        for i in range(512):
+            s[i] = max2_f32(s[i], s[i + 512])
+    if p >= 512:
+        for i in range(256):
+            s[i] = max2_f32(s[i], s[i + 256])
+    if p >= 256:
+        for i in range(128):
+            s[i] = max2_f32(s[i], s[i + 128])
+    if p >= 128:
+        for i in range(64):
+            s[i] = max2_f32(s[i], s[i + 64])
+    if p >= 64:
+        for i in range(32):
+            s[i] = max2_f32(s[i], s[i + 32])
+    if p >= 32:
+        for i in range(16):
+            s[i] = max2_f32(s[i], s[i + 16])
+    if p >= 16:
+        for i in range(8):
+            s[i] = max2_f32(s[i], s[i + 8])
+    if p >= 8:
+        for i in range(4):
+            s[i] = max2_f32(s[i], s[i + 4])
+    if p >= 4:
+        for i in range(2):
+            s[i] = max2_f32(s[i], s[i + 2])
+    if p >= 2:
+        s[0] = max2_f32(s[0], s[1])
     return s[0]
 
 
 @njit(inline="always")
 def psum_row(x, s):
-    """psum of the 1-d array x, using the scratch s (len(s) >= P2(len(x)))."""
+    """psum of the 1-d array x, using the scratch s (len(s) >= P2(len(x)) / 2).
+
+    The first level (pairs i, i + P/2) reads x directly: a partner at or past
+    n is -0.0 padding and x + (-0.0) == x, so those entries are copied.
+    """
     n = x.shape[0]
-    if n == 0:
-        return ZERO
-    p = next_pow2(n)
-    for i in range(n):
-        s[i] = x[i]
-    for i in range(n, p):
-        s[i] = NEG_ZERO
-    return tree_sum(s, p)
+    if n <= 1:
+        return x[0] if n == 1 else ZERO
+    h = next_pow2(n) >> 1  # h < n <= 2h
+    lo = x[: n - h]
+    hi = x[h:n]
+    for i in range(n - h):
+        s[i] = lo[i] + hi[i]
+    rest = x[n - h : h]
+    dst = s[n - h : h]
+    for i in range(2 * h - n):
+        dst[i] = rest[i]
+    return tree_sum(s, h)
 
 
 @njit(inline="always")
 def pmax_row(x, s):
-    """pmax of the 1-d array x (len >= 1), using the scratch s (len(s) >= P2(len(x)))."""
+    """pmax of the 1-d array x (len >= 1), using the scratch s (len(s) >= P2(len(x)) / 2).
+
+    First level fused as in psum_row: max2(x, -inf) == x for every x, NaN included.
+    """
     n = x.shape[0]
-    p = next_pow2(n)
-    for i in range(n):
-        s[i] = x[i]
-    for i in range(n, p):
-        s[i] = NEG_INF
-    return tree_max(s, p)
+    if n == 1:
+        return x[0]
+    h = next_pow2(n) >> 1  # h < n <= 2h
+    lo = x[: n - h]
+    hi = x[h:n]
+    for i in range(n - h):
+        s[i] = max2_f32(lo[i], hi[i])
+    rest = x[n - h : h]
+    dst = s[n - h : h]
+    for i in range(2 * h - n):
+        dst[i] = rest[i]
+    return tree_max(s, h)
