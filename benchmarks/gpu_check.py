@@ -213,7 +213,10 @@ def audit_kernels(report: Report, arch: int) -> None:
 
     for spec in P.kernel_specs():
         t = time.perf_counter()
-        problems = P.audit(P.compile_spec(spec, arch=arch))
+        try:
+            problems = P.audit(P.compile_spec(spec, arch=arch))
+        except Exception as e:  # one kernel that fails to compile must not stop the run
+            problems = [f"compile error: {type(e).__name__}: {e}"[:500]]
         report.data["audit"][spec.name] = {"problems": problems, "compile_s": round(time.perf_counter() - t, 2)}
         log(f"audit {spec.name}: {'; '.join(problems) or 'clean'}")
     report.save()
@@ -227,7 +230,10 @@ def check_cases(report: Report, small: bool) -> None:
 
     for op in OPS:
         t = time.perf_counter()
-        failures = check_backend(triton_backend, cpu, op, SEED, small=small)
+        try:
+            failures = check_backend(triton_backend, cpu, op, SEED, small=small)
+        except Exception as e:
+            failures = [f"error: {type(e).__name__}: {e}"[:500]]
         report.data["cases"][op] = failures[:5]
         log(f"cases {op}: {len(failures)} differ ({time.perf_counter() - t:.1f}s)")
     report.save()
@@ -262,27 +268,42 @@ def _host(result):
     return tuple(r.cpu().numpy() for r in result) if isinstance(result, tuple) else result.cpu().numpy()
 
 
-def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
-    """Stage 2: each op at size `size`: digest against the CPU backend's, and time against torch."""
+def _check_op(w: Workload, i: int, size: str, device: str, stored: dict, cpu_live: bool) -> dict:
+    """Digest comparison and timings of workload `w` (number i); a mismatch is described."""
+    from kernel_cases import compare_outputs
+
     from kernels import cpu, triton_backend
 
+    args = make_inputs(w, i, size)
+    dev = _to_device(args, device)
+    out = _host(getattr(triton_backend, w.op)(*dev))
+    got = digest(out)
+    want, source = stored.get(w.name), "prepared"
+    if cpu_live or want is None:
+        want, source = digest(getattr(cpu, w.op)(*args)), "live"
+    row = {"name": w.name, "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
+           "equal": got == want, "cpu_digest": source, "digest": got[:16]}
+    if not row["equal"]:  # say where: recompute the CPU output here
+        row["difference"] = compare_outputs(out, getattr(cpu, w.op)(*args))
+    iters = 100 if device == "cuda" else 1  # the interpreter's timings mean nothing: one call
+    row["triton_ms"] = time_ms(lambda: getattr(triton_backend, w.op)(*dev), device, max_iter=iters)
+    row["torch_ms"] = time_ms(w.torch_op(*dev), device, max_iter=iters)
+    row["ratio"] = row["triton_ms"] / row["torch_ms"]
+    return row
+
+
+def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
+    """Stage 2: each op at size `size`: digest against the CPU backend's, and time against torch."""
     stored = json.loads(DIGESTS.read_text())["digests"].get(size, {}) if DIGESTS.exists() else {}
     for i, w in enumerate(workloads()):
-        args = make_inputs(w, i, size)
-        dev = _to_device(args, device)
-        got = digest(_host(getattr(triton_backend, w.op)(*dev)))
-        want, source = stored.get(w.name), "prepared"
-        if cpu_live or want is None:
-            want, source = digest(getattr(cpu, w.op)(*args)), "live"
-        row = {"name": w.name, "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
-               "equal": got == want, "cpu_digest": source, "digest": got[:16]}
-        iters = 100 if device == "cuda" else 1  # the interpreter's timings mean nothing: one call
-        row["triton_ms"] = time_ms(lambda: getattr(triton_backend, w.op)(*dev), device, max_iter=iters)
-        row["torch_ms"] = time_ms(w.torch_op(*dev), device, max_iter=iters)
-        row["ratio"] = row["triton_ms"] / row["torch_ms"]
+        try:
+            row = _check_op(w, i, size, device, stored, cpu_live)
+            log(f"{w.name:24s} equal={row['equal']} ({row['cpu_digest']})  triton {row['triton_ms']:.3f} ms  "
+                f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}")
+        except Exception as e:  # one failing op must not stop the run
+            row = {"name": w.name, "shapes": [], "equal": False, "error": f"{type(e).__name__}: {e}"[:500]}
+            log(f"{w.name:24s} ERROR {row['error']}")
         report.data["ops"].append(row)
-        log(f"{w.name:24s} equal={row['equal']} ({source})  triton {row['triton_ms']:.3f} ms  "
-            f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}")
         report.save()
 
 
@@ -299,8 +320,12 @@ def markdown(d: dict) -> str:
               "|---|---|---|---|---|---|"]
     for o in d["ops"]:
         shapes = " ".join("x".join(map(str, s)) for s in o["shapes"])
+        if "error" in o:
+            lines.append(f"| {o['name']} | | ERROR {o['error']} | | | |")
+            continue
         lines.append(f"| {o['name']} | {shapes} | {'yes' if o['equal'] else 'NO'} ({o['cpu_digest']}) | "
                      f"{o['triton_ms']:.3f} | {o['torch_ms']:.3f} | {o['ratio']:.2f} |")
+    lines += [f"- {o['name']}: {o['difference']}" for o in d["ops"] if o.get("difference")]
     return "\n".join(lines) + "\n"
 
 

@@ -78,3 +78,22 @@ def test_interpreter_dry_run_checks_every_op(tmp_path):
     assert {o["cpu_digest"] for o in report["ops"]} == {"prepared"}
     assert all(o["triton_ms"] > 0 and o["torch_ms"] > 0 for o in report["ops"])
     assert "| attention_backward |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_report_marks_errors_and_differences_as_failures(gpu_check, tmp_path):
+    report = gpu_check.Report(tmp_path, {"device": "d", "mode": "cuda", "size": "quick", "torch": "t",
+                                         "triton": "t", "when": "now"})
+    ok = {"name": "exp", "shapes": [[3]], "equal": True, "cpu_digest": "prepared", "triton_ms": 1.0,
+          "torch_ms": 0.5, "ratio": 2.0}
+    report.data["ops"] = [ok]
+    assert not report.failed()
+    bad = dict(ok, name="log", equal=False, difference="output 0: 1 of 3 values differ, first at (0,)")
+    report.data["ops"] = [ok, bad, {"name": "silu", "shapes": [], "equal": False, "error": "RuntimeError: boom"}]
+    assert report.failed()
+    report.save()
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert "| log | 3 | NO (prepared) |" in md and "- log: output 0: 1 of 3 values differ" in md
+    assert "| silu | | ERROR RuntimeError: boom |" in md
+    report.data["ops"] = [ok]
+    report.data["audit"] = {"k": {"problems": ["fused multiply-add: fma.rn.f32 x1"], "compile_s": 1.0}}
+    assert report.failed()
