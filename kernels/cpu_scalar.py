@@ -7,19 +7,57 @@ float32 only (constants are numpy.float32 globals, which numba freezes as
 float32; a bare Python float literal would promote the expression to float64),
 no fastmath, branches written as selects so loops stay vectorisable.
 
-Caching note: numba's on-disk cache of a kernel is keyed on the kernel's own
-source file only. After editing this module, delete kernels/__pycache__ (the
-`*.nbi`/`*.nbc` files) so the kernels that inline these helpers recompile.
+Caching: numba's on-disk cache of a kernel is keyed on the kernel's own
+source file only, so a kernel that inlines a helper from here would keep
+stale machine code after this file changed. `drop_stale_cache` (run on
+import) therefore fingerprints every kernels/cpu*.py and deletes the cached
+cpu kernels when the fingerprint differs from the one they were built with.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
 from kernels import constants as K
+
+
+def drop_stale_cache() -> None:
+    """Delete numba's cached cpu kernels unless they were built from today's cpu*.py sources.
+
+    Best effort: an unwritable cache folder is left as it is (numba then
+    caches elsewhere or not at all, and compiles from source).
+    """
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(numba.__version__.encode())
+    for source in sorted(here.glob("cpu*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    cache = here / "__pycache__"
+    stamp = cache / "cpu_kernels.sources"
+    try:
+        if stamp.read_text() == digest.hexdigest():
+            return
+    except OSError:
+        pass  # no stamp yet: treat every cached kernel as stale
+    try:
+        for old in cache.glob("cpu_*.nb[ic]"):
+            old.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        tmp = cache / f"cpu_kernels.sources.{os.getpid()}"
+        tmp.write_text(digest.hexdigest())
+        tmp.replace(stamp)  # atomic: a concurrent import sees the old or the new stamp
+    except OSError:
+        return
+
+
+drop_stale_cache()
 
 # numpy.float32 globals: numba types them as float32 constants.
 ZERO = K.ZERO
