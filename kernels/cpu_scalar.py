@@ -29,13 +29,14 @@ from numba.extending import intrinsic
 from kernels import constants as K
 
 
-def drop_stale_cache() -> None:
+def drop_stale_cache(here: Path | None = None) -> None:
     """Delete numba's cached cpu kernels unless they were built from today's cpu*.py sources.
 
-    Best effort: an unwritable cache folder is left as it is (numba then
-    caches elsewhere or not at all, and compiles from source).
+    `here` is the folder of the sources (default: this module's). Best effort:
+    an unwritable cache folder is left as it is (numba then caches elsewhere
+    or not at all, and compiles from source).
     """
-    here = Path(__file__).resolve().parent
+    here = here or Path(__file__).resolve().parent
     digest = hashlib.sha256(numba.__version__.encode())
     for source in sorted(here.glob("cpu*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
