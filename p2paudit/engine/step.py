@@ -41,8 +41,10 @@ def micro_batch_grads(
 ) -> tuple[dict[str, np.ndarray], np.float32]:
     """Gradients of one micro-batch's mean loss, keyed by param name, and that loss.
 
-    Preconditions: `state` passes check_state; tokens is int64 (B, seq_len + 1).
+    Bad input (a state that fails check_state, tokens not int64 (B, seq_len + 1)
+    with ids below vocab_size) raises InputError.
     """
+    check_state(state, cfg)
     cache = forward(state, tokens, cfg.model, backend, trace)
     grads = backward(cache, state, cfg.model, backend, trace)
     return grads, cache.loss
