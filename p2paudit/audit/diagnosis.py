@@ -73,6 +73,8 @@ class Diagnosis:
     def lines(self) -> list[str]:
         out = [f"step {self.step}: {len(self.tensors)} tensor(s) differ: {', '.join(self.tensors)}"]
         out += [f"  {d.line()}" for d in self.diffs]
+        if not self.diffs:
+            out.append(f"  (state {self.step + 1} has no published checkpoint: element counts and ulps need one)")
         out += [f"  {d.line()}" for d in self.divergences]
         out.append(f"  conclusion: {self.conclusion}")
         return out

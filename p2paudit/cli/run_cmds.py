@@ -131,9 +131,10 @@ def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
     """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, check the golden digest."""
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.run.manifest import read_manifest
-    from p2paudit.run.publisher import TrainPlan, load_publisher_key
+    from p2paudit.run.publisher import TrainPlan, check_plan, load_publisher_key
 
     plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
+    check_plan(plan)
     click.echo(f"publishing the tiny run ({DEMO_STEPS} steps, checkpoint every {DEMO_CKPT_EVERY}) into {run_dir}")
     result = _publish_with_progress(plan, load_publisher_key(None))
     if result.already_complete:

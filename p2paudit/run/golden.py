@@ -8,4 +8,4 @@ or the corpus changed, and every run published before no longer replays.
 """
 
 GOLDEN_TINY_STEPS = 8
-GOLDEN_TINY_DIGEST = "sha256:425e420d255202857128b9c5830258aa9effc2b3e449ed2f787a5d07ad64715c"
+GOLDEN_TINY_DIGEST = "sha256:8ee19ca678e9a358424af677018c10d535307c4e55ab18f26a7a2863601a94b8"

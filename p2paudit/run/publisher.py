@@ -81,8 +81,11 @@ def load_publisher_key(path: Path | None) -> Identity:
     return load_identity(default)
 
 
-def check_plan(plan: TrainPlan) -> None:
-    """InputError for a plan that cannot run (numbers out of range)."""
+def check_plan(plan: TrainPlan):
+    """The plan's TrainConfig; InputError for a plan that cannot run (numbers out of range, a world
+    size the micro-batches cannot be split over, a directory that is not a run's)."""
+    from p2paudit.engine.config import train_config
+
     if plan.steps < 1:
         raise InputError(f"--steps is {plan.steps}, want >= 1")
     if plan.ckpt_every < 1:
@@ -91,6 +94,13 @@ def check_plan(plan: TrainPlan) -> None:
         raise InputError(f"--world-size is {plan.world_size}, want >= 1")
     if plan.traces and plan.world_size != 1:
         raise InputError(f"--traces needs --world-size 1, got {plan.world_size}")
+    cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    if plan.world_size > 1:
+        from p2paudit.engine.distributed import rank_share
+
+        rank_share(cfg, 0, plan.world_size)
+    _check_directory(plan.run_dir)
+    return cfg
 
 
 def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
@@ -133,16 +143,8 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
     Returns at once if the directory already holds the finished run of this
     plan; raises InputError if it holds a different run.
     """
-    from p2paudit.engine.config import train_config
-
-    check_plan(plan)
-    cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
-    if plan.world_size > 1:
-        from p2paudit.engine.distributed import rank_share
-
-        rank_share(cfg, 0, plan.world_size)  # refuses a world size the micro-batches cannot be split over
+    cfg = check_plan(plan)
     run_dir = plan.run_dir
-    _check_directory(run_dir)
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
         manifest = read_manifest(run_dir)
         if not _same_plan(manifest.body, cfg, plan):

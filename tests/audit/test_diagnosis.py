@@ -57,3 +57,13 @@ def test_conclusions():
     assert "a backend departs" in conclude((departs,), ("cpu", "reference"))
     published = Divergence("cpu", "published trace", 7, "update/wte/p", 8)
     assert "published trace departs at operation update/wte/p" in conclude((agree, published), ("cpu", "reference"))
+
+
+def test_a_diagnosis_without_claimed_tensors_says_why_it_has_no_counts():
+    from p2paudit.audit.diagnosis import Diagnosis
+
+    agree = Divergence("cpu", "reference", None, None, 10)
+    lines = Diagnosis(4, ("params/wte",), (), (agree,), "the fault is in the claim").lines()
+    assert lines[0] == "step 4: 1 tensor(s) differ: params/wte"
+    assert "state 5 has no published checkpoint" in lines[1]
+    assert lines[-1] == "  conclusion: the fault is in the claim"
