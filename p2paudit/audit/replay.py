@@ -128,7 +128,7 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
         audit, state, diagnosis = _replay_one(view, n, state, step_fn, backend, anchored_note,
                                               (against or second_backend(backend)) if diagnose else None)
         audit = replace(audit, seconds=time.perf_counter() - began)
-        if audit.verdict == MISMATCH and not anchored_note:
+        if not anchored_note and audit.observed_digest != audit.claimed_digest:
             anchored_note = f"input is not the published state {n + 1} (step {n} mismatched)"
         if diagnosis is not None and n >= a:
             diagnoses.append(diagnosis)
@@ -148,13 +148,14 @@ def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanc
     record = m.steps[n]
     batch = batch_for_step(view.tokens, m.data.data_key, view.cfg, n)  # (M, B, T+1)
     data_digest = digest_batch(batch)
+    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, data_digest=data_digest,
+                claimed_digest=record.output.digest, observed_digest=None, backend=backend, seconds=0.0,
+                engine_version=ENGINE_VERSION, arithmetic_version=ARITHMETIC_VERSION)
+    if unanchored:  # running it would check nothing: its input is not the claimed one
+        return StepAudit(**base, verdict=ERROR, note=unanchored), state, None
     result = step_fn(state, batch)
     observed = digest_state(result.state)
-    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, data_digest=data_digest,
-                claimed_digest=record.output.digest, observed_digest=observed.digest, backend=backend, seconds=0.0,
-                engine_version=ENGINE_VERSION, arithmetic_version=ARITHMETIC_VERSION)
-    if unanchored:
-        return StepAudit(**base, verdict=ERROR, note=unanchored), result.state, None
+    base["observed_digest"] = observed.digest
     if data_digest != record.data_digest:
         note = (f"data digest {format_digest(data_digest)} is not the claimed {format_digest(record.data_digest)}: "
                 f"the claim used another slice of data")
