@@ -20,7 +20,8 @@ import numpy as np
 
 from p2paudit import __version__
 from p2paudit.errors import InputError
-from p2paudit.identity import Identity, default_key_path, generate_identity, load_identity, save_identity
+from p2paudit.identity import (CONFIG_FILE_NAME, Identity, default_config, default_key_path, generate_identity,
+                               home_dir, load_config, load_identity, save_config, save_identity)
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_batch, digest_bytes, digest_state, format_digest
 from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, StepRecord,
@@ -72,13 +73,21 @@ class PublishResult:
 
 
 def load_publisher_key(path: Path | None) -> Identity:
-    """The key at `path`, or the node key under home_dir(), created there if missing."""
+    """The key at `path`; else the node's key (as its config.json names it, or home_dir()/node.key).
+
+    A node without a key is set up as `p2paudit init` would (key and config),
+    so that `p2paudit id` and the node commands use the same key afterwards.
+    """
     if path is not None:
         return load_identity(path)
-    default = default_key_path()
-    if not default.exists():
-        save_identity(generate_identity(), default)
-    return load_identity(default)
+    config_path = home_dir() / CONFIG_FILE_NAME
+    if config_path.exists():
+        return load_identity(load_config(config_path).key)
+    key_path = default_key_path()
+    if not key_path.exists():
+        save_identity(generate_identity(), key_path)
+        save_config(default_config(), config_path)
+    return load_identity(key_path)
 
 
 def check_plan(plan: TrainPlan):

@@ -52,6 +52,11 @@ def test_train_creates_the_node_key_when_none_is_given(tmp_path):
     result = _invoke(["train", str(tmp_path / "run"), "--steps", "1", "--backend", "reference"], tmp_path / "home")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "home" / "node.key").is_file()
+    # The node is set up as `p2paudit init` would: `p2paudit id` now shows the publisher's key.
+    shown = _invoke(["id", "--json"], tmp_path / "home")
+    assert shown.exit_code == 0, shown.output
+    manifest_key = json.loads((tmp_path / "run" / "manifest.sig.json").read_bytes())["public_key"]
+    assert manifest_key in shown.output
 
 
 @pytest.mark.parametrize("args, message", [
