@@ -46,7 +46,7 @@ SCATTER_BC = 128  # columns per program of the embedding gradient
 # ------------------------------------------------------------ inputs, outputs
 
 
-def _proxy(x: object, name: str, values: bool = False) -> object:
+def _checkable(x: object, name: str, values: bool = False) -> object:
     """What kernels.validate sees for `x`: numpy input itself; for a tensor, an array of its shape and dtype.
 
     With `values` the tensor's values are copied to the host (index arrays,
@@ -75,14 +75,14 @@ def _torch_mode(*arrays: object) -> bool:
     return kinds == {True}
 
 
-def _dev(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+def _to_device(x: np.ndarray | torch.Tensor) -> torch.Tensor:
     """A checked input as a device tensor (numpy arrays are copied to the device)."""
     if isinstance(x, torch.Tensor):
         return x.detach()
     return torch.from_numpy(x).to(L.DEVICE)
 
 
-def _out(t: torch.Tensor, as_torch: bool) -> np.ndarray | torch.Tensor:
+def _to_caller(t: torch.Tensor, as_torch: bool) -> np.ndarray | torch.Tensor:
     """A result in the caller's kind: the tensor itself, or a numpy copy."""
     return t if as_torch else t.cpu().numpy()
 
@@ -93,32 +93,32 @@ def _out(t: torch.Tensor, as_torch: bool) -> np.ndarray | torch.Tensor:
 def sum_rows(x):
     """psum of each row: (R, C) -> (R,)."""
     as_torch = _torch_mode(x)
-    validate.check_rows(_proxy(x, "x"))
-    return _out(L.reduce_rows(_dev(x), is_max=False), as_torch)
+    validate.check_rows(_checkable(x, "x"))
+    return _to_caller(L.reduce_rows(_to_device(x), is_max=False), as_torch)
 
 
 def sum_cols(x):
     """psum down each column: (R, C) -> (C,)."""
     as_torch = _torch_mode(x)
-    validate.check_rows(_proxy(x, "x"))
-    return _out(L.reduce_cols(_dev(x)), as_torch)
+    validate.check_rows(_checkable(x, "x"))
+    return _to_caller(L.reduce_cols(_to_device(x)), as_torch)
 
 
 def max_rows(x):
     """pmax of each row: (R, C) -> (R,), C >= 1."""
     as_torch = _torch_mode(x)
-    validate.check_rows(_proxy(x, "x"), min_cols=1)
-    return _out(L.reduce_rows(_dev(x), is_max=True), as_torch)
+    validate.check_rows(_checkable(x, "x"), min_cols=1)
+    return _to_caller(L.reduce_rows(_to_device(x), is_max=True), as_torch)
 
 
 def _matmul(a, b, layout: str):
     """Check, run and return the product of `layout` on 2-d or batched 3-d operands."""
     as_torch = _torch_mode(a, b)
-    validate.check_matmul(_proxy(a, "a"), _proxy(b, "b"), layout)
-    ta, tb = _dev(a), _dev(b)
+    validate.check_matmul(_checkable(a, "a"), _checkable(b, "b"), layout)
+    ta, tb = _to_device(a), _to_device(b)
     if ta.dim() == 2:
-        return _out(L.matmul(ta[None], tb[None], layout)[0], as_torch)
-    return _out(L.matmul(ta, tb, layout), as_torch)
+        return _to_caller(L.matmul(ta[None], tb[None], layout)[0], as_torch)
+    return _to_caller(L.matmul(ta, tb, layout), as_torch)
 
 
 def matmul(a, b):
@@ -142,11 +142,11 @@ def matmul_tn(a, b):
 def _unary(x, op: int):
     """exp (0), log (1) or silu (2) of a float32 array of any shape."""
     as_torch = _torch_mode(x)
-    validate.check_elementwise(_proxy(x, "x"))
-    tx = _dev(x)
+    validate.check_elementwise(_checkable(x, "x"))
+    tx = _to_device(x)
     y = torch.empty_like(tx)
     L.launch(tk.unary_kernel, L.flat_grid(tx.numel()), tx, y, tx.numel(), OP=op, BLOCK=L.FLAT_BLOCK)
-    return _out(y, as_torch)
+    return _to_caller(y, as_torch)
 
 
 def exp(x):
@@ -167,11 +167,11 @@ def silu(x):
 def silu_backward(x, dy):
     """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)); x and dy of one shape."""
     as_torch = _torch_mode(x, dy)
-    validate.check_pair(_proxy(x, "x"), "x", _proxy(dy, "dy"), "dy")
-    tx, tdy = _dev(x), _dev(dy)
+    validate.check_pair(_checkable(x, "x"), "x", _checkable(dy, "dy"), "dy")
+    tx, tdy = _to_device(x), _to_device(dy)
     dx = torch.empty_like(tx)
     L.launch(tk.silu_backward_kernel, L.flat_grid(tx.numel()), tx, tdy, dx, tx.numel(), BLOCK=L.FLAT_BLOCK)
-    return _out(dx, as_torch)
+    return _to_caller(dx, as_torch)
 
 
 # -------------------------------------------------------- composite operations
@@ -201,46 +201,46 @@ def _softmax_backward(p: torch.Tensor, dp: torch.Tensor) -> torch.Tensor:
 def softmax_causal(s):
     """Row softmax over j <= t of s (BH, T, T); entries j > t are +0.0."""
     as_torch = _torch_mode(s)
-    validate.check_square_scores(_proxy(s, "s"), "s")
-    return _out(_softmax(_dev(s)), as_torch)
+    validate.check_square_scores(_checkable(s, "s"), "s")
+    return _to_caller(_softmax(_to_device(s)), as_torch)
 
 
 def softmax_causal_backward(p, dp):
     """ds = p * (dp - psum(p * dp over j <= t)); +0.0 for j > t. p, dp (BH, T, T)."""
     as_torch = _torch_mode(p, dp)
-    validate.check_softmax_backward(_proxy(p, "p"), _proxy(dp, "dp"))
-    return _out(_softmax_backward(_dev(p), _dev(dp)), as_torch)
+    validate.check_softmax_backward(_checkable(p, "p"), _checkable(dp, "dp"))
+    return _to_caller(_softmax_backward(_to_device(p), _to_device(dp)), as_torch)
 
 
 def _attention_scale(d: int) -> torch.Tensor:
     """1 / sqrt(float32(D)), rounded twice on the host, as a device scalar."""
-    return L.scalars(K.ONE / np.sqrt(F32(d)))
+    return L.device_scalars(K.ONE / np.sqrt(F32(d)))
 
 
 def attention(q, k, v):
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
     as_torch = _torch_mode(q, k, v)
-    _, _, d = validate.check_attention(_proxy(q, "q"), _proxy(k, "k"), _proxy(v, "v"))
-    tq, tk_, tv = _dev(q), _dev(k), _dev(v)
+    _, _, d = validate.check_attention(_checkable(q, "q"), _checkable(k, "k"), _checkable(v, "v"))
+    tq, tk_, tv = _to_device(q), _to_device(k), _to_device(v)
     s = L.matmul(tq, tk_, "nt", scale=_attention_scale(d))  # (BH, T, T)
     p = _softmax(s)  # (BH, T, T)
     o = L.matmul(p, tv, "nn")  # (BH, T, D)
-    return _out(o, as_torch), _out(p, as_torch)
+    return _to_caller(o, as_torch), _to_caller(p, as_torch)
 
 
 def attention_backward(q, k, v, p, do):
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
     as_torch = _torch_mode(q, k, v, p, do)
     names = ("q", "k", "v", "p", "do")
-    _, _, d = validate.check_attention_backward(*(_proxy(x, n) for x, n in zip((q, k, v, p, do), names)))
-    tq, tk_, tv, tp, tdo = (_dev(x) for x in (q, k, v, p, do))
+    _, _, d = validate.check_attention_backward(*(_checkable(x, n) for x, n in zip((q, k, v, p, do), names)))
+    tq, tk_, tv, tp, tdo = (_to_device(x) for x in (q, k, v, p, do))
     scale = _attention_scale(d)
     dp = L.matmul(tdo, tv, "nt")  # (BH, T, T)
     dv = L.matmul(tp, tdo, "tn")  # (BH, T, D)
     ds = _softmax_backward(tp, dp)  # (BH, T, T)
     dq = L.matmul(ds, tk_, "nn", scale=scale)  # (BH, T, D)
     dk = L.matmul(ds, tq, "tn", scale=scale)  # (BH, T, D)
-    return _out(dq, as_torch), _out(dk, as_torch), _out(dv, as_torch)
+    return _to_caller(dq, as_torch), _to_caller(dk, as_torch), _to_caller(dv, as_torch)
 
 
 def _mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -253,31 +253,31 @@ def _mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def rmsnorm(x, w, eps):
     """y = (x * rstd) * w with rstd = 1 / sqrt(psum(x^2) / C + eps): x (R, C), w (C,) -> (y, rstd (R,))."""
     as_torch = _torch_mode(x, w)
-    r, c = validate.check_rmsnorm(_proxy(x, "x"), _proxy(w, "w"))
+    r, c = validate.check_rmsnorm(_checkable(x, "x"), _checkable(w, "w"))
     eps32 = validate.to_float32(eps, "eps")
-    tx, tw = _dev(x), _dev(w)
+    tx, tw = _to_device(x), _to_device(w)
     ss = L.reduce_rows(_mul(tx, tx), is_max=False)  # (R,)
     y = torch.empty_like(tx)
     rstd = torch.empty(r, dtype=torch.float32, device=tx.device)
-    L.launch(tr.rmsnorm_forward_kernel, L.flat_grid(r * c), tx, tw, ss, y, rstd, L.scalars(F32(c), eps32),
+    L.launch(tr.rmsnorm_forward_kernel, L.flat_grid(r * c), tx, tw, ss, y, rstd, L.device_scalars(F32(c), eps32),
              r * c, c, BLOCK=L.FLAT_BLOCK)
-    return _out(y, as_torch), _out(rstd, as_torch)
+    return _to_caller(y, as_torch), _to_caller(rstd, as_torch)
 
 
 def rmsnorm_backward(x, w, rstd, dy):
     """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
     as_torch = _torch_mode(x, w, rstd, dy)
-    r, c = validate.check_rmsnorm_backward(_proxy(x, "x"), _proxy(w, "w"), _proxy(rstd, "rstd"), _proxy(dy, "dy"))
-    tx, tw, trs, tdy = (_dev(a) for a in (x, w, rstd, dy))
+    r, c = validate.check_rmsnorm_backward(*(_checkable(a, n) for a, n in ((x, "x"), (w, "w"), (rstd, "rstd"), (dy, "dy"))))
+    tx, tw, trs, tdy = (_to_device(a) for a in (x, w, rstd, dy))
     dyx, gx = torch.empty_like(tx), torch.empty_like(tx)
     grid = L.flat_grid(r * c)
     L.launch(tr.rmsnorm_backward_parts_kernel, grid, tx, tw, trs, tdy, dyx, gx, r * c, c, BLOCK=L.FLAT_BLOCK)
     dw = L.reduce_cols(dyx)  # (C,)
     t = L.reduce_rows(gx, is_max=False)  # (R,)
     dx = torch.empty_like(tx)
-    L.launch(tr.rmsnorm_backward_dx_kernel, grid, tx, tw, trs, tdy, t, dx, L.scalars(F32(c)), r * c, c,
+    L.launch(tr.rmsnorm_backward_dx_kernel, grid, tx, tw, trs, tdy, t, dx, L.device_scalars(F32(c)), r * c, c,
              BLOCK=L.FLAT_BLOCK)
-    return _out(dx, as_torch), _out(dw, as_torch)
+    return _to_caller(dx, as_torch), _to_caller(dw, as_torch)
 
 
 def _softmax_parts(tl_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -292,45 +292,45 @@ def _softmax_parts(tl_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 def cross_entropy(logits, targets):
     """Mean over rows of logsumexp(l_i) - l[i, t_i]: logits (N, V), targets int64 (N,) -> 0-d float32."""
     as_torch = _torch_mode(logits, targets)
-    n, v = validate.check_cross_entropy(_proxy(logits, "logits"), _proxy(targets, "targets", values=True))
-    tl_, tt = _dev(logits), _dev(targets)
+    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), _checkable(targets, "targets", values=True))
+    tl_, tt = _to_device(logits), _to_device(targets)
     m, _, s = _softmax_parts(tl_)
     loss = torch.empty(n, dtype=torch.float32, device=tl_.device)  # (N,)
     L.launch(tr.row_loss_kernel, L.flat_grid(n), tl_, tt, m, s, loss, n, v, BLOCK=L.FLAT_BLOCK)
     total = L.reduce_rows(loss.reshape(1, n), is_max=False)  # (1,)
     mean = torch.empty(1, dtype=torch.float32, device=tl_.device)
-    L.launch(tr.divide_kernel, (1,), total, mean, L.scalars(F32(n)), 1, BLOCK=16)
-    return _out(mean.reshape(()), as_torch)
+    L.launch(tr.divide_kernel, (1,), total, mean, L.device_scalars(F32(n)), 1, BLOCK=16)
+    return _to_caller(mean.reshape(()), as_torch)
 
 
 def cross_entropy_backward(logits, targets, dloss):
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
     as_torch = _torch_mode(logits, targets)
-    n, v = validate.check_cross_entropy(_proxy(logits, "logits"), _proxy(targets, "targets", values=True))
+    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), _checkable(targets, "targets", values=True))
     g = validate.to_float32(dloss, "dloss") / F32(n)  # host scalar, one rounding
-    tl_, tt = _dev(logits), _dev(targets)
+    tl_, tt = _to_device(logits), _to_device(targets)
     _, e, s = _softmax_parts(tl_)
     dl = torch.empty_like(tl_)
-    L.launch(tr.cross_entropy_grad_kernel, L.flat_grid(n * v), e, s, tt, dl, L.scalars(g), n * v, v,
+    L.launch(tr.cross_entropy_grad_kernel, L.flat_grid(n * v), e, s, tt, dl, L.device_scalars(g), n * v, v,
              BLOCK=L.FLAT_BLOCK)
-    return _out(dl, as_torch)
+    return _to_caller(dl, as_torch)
 
 
 def embedding(table, idx):
     """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
     as_torch = _torch_mode(table, idx)
-    _, c, n = validate.check_embedding(_proxy(table, "table"), _proxy(idx, "idx", values=True))
-    tt, ti = _dev(table), _dev(idx)
+    _, c, n = validate.check_embedding(_checkable(table, "table"), _checkable(idx, "idx", values=True))
+    tt, ti = _to_device(table), _to_device(idx)
     out = torch.empty((n, c), dtype=torch.float32, device=tt.device)
     L.launch(tr.gather_rows_kernel, L.flat_grid(n * c), tt, ti, out, n * c, c, BLOCK=L.FLAT_BLOCK)
-    return _out(out, as_torch)
+    return _to_caller(out, as_torch)
 
 
 def embedding_backward(idx, dout, vocab_size):
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
     as_torch = _torch_mode(idx, dout)
-    v, c, n = validate.check_embedding_backward(_proxy(idx, "idx", values=True), _proxy(dout, "dout"), vocab_size)
-    ti, td = _dev(idx), _dev(dout)
+    v, c, n = validate.check_embedding_backward(_checkable(idx, "idx", values=True), _checkable(dout, "dout"), vocab_size)
+    ti, td = _to_device(idx), _to_device(dout)
     # Integer bookkeeping only: each id's tokens in increasing n (a stable sort),
     # and where each id's run starts; the float sums happen in the kernel.
     order = torch.sort(ti, stable=True).indices  # (N,)
@@ -338,7 +338,7 @@ def embedding_backward(idx, dout, vocab_size):
     start[1:] = torch.cumsum(torch.bincount(ti, minlength=v), 0)
     dtable = torch.empty((v, c), dtype=torch.float32, device=td.device)
     L.launch(tr.scatter_rows_kernel, (v, L.cdiv(c, SCATTER_BC)), td, order, start, dtable, c, BC=SCATTER_BC)
-    return _out(dtable, as_torch)
+    return _to_caller(dtable, as_torch)
 
 
 def _powi(b: np.float32, t: int) -> np.float32:
@@ -355,7 +355,7 @@ def _powi(b: np.float32, t: int) -> np.float32:
 def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay):
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     as_torch = _torch_mode(p, g, m, v)
-    step = validate.check_adamw(*(_proxy(x, n) for x, n in ((p, "p"), (g, "g"), (m, "m"), (v, "v"))), step)
+    step = validate.check_adamw(*(_checkable(x, n) for x, n in ((p, "p"), (g, "g"), (m, "m"), (v, "v"))), step)
     lr, b1, b2, eps, wd = (
         validate.to_float32(val, name)
         for val, name in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"), (weight_decay, "weight_decay"))
@@ -363,8 +363,8 @@ def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay):
     with np.errstate(all="ignore"):  # host scalars may overflow to inf like any float32 value
         bc1 = K.ONE - _powi(b1, step)
         bc2 = K.ONE - _powi(b2, step)
-        scal = L.scalars(b1, K.ONE - b1, b2, K.ONE - b2, lr / bc1, np.sqrt(bc2), eps, K.ONE - lr * wd)
-    tp, tg, tm, tv = (_dev(x) for x in (p, g, m, v))
+        scal = L.device_scalars(b1, K.ONE - b1, b2, K.ONE - b2, lr / bc1, np.sqrt(bc2), eps, K.ONE - lr * wd)
+    tp, tg, tm, tv = (_to_device(x) for x in (p, g, m, v))
     outs = [torch.empty_like(tp) for _ in range(3)]
     L.launch(tr.adamw_kernel, L.flat_grid(tp.numel()), tp, tg, tm, tv, *outs, scal, tp.numel(), BLOCK=L.FLAT_BLOCK)
-    return tuple(_out(o, as_torch) for o in outs)
+    return tuple(_to_caller(o, as_torch) for o in outs)

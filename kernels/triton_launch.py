@@ -51,7 +51,7 @@ def rows_per_block(log2w: int) -> int:
     return max(1, ROW_ELEMS >> log2w)
 
 
-def scalars(*values) -> torch.Tensor:
+def device_scalars(*values) -> torch.Tensor:
     """Host float32 scalars (already rounded by numpy) as a device float32 vector."""
     host = np.array([np.float32(v) for v in values], dtype=np.float32)
     return torch.from_numpy(host).to(DEVICE)

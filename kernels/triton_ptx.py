@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from kernels.triton_math import MODE  # first: the device check
 
 if MODE == "interpret":
-    raise ImportError("kernels.triton_ptx compiles real kernels: unset TRITON_INTERPRET (use CUDA or P2PAUDIT_TRITON_COMPILE_ONLY=1)")
+    raise ImportError("kernels.triton_ptx compiles real kernels: unset TRITON_INTERPRET "
+                      "(use CUDA or P2PAUDIT_TRITON_COMPILE_ONLY=1)")
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -77,7 +78,8 @@ def kernel_specs() -> list[KernelSpec]:
     """Every kernel of the backend, with the constexpr variants that change its code."""
     S = KernelSpec
     specs = [S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s}) for s in (False, True)]
-    specs += [S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m}) for w in (0, 10) for m in (False, True)]
+    specs += [S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m})
+              for w in (0, 10) for m in (False, True)]
     specs += [S(tk.fold_kernel, {"LOG2G": 3, "BW": 128, "IS_MAX": m}) for m in (False, True)]
     specs += [S(tk.unary_kernel, {"OP": op, "BLOCK": 1024}) for op in (0, 1, 2)]
     specs += [S(tk.silu_backward_kernel, {"BLOCK": 1024})]
