@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO, SEED, run_probe
 from kernel_cases import OPS, build_cases, check_backend, compare_outputs, sprinkle, wide
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.slow]  # one subprocess runs the interpreter
 
 # Shapes past the backend's single-block limits (rows of 2^10, folds of 2^3 rows).
 # Widths around 2^10, 2^11, 2^13 and past 2^13 (one, then two fold passes per row);
