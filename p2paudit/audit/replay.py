@@ -25,7 +25,7 @@ from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
 from p2paudit.run.manifest import Manifest, read_manifest
-from p2paudit.run.publisher import single_process_step
+from p2paudit.run.publisher import load_backend, single_process_step
 from p2paudit.run.shards import load_tokens
 from p2paudit.run.traces import TraceRecorder, load_trace
 
@@ -115,9 +115,11 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
     checkpoint, and steps before it get the verdict "error".
     """
     m = view.manifest
+    step_fn = single_process_step(view.cfg, backend)
+    if diagnose:
+        load_backend(against or second_backend(backend))
     start = m.nearest_checkpoint(a)
     check_checkpoints(view, start, b + 1)
-    step_fn = single_process_step(view.cfg, backend)
     state = load_checkpoint(view.run_dir, start, m.state_digest(start), list(view.names))
     anchored_note = ""  # empty while the replayed state is the published one
     audits, diagnoses = [], []

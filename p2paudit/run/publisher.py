@@ -27,7 +27,7 @@ from p2paudit.run.digest import StateDigest, digest_batch, digest_bytes, digest_
 from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, StepRecord,
                                    canonical_json, read_manifest, write_manifest)
 from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
-from p2paudit.run.storage import read_file, remove_temp_files, write_atomic
+from p2paudit.run.storage import lock_directory, read_file, remove_temp_files, write_atomic
 from p2paudit.run.traces import TraceRecorder, encode_trace, trace_path
 
 PROGRESS_FILE = "progress.json"
@@ -104,6 +104,7 @@ def check_plan(plan: TrainPlan):
     if plan.traces and plan.world_size != 1:
         raise InputError(f"--traces needs --world-size 1, got {plan.world_size}")
     cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    load_backend(plan.backend)
     if plan.world_size > 1:
         from p2paudit.engine.distributed import rank_share
 
@@ -161,17 +162,18 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
                              f"--steps or --ckpt-every")
         return PublishResult(manifest.run_id, run_dir, manifest.num_steps, True, manifest.num_steps)
     run_dir.mkdir(parents=True, exist_ok=True)
-    remove_temp_files(run_dir)
-    body, tokens, state = _start_or_resume(run_dir, cfg, plan)
-    resumed_from = len(body["steps"])
-    if plan.world_size > 1:
-        from p2paudit.run.workers import train_distributed
+    with lock_directory(run_dir):
+        remove_temp_files(run_dir)
+        body, tokens, state = _start_or_resume(run_dir, cfg, plan)
+        resumed_from = len(body["steps"])
+        if plan.world_size > 1:
+            from p2paudit.run.workers import train_distributed
 
-        train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
-    else:
-        train_steps(run_dir, body, tokens, state, cfg, plan, single_process_step(cfg, plan.backend), on_step)
-    run_id = write_manifest(run_dir, body, identity)
-    (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
+            train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
+        else:
+            train_steps(run_dir, body, tokens, state, cfg, plan, single_process_step(cfg, plan.backend), on_step)
+        run_id = write_manifest(run_dir, body, identity)
+        (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
 
 
@@ -214,12 +216,21 @@ def _read_progress(progress: Path, cfg, plan: TrainPlan) -> tuple[dict, DataSpec
     return body, data, claimed
 
 
+def load_backend(name: str):
+    """The kernel backend module `name`; InputError if it cannot run here (e.g. triton without CUDA)."""
+    import kernels
+
+    try:
+        return kernels.get_backend(name)
+    except ImportError as exc:
+        raise InputError(f"backend {name} is not available here: {exc}") from None
+
+
 def single_process_step(cfg, backend_name: str):
     """step_fn(state, batch, trace=None) -> StepResult on one process with the named backend."""
-    import kernels
     from p2paudit.engine.step import train_step
 
-    backend = kernels.get_backend(backend_name)
+    backend = load_backend(backend_name)
     return lambda state, batch, trace=None: train_step(state, batch, cfg, backend, trace)
 
 

@@ -8,7 +8,10 @@ file or the new one, never a half-written file that looks valid.
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from p2paudit.errors import InputError
@@ -65,3 +68,21 @@ def remove_temp_files(directory: Path) -> None:
         return
     for leftover in directory.glob(".*.tmp"):
         leftover.unlink(missing_ok=True)
+
+
+@contextmanager
+def lock_directory(directory: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `directory` itself (no lock file is left in the run).
+
+    Raises InputError at once if another process holds it: two publishers
+    writing one run directory would interleave their checkpoints.
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"run directory {directory} is being written by another process") from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

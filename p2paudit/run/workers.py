@@ -20,12 +20,12 @@ from p2paudit.run.publisher import StepDone, TrainPlan, train_steps
 def _rank_main(rank: int, world_size: int, run_dir: Path, body: dict, tokens: np.ndarray, state: dict,
                cfg_dict: dict, plan: TrainPlan, progress: Any) -> dict | None:
     """One rank's loop; returns the finished body on rank 0, None elsewhere."""
-    import kernels
     from p2paudit.engine.config import TrainConfig
     from p2paudit.engine.distributed import distributed_train_step
+    from p2paudit.run.publisher import load_backend
 
     cfg = TrainConfig.from_dict(cfg_dict)
-    backend = kernels.get_backend(plan.backend)
+    backend = load_backend(plan.backend)
 
     def step_fn(s: dict, batch: np.ndarray):
         return distributed_train_step(s, batch, cfg, backend, rank, world_size)

@@ -147,3 +147,19 @@ def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
     assert "8 match, 0 mismatch, 0 error" in result.output
     again = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert again.exit_code == 0 and "reusing the finished run" in again.output
+
+
+def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
+    from p2paudit.run.publisher import load_backend
+    from p2paudit.errors import InputError
+
+    try:
+        load_backend("triton")
+    except InputError:
+        pass
+    else:
+        pytest.skip("triton runs here (CUDA or TRITON_INTERPRET=1)")
+    result = _invoke(["verify-range", "0", "--run", str(cli_run), "--backend", "triton"], tmp_path)
+    assert result.exit_code == 2 and "backend triton is not available here" in result.output
+    result = _invoke(["train", str(tmp_path / "new"), "--backend", "triton"], tmp_path)
+    assert result.exit_code == 2 and not (tmp_path / "new").exists()

@@ -104,3 +104,18 @@ def test_world_sizes_1_2_4_publish_the_same_run(tmp_path, publisher):
     assert runs[1] == runs[2] == runs[4]
     steps = read_manifest(tmp_path / "w4").steps
     assert len({s.output.digest for s in steps}) == 2  # two different states, each equal across world sizes
+
+
+def test_a_directory_being_written_is_refused(tmp_path, publisher):
+    import fcntl
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a publisher in another process holds it
+        with pytest.raises(InputError, match="being written by another process"):
+            publish_run(TrainPlan(run_dir, steps=1, backend="reference"), publisher)
+    finally:
+        os.close(fd)
+    assert list(run_dir.iterdir()) == []
