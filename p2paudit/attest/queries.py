@@ -21,6 +21,7 @@ alone, with no database.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,21 +166,28 @@ def _evidence(store: AttestationStore, where: str, params: tuple) -> list[Eviden
 
 
 def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispute]:
-    """Every disputed step (of one run, or of all runs), with the signed evidence of each side."""
-    where, params = "", []
+    """Every disputed step (of one run, or of all runs), with the signed evidence of each side.
+
+    One pass over the index in primary-key order (no sort, no query per
+    step); only the leaves of disputed steps are read.
+    """
+    where, params = "", ()
     if run_id is not None:
-        where, params = "WHERE i.run = ?", [store.run_number(run_id)]
-    groups = store.conn.execute(
-        f"SELECT r.run_id, i.run, i.step FROM attest_index i JOIN attest_runs r ON r.run = i.run {where} "
-        "GROUP BY i.run, i.step HAVING COUNT(DISTINCT i.key) > 1 "
-        "AND COUNT(DISTINCT i.verdict || ':' || hex(COALESCE(i.observed, x''))) > 1 ORDER BY i.run, i.step",
-        params).fetchall()
+        where, params = "WHERE run = ?", (store.run_number(run_id),)
+    run_ids = dict(store.conn.execute("SELECT run, run_id FROM attest_runs"))
+    keys = dict(store.conn.execute("SELECT key, public_key FROM attest_keys"))
+    rows = store.conn.execute(f"SELECT run, step, key, leaf, verdict, observed FROM attest_index {where} "
+                              "ORDER BY run, step", params)
     found = []
-    for run_id_bytes, run, step in groups:
+    for (run, step), group in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
+        group = list(group)
+        if len({row[2] for row in group}) < 2 or len({(row[4], row[5]) for row in group}) < 2:
+            continue
         sides: dict[tuple, list[Evidence]] = {}
-        for item in _evidence(store, "i.run = ? AND i.step = ?", (run, step)):
-            sides.setdefault((item.verdict, item.observed), []).append(item)
-        found.append(Dispute(run_id_bytes, step, tuple(tuple(side) for side in sides.values())))
+        for _, _, key, leaf, verdict, observed in sorted(group, key=lambda row: row[3]):
+            item = Evidence(leaf, keys[key], VERDICTS[verdict], observed, store.ledger.entry(leaf))
+            sides.setdefault((verdict, observed), []).append(item)
+        found.append(Dispute(run_ids[run], step, tuple(tuple(side) for side in sides.values())))
     return found
 
 
