@@ -114,7 +114,8 @@ def variants(rng, shape, specials: int = 2):
 
 def _matmul_cases(op, rng, small):
     sizes = [(1, 1, 1), (3, 7, 17), (17, 31, 3), (2, 0, 3), (7, 1, 13)]
-    sizes += [(5, 33, 9)] if small else [(31, 64, 97), (97, 130, 31), (130, 17, 64), (3, 257, 5)]
+    # (70, 5, 66) spans 2 x 2 output tiles of 64 (triton); small shapes keep the interpreter quick.
+    sizes += [(5, 33, 9), (70, 5, 66)] if small else [(31, 64, 97), (97, 130, 31), (130, 17, 64), (3, 257, 5)]
     batched = [(2, 3, 5, 7)] if small else [(3, 17, 31, 7), (2, 64, 9, 130)]
     for shape in [(None,) + s for s in sizes] + batched:
         bh, m, k, n = shape
@@ -131,7 +132,7 @@ def _matmul_cases(op, rng, small):
 
 def _rows_cases(op, rng, small):
     sizes = [(1, 1), (3, 7), (17, 31), (7, 1), (1, 130), (5, 64)]
-    sizes += [(4, 97)] if small else [(31, 64), (97, 130), (130, 97), (3, 1500), (1500, 3)]
+    sizes += [(4, 97), (40, 130)] if small else [(31, 64), (97, 130), (130, 97), (3, 1500), (1500, 3)]
     if op != "max_rows":
         sizes += [(5, 0), (0, 5)]  # empty sums are +0.0
     for shape in sizes:
@@ -142,7 +143,7 @@ def _rows_cases(op, rng, small):
 
 
 def _elementwise_cases(op, rng, small):
-    n = 257 if small else 4099
+    n = 1100 if small else 4099  # more than one 1024-element block either way
     yield "specials", (SPECIALS.copy(),)
     yield "any bits", (any_bits(rng, (n,)),)
     yield "any bits 2-d", (any_bits(rng, (3, 7)),)
@@ -174,7 +175,7 @@ def _scores(rng, bh, t, small):
 
 def _softmax_shapes(small):
     shapes = [(1, 1), (2, 3), (3, 7), (1, 17)]
-    return shapes + ([(1, 33)] if small else [(2, 31), (1, 64), (1, 97), (1, 130)])
+    return shapes + ([(1, 33), (1, 70)] if small else [(2, 31), (1, 64), (1, 97), (1, 130)])
 
 
 def _softmax_cases(op, rng, small):
@@ -219,7 +220,7 @@ def _rmsnorm_cases(op, rng, small):
     from kernels import reference as R
 
     shapes = [(1, 1), (3, 7), (17, 31), (5, 64)]
-    shapes += [(3, 97)] if small else [(31, 64), (97, 130), (2, 1500)]
+    shapes += [(3, 97), (33, 130)] if small else [(31, 64), (97, 130), (2, 1500)]
     for shape in shapes:
         for label, x, eps in _rmsnorm_inputs(rng, shape):
             w = wide(rng, (shape[1],), spread=1)
@@ -232,7 +233,7 @@ def _rmsnorm_cases(op, rng, small):
 
 def _cross_entropy_cases(op, rng, small):
     shapes = [(1, 1), (3, 7), (17, 31), (5, 64)]
-    shapes += [(4, 97)] if small else [(31, 64), (97, 130), (4, 1500)]
+    shapes += [(4, 97), (33, 130)] if small else [(31, 64), (97, 130), (4, 1500)]
     for n, v in shapes:
         t = rng.integers(0, v, n)
         logits = {"wide": wide(rng, (n, v), spread=4), "ties": np.round(wide(rng, (n, v), spread=1)).astype(F32)}
@@ -250,7 +251,7 @@ def _cross_entropy_cases(op, rng, small):
 
 def _embedding_cases(op, rng, small):
     sizes = [(1, 1, 1), (7, 3, 17), (31, 17, 97), (5, 8, 0)]
-    sizes += [] if small else [(130, 64, 300), (3, 130, 1000)]
+    sizes += [(3, 130, 40)] if small else [(130, 64, 300), (3, 130, 1000)]
     for v, c, n in sizes:
         idx = rng.integers(0, v, n)  # int64, many duplicates
         if op == "embedding":
@@ -264,7 +265,7 @@ ADAMW_SETTINGS = [(1e-3, 0.9, 0.999, 1e-8, 0.1), (3e-4, 0.8, 0.95, 1e-6, 0.0), (
 
 
 def _adamw_cases(op, rng, small):
-    shapes = [(1,), (7,), (3, 17)] + ([] if small else [(97, 130)])
+    shapes = [(1,), (7,), (3, 17)] + ([(1100,)] if small else [(97, 130)])
     for i, shape in enumerate(shapes):
         for step in (1, 2, 10, 1000, 123457):
             settings = ADAMW_SETTINGS[(i + step) % len(ADAMW_SETTINGS)]
