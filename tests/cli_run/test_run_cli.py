@@ -147,6 +147,22 @@ def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
     assert "8 match, 0 mismatch, 0 error" in result.output
     again = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert again.exit_code == 0 and "reusing the finished run" in again.output
+    # A demo directory whose step 5 claims step 4's state: reused, replayed, and it fails.
+    from p2paudit.identity import load_identity
+    from p2paudit.run.manifest import write_manifest
+
+    body = json.loads((tmp_path / "demo" / "manifest.json").read_bytes())
+    body["steps"][5]["output"] = body["steps"][4]["output"]
+    write_manifest(tmp_path / "demo", body, load_identity(tmp_path / "home" / "node.key"))
+    forged = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
+    assert forged.exit_code == 1, forged.output
+    assert "5 match, 1 mismatch, 2 error" in forged.output
+
+
+def test_demo_into_a_file_exits_2(tmp_path):
+    (tmp_path / "file").write_text("x")
+    result = _invoke(["demo", "--dir", str(tmp_path / "file")], tmp_path / "home")
+    assert result.exit_code == 2 and "is a file" in result.output
 
 
 def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
