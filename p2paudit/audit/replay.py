@@ -21,6 +21,7 @@ from kernels import ARITHMETIC_VERSION
 from p2paudit.audit.diagnosis import (Diagnosis, compare_states, conclude, differing_names, first_divergence)
 from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
 from p2paudit.engine import ENGINE_VERSION
+from p2paudit.engine.config import TrainConfig
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
@@ -38,7 +39,7 @@ class RunView:
 
     run_dir: Path
     manifest: Manifest
-    cfg: object  # p2paudit.engine.config.TrainConfig
+    cfg: TrainConfig
     tokens: np.ndarray
     names: tuple[str, ...]
 
@@ -61,7 +62,6 @@ class RangeReport:
 
 def open_run(run_dir: Path) -> RunView:
     """Read and check the manifest and every shard of `run_dir`."""
-    from p2paudit.engine.config import TrainConfig
     from p2paudit.engine.state import state_names
 
     if not run_dir.is_dir():

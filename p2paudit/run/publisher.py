@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from p2paudit import __version__
+from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.step import StepResult
 from p2paudit.errors import InputError
 from p2paudit.identity import (CONFIG_FILE_NAME, Identity, default_config, default_key_path, generate_identity,
                                home_dir, load_config, load_identity, save_config, save_identity)
@@ -90,7 +92,7 @@ def load_publisher_key(path: Path | None) -> Identity:
     return load_identity(key_path)
 
 
-def check_plan(plan: TrainPlan):
+def check_plan(plan: TrainPlan) -> TrainConfig:
     """The plan's TrainConfig; InputError for a plan that cannot run (numbers out of range, a world
     size the micro-batches cannot be split over, a directory that is not a run's)."""
     from p2paudit.engine.config import train_config
@@ -113,7 +115,7 @@ def check_plan(plan: TrainPlan):
     return cfg
 
 
-def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
+def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
     """The manifest body before any step: everything but the step records."""
     import kernels
     from p2paudit import engine
@@ -131,7 +133,7 @@ def new_body(cfg, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict
     }
 
 
-def _same_plan(body: dict, cfg, plan: TrainPlan) -> bool:
+def _same_plan(body: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
     return (body.get("config") == json.loads(canonical_json(cfg.to_dict()))
             and body.get("steps_planned") == plan.steps and body.get("checkpoint_every") == plan.ckpt_every
             and body.get("traces", False) == plan.traces)
@@ -177,7 +179,7 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
 
 
-def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndarray, dict]:
+def _start_or_resume(run_dir: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict, np.ndarray, dict]:
     """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new."""
     from p2paudit.engine.state import init_state, state_names
 
@@ -197,7 +199,7 @@ def _start_or_resume(run_dir: Path, cfg, plan: TrainPlan) -> tuple[dict, np.ndar
     return body, tokens, state
 
 
-def _read_progress(progress: Path, cfg, plan: TrainPlan) -> tuple[dict, DataSpec, StateDigest]:
+def _read_progress(progress: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict, DataSpec, StateDigest]:
     """(body so far, its data spec, claimed digest of its last checkpointed state) from progress.json."""
     try:
         body = json.loads(read_file(progress, "progress file").decode("utf-8"))
@@ -226,7 +228,7 @@ def load_backend(name: str):
         raise InputError(f"backend {name} is not available here: {exc}") from None
 
 
-def single_process_step(cfg, backend_name: str):
+def single_process_step(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
     """step_fn(state, batch, trace=None) -> StepResult on one process with the named backend."""
     from p2paudit.engine.step import train_step
 
@@ -234,8 +236,8 @@ def single_process_step(cfg, backend_name: str):
     return lambda state, batch, trace=None: train_step(state, batch, cfg, backend, trace)
 
 
-def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dict, cfg, plan: TrainPlan,
-                step_fn, on_step: Callable[[StepDone], None] | None) -> None:
+def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dict, cfg: TrainConfig,
+                plan: TrainPlan, step_fn: Callable[..., StepResult], on_step: Callable[[StepDone], None] | None) -> None:
     """Run the steps after those in `body`, recording each; checkpoint and save progress every K-th.
 
     `run_dir` None means "do not write" (ranks other than 0 of a distributed run).

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from p2paudit.engine.config import TrainConfig
 from p2paudit.run.publisher import StepDone, TrainPlan, train_steps
 
 
@@ -35,7 +36,7 @@ def _rank_main(rank: int, world_size: int, run_dir: Path, body: dict, tokens: np
     return body if rank == 0 else None
 
 
-def train_distributed(run_dir: Path, body: dict, tokens: np.ndarray, state: dict, cfg, plan: TrainPlan,
+def train_distributed(run_dir: Path, body: dict, tokens: np.ndarray, state: dict, cfg: TrainConfig, plan: TrainPlan,
                       on_step: Callable[[StepDone], None] | None) -> None:
     """Run the remaining steps of `body` on plan.world_size processes; `body` is updated in place.
 
