@@ -223,7 +223,7 @@ class AttestationStore:
             except AttestationError as exc:
                 raise AttestationError(f"{exc} (item {item.position})" if len(checked) > 1 else str(exc)) from None
         stored = self._stored_attestations(tx.conn, runs, checked)
-        results: list[Appended | None] = []
+        results: list[Appended] = []
         fresh: list[SignedAttestation] = []
         for item, run in zip(checked, runs):
             record, data = item.signed.attestation, item.signed.encoded
@@ -236,7 +236,7 @@ class AttestationStore:
             conflict = self._conflict(record, held, fresh, tx)
             held.append(_Held(tx.size + len(fresh), record.verifier, record.verdict, record.observed_output_digest))
             fresh.append(item.signed)
-            results.append(Appended(-1, True, conflict))
+            results.append(Appended(-1, True, conflict))  # index filled in once the leaves are written
         indices = iter(self._append_leaves(tx, fresh))
         return [r if not r.new else Appended(next(indices), True, r.conflict) for r in results]
 
