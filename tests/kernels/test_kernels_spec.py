@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import pytest
 from conftest import SEED
-from kernel_cases import SPECIALS, compare_outputs, sprinkle, tiny, wide
+from kernel_cases import OPS, SPECIALS, as_outputs, build_cases, compare_outputs, sprinkle, tiny, wide
 
 from kernels import constants as K
 
@@ -288,3 +288,13 @@ def test_adamw_follows_spec(reference, rng, step):
     v2 = np.array([b2 * v[i] + (f32(1.0) - b2) * (g[i] * g[i]) for i in range(9)], f32)
     p2 = np.array([p[i] * (f32(1.0) - lr * wd) - ss * (m2[i] / (np.sqrt(v2[i]) / sbc2 + eps)) for i in range(9)], f32)
     assert_same(reference.adamw(p, g, m, v, step, 1e-3, 0.9, 0.999, 1e-8, 0.1), (p2, m2, v2))
+
+
+def test_reference_outputs_are_float32_arrays(reference):
+    # A float64 intermediate that leaked out would show here; one rounded
+    # back to float32 is caught by the transcriptions above.
+    for op in OPS:
+        for label, args in build_cases(op, SEED, small=True):
+            for out in as_outputs(getattr(reference, op)(*args)):
+                assert isinstance(out, np.ndarray) and out.dtype == np.float32, f"{op} [{label}]: {type(out)}"
+                assert out.flags.c_contiguous, f"{op} [{label}] output is not C-contiguous"
