@@ -11,19 +11,15 @@ Only the k order is pinned, so the kernel is free to choose everything else:
 - A task is one (ROW_BLOCK rows) x (one panel) block of C in one batch
   element; prange spreads tasks over the threads. Outputs are independent.
 - The task keeps its (ROW_BLOCK, PANEL_COLS) accumulators in a small buffer
-  that stays in L1, and runs k as the OUTER loop (K_BLOCK values of A packed
-  k-major at a time): for each k every accumulator gets exactly one
-  `acc + a[i, k] * b[k, j]` (a multiply rounded, then an add rounded: numba
-  contracts nothing without fastmath), so every output keeps its
-  left-to-right fold from +0.0. The j loop is innermost and LLVM vectorises
-  it into vmulps/vaddps on zmm registers; each panel row loaded from L2
-  serves ROW_BLOCK rows from L1.
+  and runs k as the OUTER loop, K_BLOCK values of A packed k-major at a
+  time. Whole 8 x 32 tiles of the buffer go through the register-blocked
+  micro-kernel of kernels/cpu_tile.py: 16 zmm accumulators loaded once,
+  then per k two panel vectors, eight broadcasts of A, 16 vmulps and 16
+  vaddps (no FMA: plain fmul then fadd, no fast-math flags), then stored
+  once. The edges of the block use a vectorised loop with the accumulators
+  in L1. Either way each output gets exactly one `acc + a[i, k] * b[k, j]`
+  per k, k increasing, from +0.0: the left fold of the document.
 
-Accumulators live in an L1 buffer rather than in registers: numba gives no
-way to pin a block of vector registers, and at one vector load, one store
-and one multiply-add pair per 16 outputs the loop is already near the
-store-port limit, within reach of torch.mm (see docs/benchmarks.md).
-These sizes change speed only, never a bit.
 """
 
 from __future__ import annotations
@@ -31,10 +27,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
+
 
 PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
 ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
-K_BLOCK = 256  # k values of A packed at a time: the packed block (32 KiB) stays in L1/L2
+K_BLOCK = 128  # k values of A packed at a time: a tile's panel strip (16 KiB) and the packed A block (16 KiB) share L1
 
 
 @njit(parallel=True, cache=True)
@@ -87,16 +85,39 @@ def _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk):
 
 
 @njit(inline="always")
-def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
-    """acc[i, j] = acc[i, j] + ablk[kk, i] * panel[k0 + kk, j], for kk = 0, 1, ..., kw - 1 in order."""
+def _fold_region(ablk, i_lo, i_hi, kw, panel, k0, j_lo, j_hi, acc):
+    """acc[i, j] += ablk[kk, i] * panel[k0 + kk, j] for kk = 0..kw-1 in order, i in [i_lo, i_hi), j in [j_lo, j_hi).
+
+    The edge path for what the register tiles do not cover: the accumulators
+    live in the L1 buffer, the j loop is vectorised.
+    """
     for kk in range(kw):  # k outermost: each accumulator sees k in increasing order
-        brow = panel[k0 + kk, :jw]  # (jw,) contiguous
+        brow = panel[k0 + kk, j_lo:j_hi]  # contiguous
         arow = ablk[kk]  # (RB,)
-        for i in range(iw):
+        for i in range(i_lo, i_hi):
             aik = arow[i]
-            row = acc[i, :jw]  # (jw,) contiguous, in L1
-            for j in range(jw):
+            row = acc[i, j_lo:j_hi]  # contiguous, in L1
+            for j in range(j_hi - j_lo):
                 row[j] = row[j] + aik * brow[j]
+
+
+@njit(inline="always")
+def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
+    """acc[i, j] += fold over kk < kw of ablk[kk, i] * panel[k0 + kk, j], for i < iw, j < jw.
+
+    Whole TILE_ROWS x TILE_COLS tiles go through the register micro-kernel;
+    the right and bottom edges through _fold_region. Every output is touched
+    by exactly one of them, with k in the same increasing order.
+    """
+    iw_t = iw - iw % TILE_ROWS
+    jw_t = jw - jw % TILE_COLS
+    for j0 in range(0, jw_t, TILE_COLS):
+        for i0 in range(0, iw_t, TILE_ROWS):
+            fold_tile(ablk, panel, acc, i0, j0, k0, kw)
+    if jw_t < jw:
+        _fold_region(ablk, 0, iw_t, kw, panel, k0, jw_t, jw, acc)
+    if iw_t < iw:
+        _fold_region(ablk, iw_t, iw, kw, panel, k0, 0, jw, acc)
 
 
 @njit(parallel=True, cache=True)

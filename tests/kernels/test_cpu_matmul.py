@@ -1,7 +1,8 @@
 """The `cpu` matmul at the edges of its blocking: bitwise equal to the reference.
 
 kernels/cpu_matmul.py splits C into (ROW_BLOCK rows) x (PANEL_COLS columns)
-tasks and folds k in chunks of K_BLOCK. Shapes one below, at and one above
+tasks, folds k in chunks of K_BLOCK, and runs whole TILE_ROWS x TILE_COLS
+tiles through the register micro-kernel (the rest through an edge loop). Shapes one below, at and one above
 each size, in every layout and batched, must give the reference's bits; and
 the fold must run over k left to right across chunk boundaries, which a
 cancellation case shows (BLAS, the failing baseline, sums in another order).
@@ -15,6 +16,7 @@ from kernel_cases import describe_difference
 
 from kernels import KernelInputError, cpu, reference
 from kernels.cpu_matmul import K_BLOCK, PANEL_COLS, ROW_BLOCK
+from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 
 F32 = np.float32
 
@@ -32,6 +34,8 @@ def _operands(rng, m, k, n, layout, batch=None):
 FUNCS = {"nn": "matmul", "nt": "matmul_nt", "tn": "matmul_tn"}
 EDGE_SHAPES = [
     (1, 1, 1),
+    (TILE_ROWS + 1, 5, TILE_COLS + 1),  # one register tile and both edges
+    (TILE_ROWS, 2, TILE_COLS),  # exactly one tile
     (ROW_BLOCK - 1, 3, PANEL_COLS + 1),
     (ROW_BLOCK + 1, K_BLOCK + 1, PANEL_COLS - 1),
     (2 * ROW_BLOCK, K_BLOCK, 2 * PANEL_COLS),

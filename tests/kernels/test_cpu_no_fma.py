@@ -25,6 +25,7 @@ F32 = np.float32
 FMA = re.compile(r"\bv?f(?:n?m(?:add|sub)|madd|msub)\w*", re.IGNORECASE)
 PACKED_MUL = re.compile(r"\bvmulps\s+[^\n]*%[yz]mm")
 PACKED_ADD = re.compile(r"\bvaddps\s+[^\n]*%[yz]mm")
+REGISTER_ADD = re.compile(r"\bvaddps\s+%[xyz]mm\d+, %[xyz]mm\d+, %[xyz]mm\d+")  # accumulator in a register
 
 
 def _sample_calls():
@@ -99,6 +100,7 @@ def test_matmul_inner_loop_is_vectorised():
     asm = _fresh_asm(dispatcher, args)
     assert PACKED_MUL.search(asm), "no packed vmulps on ymm/zmm registers in matmul_packed"
     assert PACKED_ADD.search(asm), "no packed vaddps on ymm/zmm registers in matmul_packed"
+    assert REGISTER_ADD.search(asm), "no register-to-register vaddps: the micro-kernel's accumulators left the registers"
 
 
 def test_fma_search_finds_contraction_when_allowed():

@@ -1,0 +1,105 @@
+"""The register-blocked micro-kernel of the `cpu` matmul, written in LLVM IR.
+
+`fold_tile(ablk, panel, acc, i0, j0, k0, kw)` adds, for kk = 0, 1, ..., kw-1
+in this order, `ablk[kk, i0 + i] * panel[k0 + kk, j0 + j]` to
+`acc[i0 + i, j0 + j]` for the TILE_ROWS x TILE_COLS tile at (i0, j0).
+
+numba offers no way to hold a block of vector registers across a loop (a
+small array lives in memory that LLVM cannot prove unaliased), so this
+numba intrinsic emits the loop itself: the tile's TILE_ROWS * TILE_VECS
+accumulators are <16 x float> values in an alloca that LLVM promotes to
+registers (zmm with AVX-512: 16 accumulators, 2 panel vectors, 1 broadcast),
+loaded once before the k loop and stored once after it. Each step is a
+plain `fmul` then a plain `fadd` with no fast-math flags, so LLVM may
+neither fuse them into an FMA nor reorder the fold: every accumulator sees
+k in increasing order, one rounded product and one rounded sum per k, as
+docs/arithmetic.md 2.3 says. On a CPU without AVX-512 LLVM splits each
+16-lane vector into narrower ones; the lanes and so the bits are the same.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+TILE_ROWS = 8  # rows of the register tile
+TILE_VECS = 2  # 16-float vectors per tile row
+LANES = 16
+TILE_COLS = TILE_VECS * LANES  # 32
+
+
+def _element_ptr(context, builder, arr_type, arr, row, col):
+    """Pointer to arr[row, col] of a 2-d numba array (any strides)."""
+    ary = context.make_array(arr_type)(context, builder, arr)
+    shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+    strides = cgutils.unpack_tuple(builder, ary.strides, 2)
+    return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides, arr_type.layout, [row, col])
+
+
+def _vector_ptr(builder, elem_ptr, vec):
+    """Reinterpret a float* as a <16 x float>* (loads use align 4: rows need no alignment)."""
+    return builder.bitcast(elem_ptr, vec.as_pointer())
+
+
+@intrinsic
+def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
+    """Fold kw steps of k into one TILE_ROWS x TILE_COLS tile of acc (see the module docstring).
+
+    Preconditions (unchecked, the caller's loops guarantee them): ablk (KB, RB),
+    panel (K, PW) and acc (RB, PC) are 2-d float32 arrays with unit column
+    stride; i0 + TILE_ROWS <= RB, j0 + TILE_COLS <= min(PW, PC), kw <= KB and
+    k0 + kw <= K.
+    """
+    for arr in (ablk, panel, acc):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+    sig = types.void(ablk, panel, acc, types.intp, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a_arr, p_arr, c_arr, ri0, rj0, rk0, rkw = args
+        a_ty, p_ty, c_ty = signature.args[:3]
+        intp = context.get_value_type(types.intp)
+        ri0, rj0, rk0, rkw = (context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:]))
+        f32 = ir.FloatType()
+        vec = ir.VectorType(f32, LANES)
+        i32 = ir.IntType(32)
+        n_acc = TILE_ROWS * TILE_VECS
+        # One alloca per accumulator, in the entry block: mem2reg turns each into a register.
+        slots = [cgutils.alloca_once(builder, vec, name=f"tile_acc{n}") for n in range(n_acc)]
+
+        def acc_ptr(i, v):
+            col = builder.add(rj0, ir.Constant(intp, v * LANES))
+            elem = _element_ptr(context, builder, c_ty, c_arr, builder.add(ri0, ir.Constant(intp, i)), col)
+            return _vector_ptr(builder, elem, vec)
+
+        for i in range(TILE_ROWS):  # load the tile once
+            for v in range(TILE_VECS):
+                builder.store(builder.load(acc_ptr(i, v), align=4), slots[i * TILE_VECS + v])
+
+        zeros = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        undef = ir.Constant(vec, ir.Undefined)
+        with cgutils.for_range(builder, rkw) as loop:  # kk = 0, 1, ..., kw - 1
+            kk = loop.index
+            krow = builder.add(rk0, kk)
+            bvecs = []
+            for v in range(TILE_VECS):
+                col = builder.add(rj0, ir.Constant(intp, v * LANES))
+                elem = _element_ptr(context, builder, p_ty, p_arr, krow, col)
+                bvecs.append(builder.load(_vector_ptr(builder, elem, vec), align=4))
+            for i in range(TILE_ROWS):
+                a_elem = _element_ptr(context, builder, a_ty, a_arr, kk, builder.add(ri0, ir.Constant(intp, i)))
+                a_one = builder.insert_element(undef, builder.load(a_elem, align=4), ir.Constant(i32, 0))
+                a_all = builder.shuffle_vector(a_one, undef, zeros)  # broadcast ablk[kk, i0 + i]
+                for v in range(TILE_VECS):
+                    slot = slots[i * TILE_VECS + v]
+                    product = builder.fmul(a_all, bvecs[v])  # rounded once; no fast-math flags
+                    builder.store(builder.fadd(builder.load(slot), product), slot)  # rounded once
+
+        for i in range(TILE_ROWS):  # store the tile once
+            for v in range(TILE_VECS):
+                builder.store(builder.load(slots[i * TILE_VECS + v]), acc_ptr(i, v), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
