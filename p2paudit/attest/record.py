@@ -178,8 +178,14 @@ def _unpack(data: bytes, what: str) -> Any:
         raise AttestationError(f"{what} is not valid msgpack: {type(exc).__name__}: {str(exc)[:80]}") from None
 
 
+def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
+    # Network buffers arrive as bytearray or memoryview; the record keeps immutable bytes.
+    return bytes(data) if isinstance(data, (bytearray, memoryview)) else data
+
+
 def decode_attestation(data: bytes) -> Attestation:
     """Parse canonical body bytes; AttestationError on anything else."""
+    data = _as_bytes(data)
     value = _unpack(data, "attestation body")
     if type(value) is not list:
         raise AttestationError(f"attestation body is a msgpack {type(value).__name__}, want an array")
@@ -230,6 +236,7 @@ def decode_signed(data: bytes) -> SignedAttestation:
     Raises AttestationError for an oversized, malformed, truncated or
     non-canonical envelope or body, an unknown version, or a bad signature.
     """
+    data = _as_bytes(data)
     value = _unpack(data, "signed attestation")
     if type(value) is not list or len(value) != 3:
         shape = f"array of {len(value)}" if type(value) is list else type(value).__name__

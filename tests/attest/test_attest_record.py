@@ -58,6 +58,7 @@ def test_signed_round_trip(record):
     signed = sign_attestation(ALICE, record)
     again = decode_signed(signed.encoded)
     assert again == signed
+    assert decode_signed(memoryview(bytearray(signed.encoded))) == signed
     assert len(signed.encoded) < MAX_SIGNED_SIZE
 
 
