@@ -29,3 +29,9 @@ def test_console_script_runs_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-m", "p2paudit", "--version"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert __version__ in out.stdout
+
+
+def test_subcommand_help_exits_zero_without_error():
+    result = CliRunner().invoke(cli, ["ledger", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Error" not in result.output

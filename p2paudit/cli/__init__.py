@@ -36,7 +36,7 @@ class AuditGroup(click.Group):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except click.exceptions.ClickException:
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except OSError as exc:  # full disk, permission denied, missing file
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
