@@ -1,24 +1,13 @@
 """Shared fixtures of the kernel tests.
 
-The helpers in kernel_cases.py are imported by path (this directory is on
-sys.path under pytest's default import mode) and by the probe scripts that
-run in subprocesses.
+Helpers live in modules with distinct names (kernel_cases.py,
+kernel_subprocess.py), imported by path: this directory is on sys.path under
+pytest's default import mode, and the probe scripts put it there themselves.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-SEED = 20261129  # fixed: a failure names a case that reproduces
-IN_PROCESS_BACKENDS = ("cpu",)  # triton runs under TRITON_INTERPRET=1 in a subprocess
 
 
 @pytest.fixture(scope="session")
@@ -29,19 +18,6 @@ def reference():
     return reference
 
 
-def run_probe(script: str, args: list[str], env_extra: dict[str, str], timeout: float) -> dict:
-    """Run tests/kernels/<script> in a fresh interpreter and return the JSON it prints last.
-
-    A crash (import error, exception) fails the calling test with the
-    subprocess's stderr tail, so a missing backend shows up as a failure.
-    """
-    env = dict(os.environ)
-    env.update(env_extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run(
-        [sys.executable, str(HERE / script), *args],
-        capture_output=True, text=True, env=env, timeout=timeout, cwd=str(REPO),
-    )  # fmt: skip
-    if proc.returncode != 0:
-        pytest.fail(f"{script} {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+# Re-exported for test modules that import them from here (test_triton_*.py).
+from kernel_cases import IN_PROCESS_BACKENDS, SEED  # noqa: E402,F401
+from kernel_subprocess import HERE, REPO, run_probe  # noqa: E402,F401

@@ -14,6 +14,8 @@ import numpy as np
 
 NAN_BITS = 0x7FC00000
 F32 = np.float32
+SEED = 20261129  # fixed: a failure names a case that reproduces
+IN_PROCESS_BACKENDS = ("cpu",)  # triton runs under TRITON_INTERPRET=1 in a subprocess
 SPECIALS = np.array(
     [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 5.9e-39, -1.1e-38, 1.1754944e-38, 3.4028235e38, -3.4028235e38],
     dtype=F32,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import IN_PROCESS_BACKENDS
+from kernel_cases import IN_PROCESS_BACKENDS
 
 from kernels import KernelInputError, get_backend
 

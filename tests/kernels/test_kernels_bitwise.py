@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import IN_PROCESS_BACKENDS, SEED
-from kernel_cases import OPS, check_backend, compare_outputs, describe_difference
+from kernel_cases import IN_PROCESS_BACKENDS, OPS, SEED, check_backend, compare_outputs, describe_difference
 
 from kernels import get_backend
 

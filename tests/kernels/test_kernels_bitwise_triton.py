@@ -9,8 +9,8 @@ missing or broken triton backend fails every test here.
 from __future__ import annotations
 
 import pytest
-from conftest import SEED, run_probe
-from kernel_cases import OPS
+from kernel_cases import OPS, SEED
+from kernel_subprocess import run_probe
 
 pytestmark = pytest.mark.triton
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import IN_PROCESS_BACKENDS
+from kernel_cases import IN_PROCESS_BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_kernels_accuracy import ULP_BOUNDS

@@ -12,7 +12,8 @@ each setting must be seen to take effect.
 from __future__ import annotations
 
 import pytest
-from conftest import SEED, run_probe
+from kernel_cases import SEED
+from kernel_subprocess import run_probe
 
 
 def host_dispatch_features() -> list[str]:

@@ -12,8 +12,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import SEED
-from kernel_cases import OPS, SPECIALS, as_outputs, build_cases, compare_outputs, sprinkle, tiny, wide
+from kernel_cases import OPS, SEED, SPECIALS, as_outputs, build_cases, compare_outputs, sprinkle, tiny, wide
 
 from kernels import constants as K
 
