@@ -72,13 +72,13 @@ def _echo_audit(audit) -> None:
     click.echo(line + (f"  {audit.note}" if audit.note else ""))
 
 
-def _summary(report, run_id: bytes) -> dict:
+def _summary(report, manifest) -> dict:
     from p2paudit.audit.records import VERDICTS
     from p2paudit.run.digest import format_digest
 
     counts = {v: sum(1 for a in report.audits if a.verdict == v) for v in VERDICTS}
-    return {"run_id": format_digest(run_id), "steps": len(report.audits), **counts,
-            "seconds": sum(a.seconds for a in report.audits)}
+    return {"run_id": format_digest(manifest.run_id), "publisher": manifest.public_key.hex(),
+            "steps": len(report.audits), **counts, "seconds": sum(a.seconds for a in report.audits)}
 
 
 def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None):
@@ -88,7 +88,7 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
     view = open_run(run_dir)
     a, b = parse_step_range(steps, view.manifest.num_steps)
     report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit, against=against)
-    summary = _summary(report, view.manifest.run_id)
+    summary = _summary(report, view.manifest)
     if as_json:
         click.echo(json.dumps({"summary": summary, "audits": [x.to_dict() for x in report.audits],
                                "diagnoses": [d.to_dict() for d in report.diagnoses]}, indent=2))
@@ -97,7 +97,8 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
         for line in diagnosis.lines():
             click.echo(line)
     click.echo(f"{summary['steps']} step(s) of run {summary['run_id']}: {summary['match']} match, "
-               f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s)")
+               f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s); "
+               f"signed by publisher key {summary['publisher']}")
     return report
 
 

@@ -76,6 +76,7 @@ def test_verify_range_prints_one_line_per_step_and_a_summary(cli_run, tmp_path):
     lines = result.output.strip().splitlines()
     assert [line.split()[:3] for line in lines[:3]] == [["step", str(n), "match"] for n in range(3)]
     assert "3 step(s) of run sha256:" in lines[-1] and "3 match, 0 mismatch, 0 error" in lines[-1]
+    assert f"signed by publisher key {PUBLISHER.public_key.hex()}" in lines[-1]
 
 
 def test_verify_range_json(cli_run, tmp_path):
@@ -83,6 +84,7 @@ def test_verify_range_json(cli_run, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["summary"]["match"] == 1 and report["audits"][0]["step"] == 2
+    assert report["summary"]["publisher"] == PUBLISHER.public_key.hex()
     assert set(report["audits"][0]) >= {"run_id", "input_digest", "data_digest", "claimed_digest",
                                         "observed_digest", "verdict", "backend", "seconds"}
 
