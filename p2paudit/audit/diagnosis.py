@@ -135,8 +135,9 @@ def conclude(divergences: tuple[Divergence, ...], backends: tuple[str, str]) -> 
     if between.index is not None:
         return (f"backends {backends[0]} and {backends[1]} disagree from operation {between.op_name}: "
                 f"a backend departs from the canonical arithmetic; the verifier cannot judge the claim")
+    agree = f"backends {backends[0]} and {backends[1]} agree on all {between.compared} operations"
     published = [d for d in divergences[1:] if d.index is not None]
     if published:
-        return (f"every backend agrees with every other, the published trace departs at operation "
-                f"{published[0].op_name}: the fault is in the claim, not the verifier")
-    return "every backend agrees with every other but not with the published state: the fault is in the claim, not the verifier"
+        return (f"{agree}, the published trace departs at operation {published[0].op_name}: "
+                f"the fault is in the claim, not the verifier")
+    return f"{agree} but not with the published state: the fault is in the claim, not the verifier"
