@@ -31,7 +31,7 @@ F64 = np.float64
 TRIALS = 12
 
 # Worst errors over every float32 of each domain (measure_exp_log.py, exhaustive).
-MEASURED_ULPS = {"exp": 1.0226, "log": 1.9684, "silu": 2.4153}
+MEASURED_ULPS = {"exp": 1.0226, "log": 1.9684, "silu": 2.4031}  # silu on [-88, 89]
 ULP_BOUNDS = {"exp": 1.05, "log": 2.0, "silu": 2.5}
 
 
