@@ -112,10 +112,10 @@ def _canonical_buffer(array: np.ndarray) -> np.ndarray:
 def digest_tensor(name: str, array: np.ndarray) -> bytes:
     """Raw SHA-256 of one named tensor (see the module docstring for the layout).
 
-    Precondition: a numeric (float, int, uint, bool) numpy array; float NaNs
-    must be float32 or float64.
+    Precondition: a numpy array of float32, float64, integers or bools.
     """
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in _ALLOWED_KINDS:
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in _ALLOWED_KINDS or (
+            array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8)):
         raise InputError(f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}")
     data = _canonical_buffer(array)
     name_bytes = name.encode("utf-8")

@@ -94,3 +94,12 @@ def test_parse_digest_rejects_malformed_text(text, message):
     with pytest.raises(InputError, match=message):
         parse_digest(text, "claim")
     assert parse_digest("sha256:" + "ab" * 32) == bytes([0xAB]) * 32
+
+
+def test_unsupported_arrays_are_refused():
+    with pytest.raises(InputError, match="cannot digest"):
+        digest_tensor("h", np.zeros(2, dtype=np.float16))
+    with pytest.raises(InputError, match="cannot digest"):
+        digest_tensor("s", np.array(["a"]))
+    with pytest.raises(InputError, match="cannot digest list"):
+        digest_tensor("l", [1.0])
