@@ -15,6 +15,8 @@ import numpy as np
 
 from p2paudit.run.digest import StateDigest
 
+MAX_NAMES_SHOWN = 8  # in printed lines; to_dict keeps them all
+
 
 @dataclass(frozen=True)
 class TensorDiff:
@@ -71,7 +73,9 @@ class Diagnosis:
                 "divergences": [d.to_dict() for d in self.divergences], "conclusion": self.conclusion}
 
     def lines(self) -> list[str]:
-        out = [f"step {self.step}: {len(self.tensors)} tensor(s) differ: {', '.join(self.tensors)}"]
+        shown = ", ".join(self.tensors[:MAX_NAMES_SHOWN])
+        more = f" and {len(self.tensors) - MAX_NAMES_SHOWN} more" if len(self.tensors) > MAX_NAMES_SHOWN else ""
+        out = [f"step {self.step}: {len(self.tensors)} tensor(s) differ: {shown}{more}"]
         out += [f"  {d.line()}" for d in self.diffs]
         if not self.diffs:
             out.append(f"  (state {self.step + 1} has no published checkpoint: element counts and ulps need one)")

@@ -67,3 +67,12 @@ def test_a_diagnosis_without_claimed_tensors_says_why_it_has_no_counts():
     assert lines[0] == "step 4: 1 tensor(s) differ: params/wte"
     assert "state 5 has no published checkpoint" in lines[1]
     assert lines[-1] == "  conclusion: the fault is in the claim"
+
+
+def test_long_tensor_lists_are_shortened_in_lines_only():
+    from p2paudit.audit.diagnosis import MAX_NAMES_SHOWN, Diagnosis
+
+    names = tuple(f"params/t{i:02d}" for i in range(MAX_NAMES_SHOWN + 3))
+    diagnosis = Diagnosis(0, names, (), (Divergence("cpu", "reference", None, None, 1),), "x")
+    assert diagnosis.lines()[0].endswith("params/t07 and 3 more")
+    assert diagnosis.to_dict()["tensors"] == list(names)
