@@ -79,16 +79,24 @@ def softmax_causal_backward_3d(p_in, dp):
             dprow = dp[z, t]  # (T,)
             dst = out[z, t]  # (T,)
             n = t + 1
-            p = next_pow2(n)
-            for j in range(n):
-                buf[j] = prow[j] * dprow[j]
-            for j in range(n, p):
-                buf[j] = NEG_ZERO
-            c = tree_sum(buf, p)
+            if n == 1:
+                c = prow[0] * dprow[0]
+            else:
+                # First tree level read straight from the rows: pairs (i, i + h);
+                # a partner at or past n is -0.0 padding, and v + (-0.0) == v.
+                h = next_pow2(n) >> 1  # h < n <= 2h
+                p_lo, d_lo, p_hi, d_hi = prow[: n - h], dprow[: n - h], prow[h:n], dprow[h:n]
+                for i in range(n - h):
+                    buf[i] = p_lo[i] * d_lo[i] + p_hi[i] * d_hi[i]
+                p_mid, d_mid, b_mid = prow[n - h : h], dprow[n - h : h], buf[n - h : h]
+                for i in range(2 * h - n):
+                    b_mid[i] = p_mid[i] * d_mid[i]
+                c = tree_sum(buf, h)
             for j in range(n):
                 dst[j] = prow[j] * (dprow[j] - c)
-            for j in range(n, t_count):
-                dst[j] = ZERO
+            masked = dst[n:]  # (T - n,)
+            for j in range(t_count - n):
+                masked[j] = ZERO
     return out
 
 
