@@ -75,6 +75,16 @@ def open_run(run_dir: Path) -> RunView:
     return RunView(run_dir, manifest, cfg, tokens, tuple(state_names(cfg)))
 
 
+def check_publisher(view: RunView, key_hex: str) -> None:
+    """InputError unless the run's manifest is signed by the public key `key_hex` (64 hex digits)."""
+    from p2paudit.identity import parse_public_key_hex
+
+    want = parse_public_key_hex(key_hex)
+    if view.manifest.public_key != want:
+        raise InputError(f"manifest {view.run_dir / 'manifest.json'} is signed by {view.manifest.public_key.hex()}, "
+                         f"not by the expected publisher {want.hex()}")
+
+
 def parse_step_range(text: str, num_steps: int) -> tuple[int, int]:
     """"A-B" (inclusive) or "A" -> (A, B); InputError unless 0 <= A <= B < num_steps."""
     match = _RANGE.match(text)

@@ -81,11 +81,14 @@ def _summary(report, manifest) -> dict:
             "steps": len(report.audits), **counts, "seconds": sum(a.seconds for a in report.audits)}
 
 
-def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None):
+def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None,
+            publisher: str | None = None):
     """Open and check the run, replay the range, print; returns the report."""
-    from p2paudit.audit.replay import open_run, parse_step_range, verify_range
+    from p2paudit.audit.replay import check_publisher, open_run, parse_step_range, verify_range
 
     view = open_run(run_dir)
+    if publisher is not None:
+        check_publisher(view, publisher)
     a, b = parse_step_range(steps, view.manifest.num_steps)
     report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit, against=against)
     summary = _summary(report, view.manifest)
@@ -108,16 +111,18 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
 @click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
 @click.option("--against", type=BACKEND_CHOICE, default=None,
               help="Backend to bisect a mismatch against (default: reference, or cpu when --backend reference).")
+@click.option("--publisher", default=None, metavar="KEYHEX",
+              help="Refuse the run unless its manifest is signed by this Ed25519 public key (64 hex digits).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
 @click.pass_context
 def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, against: str | None,
-                     as_json: bool) -> None:
+                     publisher: str | None, as_json: bool) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
     Steps are 0-based: step n turns state n into state n+1. Exit 0 when every
     step matches, 1 when any does not, 2 on bad usage or unreadable input.
     """
-    report = _verify(run_dir, steps, backend, as_json, against)
+    report = _verify(run_dir, steps, backend, as_json, against, publisher)
     if not report.all_match:
         ctx.exit(1)
 

@@ -98,6 +98,17 @@ def test_verify_range_bad_ranges_exit_2(cli_run, tmp_path, args, message):
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_verify_range_pins_the_publisher_key(cli_run, tmp_path):
+    good = _invoke(["verify-range", "2", "--run", str(cli_run), "--backend", "reference",
+                    "--publisher", PUBLISHER.public_key.hex()], tmp_path)
+    assert good.exit_code == 0, good.output
+    other = identity_from_seed(b"\x23" * 32).public_key.hex()
+    bad = _invoke(["verify-range", "2", "--run", str(cli_run), "--publisher", other], tmp_path)
+    assert bad.exit_code == 2 and f"not by the expected publisher {other}" in bad.output
+    malformed = _invoke(["verify-range", "2", "--run", str(cli_run), "--publisher", "abc"], tmp_path)
+    assert malformed.exit_code == 2 and "public key" in malformed.output
+
+
 def test_verify_range_missing_run_exits_2(tmp_path):
     assert _invoke(["verify-range", "0"], tmp_path).exit_code == 2  # --run is required
     result = _invoke(["verify-range", "0", "--run", str(tmp_path / "nowhere")], tmp_path)
