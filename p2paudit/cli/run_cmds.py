@@ -15,8 +15,8 @@ DEMO_STEPS = 8
 DEMO_CKPT_EVERY = 4
 
 
-def _short(digest: bytes | None) -> str:
-    return "-" if digest is None else "sha256:" + digest.hex()[:16]
+def _digest_text(digest: bytes | None) -> str:
+    return "-" if digest is None else "sha256:" + digest.hex()
 
 
 def _publish_with_progress(plan, identity):
@@ -68,7 +68,8 @@ def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None
 
 
 def _echo_audit(audit) -> None:
-    line = f"step {audit.step:>6}  {audit.verdict:<8}  {_short(audit.observed_digest)}  {audit.seconds:7.2f}s"
+    digest = _digest_text(audit.observed_digest)
+    line = f"step {audit.step:>6}  {audit.verdict:<8}  {digest:<71}  {audit.seconds:7.2f}s"
     click.echo(line + (f"  {audit.note}" if audit.note else ""))
 
 
