@@ -99,11 +99,18 @@ def parse_step_range(text: str, num_steps: int) -> tuple[int, int]:
     return a, b
 
 
-def check_checkpoints(view: RunView, first_state: int, last_state: int) -> None:
-    """Load and check every checkpoint of states first_state..last_state against the manifest."""
+def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[str, np.ndarray]:
+    """Load and check every checkpoint of states first_state..last_state against the manifest.
+
+    Precondition: first_state is a checkpointed state; its state is returned
+    (the others are dropped after their check, so only one is held at a time).
+    """
+    first = {}
     for c in view.manifest.checkpoints:
         if first_state <= c <= last_state:
-            load_checkpoint(view.run_dir, c, view.manifest.state_digest(c), list(view.names))
+            state = load_checkpoint(view.run_dir, c, view.manifest.state_digest(c), list(view.names))
+            first = state if c == first_state else first
+    return first
 
 
 def second_backend(backend: str) -> str:
@@ -129,8 +136,7 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
     if diagnose:
         load_backend(against or second_backend(backend))
     start = m.nearest_checkpoint(a)
-    check_checkpoints(view, start, b + 1)
-    state = load_checkpoint(view.run_dir, start, m.state_digest(start), list(view.names))
+    state = check_checkpoints(view, start, b + 1)
     anchored_note = ""  # empty while the replayed state is the published one
     audits, diagnoses = [], []
     for n in range(start, b + 1):
