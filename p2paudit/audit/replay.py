@@ -103,7 +103,7 @@ def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[
     """Load and check every checkpoint of states first_state..last_state against the manifest.
 
     Precondition: first_state is a checkpointed state; its state is returned
-    (the others are dropped after their check, so only one is held at a time).
+    (the others are dropped after their check: at most two are held at once).
     """
     first = {}
     for c in view.manifest.checkpoints:
