@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from p2paudit.cli import cli
+
+if TYPE_CHECKING:  # heavy imports stay inside the commands
+    from p2paudit.audit.records import StepAudit
+    from p2paudit.audit.replay import RangeReport
+    from p2paudit.identity import Identity
+    from p2paudit.run.manifest import Manifest
+    from p2paudit.run.publisher import PublishResult, StepDone, TrainPlan
 
 BACKEND_CHOICE = click.Choice(["cpu", "reference", "triton"])
 DEMO_STEPS = 8
@@ -19,7 +27,7 @@ def _digest_text(digest: bytes | None) -> str:
     return "-" if digest is None else "sha256:" + digest.hex()
 
 
-def _publish_with_progress(plan, identity):
+def _publish_with_progress(plan: TrainPlan, identity: Identity) -> PublishResult:
     """Run the publisher under a rich progress bar (step, loss, steps/s); returns its PublishResult."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -31,7 +39,7 @@ def _publish_with_progress(plan, identity):
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task("train", total=plan.steps, loss="-", rate="-")
 
-        def on_step(done) -> None:
+        def on_step(done: StepDone) -> None:
             if progress.tasks[task].completed == 0 and done.resumed_from:
                 progress.update(task, completed=done.resumed_from)
             rate = (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
@@ -67,13 +75,13 @@ def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None
     click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")
 
 
-def _echo_audit(audit) -> None:
+def _echo_audit(audit: StepAudit) -> None:
     digest = _digest_text(audit.observed_digest)
     line = f"step {audit.step:>6}  {audit.verdict:<8}  {digest:<71}  {audit.seconds:7.2f}s"
     click.echo(line + (f"  {audit.note}" if audit.note else ""))
 
 
-def _summary(report, manifest) -> dict:
+def _summary(report: RangeReport, manifest: Manifest) -> dict:
     from p2paudit.audit.records import VERDICTS
     from p2paudit.run.digest import format_digest
 
@@ -83,7 +91,7 @@ def _summary(report, manifest) -> dict:
 
 
 def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None,
-            publisher: str | None = None):
+            publisher: str | None = None) -> RangeReport:
     """Open and check the run, replay the range, print; returns the report."""
     from p2paudit.audit.replay import check_publisher, open_run, parse_step_range, verify_range
 
