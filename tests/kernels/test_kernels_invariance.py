@@ -11,9 +11,13 @@ each setting must be seen to take effect.
 
 from __future__ import annotations
 
+import invariance_probe
+import numpy as np
 import pytest
-from kernel_cases import SEED
-from kernel_subprocess import run_probe
+from kernel_cases import OPS, SEED, build_cases
+from kernel_subprocess import run_probes
+
+from kernels import reference
 
 
 def host_dispatch_features() -> list[str]:
@@ -51,11 +55,10 @@ def check_settings_took_effect(env: dict[str, str], seen: dict) -> None:
 
 @pytest.mark.slow
 def test_digests_equal_across_isa_and_threads():
-    results = []
-    for env in settings_under_test():
-        report = run_probe("invariance_probe.py", [str(SEED)], env, timeout=600)
+    envs = settings_under_test()
+    results = list(zip(envs, run_probes("invariance_probe.py", [str(SEED)], envs, timeout=900)))
+    for env, report in results:
         check_settings_took_effect(env, report["settings"])
-        results.append((env, report))
     digests = {(i, name): d for i, (_, r) in enumerate(results) for name, d in r["digests"].items()}
     first = results[0][1]["digests"]["reference"]
     differing = [f"run {i} {name} ({results[i][0] or 'defaults'}): {d}" for (i, name), d in digests.items() if d != first]
@@ -64,18 +67,10 @@ def test_digests_equal_across_isa_and_threads():
 
 def test_a_changed_bit_changes_the_digest():
     # The digests compare everything only if one flipped bit moves them.
-    import sys
-
-    import numpy as np
-    from kernel_cases import build_cases
-
-    probe = sys.modules.get("invariance_probe") or __import__("invariance_probe")
-    from kernels import reference
-
-    cases = {op: build_cases(op, SEED, small=True) for op in probe.OPS}
-    base = probe.digest_backend(reference, cases)
+    cases = {op: build_cases(op, SEED, small=True) for op in OPS}
+    base = invariance_probe.digest_backend(reference, cases)
     label, (x, w, eps) = cases["rmsnorm"][0]
     x = x.copy()
     x.view(np.uint32)[0, 0] ^= 1
     cases["rmsnorm"][0] = (label, (x, w, eps))
-    assert probe.digest_backend(reference, cases) != base
+    assert invariance_probe.digest_backend(reference, cases) != base
