@@ -47,7 +47,7 @@ class Case:
     flops: float = 0.0  # for matmul rows: 2*M*N*K (per batch element, times BH)
 
 
-def _time_pair(case: Case, rounds: int, budget_s: float = 0.05) -> tuple[float, float]:
+def _time_pair(case: Case, rounds: int, budget_s: float = 0.02) -> tuple[float, float]:
     """Fastest seconds per call of (ours, theirs), interleaved over `rounds` rounds."""
     case.ours()
     case.theirs()  # warm-up (and numba compilation, or a cache load)
@@ -219,7 +219,7 @@ def format_row(case: Case, ours: float, theirs: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per row (fastest kept)")
+    parser.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds per row (fastest kept)")
     parser.add_argument("--only", default="", help="comma-separated op names to run (default: all)")
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}

@@ -137,9 +137,11 @@ def matmul_packed(a, a_transposed, bp, n):
     row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
     per_z = row_blocks * n_panels
     for task in prange(bh * per_z):
+        # Row blocks vary fastest: a thread's consecutive tasks share one B
+        # panel, which then stays in its L2 while rows of A stream past.
         z = task // per_z
-        rb = (task - z * per_z) // n_panels
-        p = task - z * per_z - rb * n_panels
+        p = (task - z * per_z) // row_blocks
+        rb = task - z * per_z - p * row_blocks
         i0, j0 = rb * ROW_BLOCK, p * pw
         iw, jw = min(ROW_BLOCK, m - i0), min(pw, n - j0)
         ablk = np.empty((K_BLOCK, ROW_BLOCK), np.float32)  # (KB, RB)
