@@ -77,31 +77,42 @@ def equivocations_dict(found: Equivocations) -> dict[str, Any]:
 
 
 def plot_coverage(path: Path | str, everyone: Coverage, trusted: Coverage | None) -> None:
-    """Write a PNG: distinct checking keys per step, all keys and trusted keys, with the R line."""
+    """Write a PNG: per step, distinct keys that attested a match, a mismatch, an error (stacked bars,
+    all keys), the trusted keys' checked count as a line when a trust file was given, and the R line."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display; must precede pyplot
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps = everyone.run.steps
 
-    def dense(cov: Coverage) -> list[int]:
+    def dense(cov: Coverage, field: str) -> list[int]:
         counts = [0] * steps
         for item in cov.per_step:
-            counts[item.step] = item.checked
+            counts[item.step] = getattr(item, field)
         return counts
 
     fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
     try:
-        ax.step(range(steps), dense(everyone), where="mid", label="all keys (untrusted)", color="0.6")
+        bottom = [0] * steps
+        for field, color in (("match", "tab:green"), ("mismatch", "tab:red"), ("error", "tab:orange")):
+            heights = dense(everyone, field)
+            if any(heights):
+                ax.bar(range(steps), heights, bottom=bottom, width=1.0, color=color, label=f"{field} (all keys)")
+                bottom = [b + h for b, h in zip(bottom, heights)]
         if trusted is not None:
-            ax.step(range(steps), dense(trusted), where="mid", label="trusted keys", color="tab:blue")
-        ax.axhline(everyone.min_count, color="tab:red", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
+            ax.step(range(steps), dense(trusted, "checked"), where="mid", color="tab:blue", label="checked (trusted keys)")
+        ax.axhline(everyone.min_count, color="black", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
+        ax.set_ylim(0, max([everyone.min_count, *bottom]) + 1)
+        ax.set_xlim(-0.5, steps - 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("step")
-        ax.set_ylabel("distinct keys that checked the step")
+        ax.set_ylabel("distinct verifier keys")
         label = f" ({everyone.run.label})" if everyone.run.label else ""
-        ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}")
-        ax.legend(loc="upper right")
+        uncovered = steps - everyone.checked_once
+        ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}: {uncovered} of {steps} steps unchecked")
+        ax.legend(loc="upper right", fontsize="small")
         fig.tight_layout()
         fig.savefig(path, format="png")
     finally:

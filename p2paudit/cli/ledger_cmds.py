@@ -98,7 +98,7 @@ def add_run(run_dir: Path | None, run_hex: str | None, steps: int | None, label:
 
 
 @ledger.command()
-@click.option("--run", "run", required=True, help="Run id (hex).")
+@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
 @click.option("--trusted", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File of trusted verifier keys, one hex key per line ('#' comments).")
 @click.option("--min", "min_count", type=click.IntRange(min=1), default=1, show_default=True,
@@ -106,14 +106,14 @@ def add_run(run_dir: Path | None, run_hex: str | None, steps: int | None, label:
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a coverage plot.")
 @_json_option
 @_ledger_option
-def coverage(run: str, trusted: Path | None, min_count: int, png: Path | None, as_json: bool,
+def coverage(run: str | None, trusted: Path | None, min_count: int, png: Path | None, as_json: bool,
              ledger_path: Path | None) -> None:
     """Per step, how many distinct keys attested a match, a mismatch, an error."""
     from p2paudit.attest import queries, report
 
-    run_id = report.parse_run_id(run)
     trusted_keys = queries.load_trusted_keys(trusted) if trusted is not None else None
     with _open_existing(ledger_path) as store:
+        run_id = _pick_run(store, run)
         everyone = queries.coverage(store, run_id, None, min_count)
         chosen = queries.coverage(store, run_id, trusted_keys, min_count) if trusted_keys is not None else None
     if png is not None:

@@ -114,6 +114,29 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
     return report
 
 
+def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_json: bool = False) -> None:
+    """Sign every audited step with the node key and append it to the node's ledger; print where."""
+    from p2paudit.attest.recording import record_audits
+    from p2paudit.attest.store import AttestationStore, origin_for, read_origin
+    from p2paudit.identity import home_dir
+    from p2paudit.run.manifest import read_manifest
+    from p2paudit.run.publisher import load_publisher_key
+
+    identity = load_publisher_key(None)  # the node key, set up as `p2paudit init` would when missing
+    path = ledger_path if ledger_path is not None else home_dir() / "ledger.db"
+    origin = None if read_origin(path) is not None else origin_for(identity.public_key)
+    manifest = read_manifest(run_dir)
+    with AttestationStore.open(path, origin) as store:
+        done = record_audits(store, identity, manifest.run_id, manifest.num_steps, run_dir.name, report.audits)
+        size = store.ledger.size
+    if as_json:
+        return
+    where = f"entries {done.first}-{max(done.indices)}" if done.indices else "no entries"
+    click.echo(f"attested {len(done.indices)} step(s) in ledger {path} ({where}, {done.new} new, tree size {size})")
+    for step, kind in done.conflicts:
+        click.echo(f"step {step}: this attestation is part of a {kind}; see `p2paudit ledger {kind}s`")
+
+
 @cli.command("verify-range")
 @click.argument("steps")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
@@ -123,15 +146,20 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
 @click.option("--publisher", default=None, metavar="KEYHEX",
               help="Refuse the run unless its manifest is signed by this Ed25519 public key (64 hex digits).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
+@click.option("--attest", is_flag=True, help="Sign each step's result with the node key into the node's ledger.")
+@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Ledger file for --attest (default: $P2PAUDIT_HOME/ledger.db).")
 @click.pass_context
 def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, against: str | None,
-                     publisher: str | None, as_json: bool) -> None:
+                     publisher: str | None, as_json: bool, attest: bool, ledger_path: Path | None) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
     Steps are 0-based: step n turns state n into state n+1. Exit 0 when every
     step matches, 1 when any does not, 2 on bad usage or unreadable input.
     """
     report = _verify(run_dir, steps, backend, as_json, against, publisher)
+    if attest:
+        _attest(run_dir, report, ledger_path, as_json)
     if not report.all_match:
         ctx.exit(1)
 
@@ -143,7 +171,7 @@ def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str
               help="reference needs no compilation, so the demo stays short.")
 @click.pass_context
 def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
-    """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, check the golden digest."""
+    """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, attest it, check the golden digest."""
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.run.manifest import read_manifest
     from p2paudit.run.publisher import TrainPlan, check_plan, load_publisher_key
@@ -156,9 +184,12 @@ def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
         click.echo("(reusing the finished run already there)")
     click.echo(f"replaying steps 0-{DEMO_STEPS - 1} with the {backend} backend")
     report = _verify(run_dir, f"0-{DEMO_STEPS - 1}", backend, as_json=False)
+    _attest(run_dir, report, None)
     final = read_manifest(run_dir).state_digest(GOLDEN_TINY_STEPS).text()
     golden_ok = final == GOLDEN_TINY_DIGEST
     click.echo(f"golden digest after {GOLDEN_TINY_STEPS} steps: {final} "
                f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}")
+    click.echo("next: `p2paudit ledger coverage`, `p2paudit ledger disputes`, `p2paudit verify-range 2-5 --run "
+               f"{run_dir}`")
     if not (report.all_match and golden_ok):
         ctx.exit(1)
