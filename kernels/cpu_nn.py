@@ -20,6 +20,8 @@ from kernels.cpu_scalar import (
     exp_f32,
     log_f32,
     next_pow2,
+    pmax_fast,
+    psum_fast,
     tree_max,
     tree_sum,
 )
@@ -117,11 +119,10 @@ def rmsnorm_2d(x, w, eps):
         buf = np.empty(p, np.float32)  # scratch (P2(C),)
         for r in range(task * ROWS_PER_TASK, min(r_count, (task + 1) * ROWS_PER_TASK)):
             xr = x[r]  # (C,)
+            sq = buf[:c_count]  # (C,)
             for j in range(c_count):
-                buf[j] = xr[j] * xr[j]
-            for j in range(c_count, p):
-                buf[j] = NEG_ZERO
-            ss = tree_sum(buf, p)
+                sq[j] = xr[j] * xr[j]
+            ss = psum_fast(sq, buf)  # in place: psum_row's first level only reads ahead of its writes
             rs = ONE / np.sqrt(ss / cf + eps)
             rstd[r] = rs
             yr = y[r]  # (C,)
@@ -165,19 +166,10 @@ def rmsnorm_backward_rows(x, w, rstd, dy):
 def _row_softmax_parts(lr, buf, e):
     """(m, s) of one logits row lr (V,); e (V,) receives exp(l - m). buf: scratch (>= P2(V),)."""
     v = lr.shape[0]
-    p = next_pow2(v)
+    m = pmax_fast(lr, buf)
     for j in range(v):
-        buf[j] = lr[j]
-    for j in range(v, p):
-        buf[j] = NEG_INF
-    m = tree_max(buf, p)
-    for j in range(v):
-        ej = exp_f32(lr[j] - m)
-        e[j] = ej
-        buf[j] = ej
-    for j in range(v, p):
-        buf[j] = NEG_ZERO
-    return m, tree_sum(buf, p)
+        e[j] = exp_f32(lr[j] - m)
+    return m, psum_fast(e, buf)
 
 
 @njit(parallel=True, cache=True)

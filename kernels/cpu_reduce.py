@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from kernels.cpu_scalar import NEG_ZERO, next_pow2, pmax_row, psum_row
+from kernels.cpu_scalar import NEG_ZERO, next_pow2, pmax_fast, psum_fast
 
 ROWS_PER_TASK = 16  # rows handled by one prange task (amortises the scratch allocation)
 COLS_PER_TASK = 32  # column block of sum_cols: 32 floats = two cache lines per row
@@ -30,7 +30,7 @@ def sum_rows_2d(x):
         s = np.empty(p, np.float32)  # scratch (P2(C),)
         r0 = task * ROWS_PER_TASK
         for r in range(r0, min(r_count, r0 + ROWS_PER_TASK)):
-            out[r] = psum_row(x[r], s)
+            out[r] = psum_fast(x[r], s)
     return out
 
 
@@ -45,7 +45,7 @@ def max_rows_2d(x):
         s = np.empty(p, np.float32)  # scratch (P2(C),)
         r0 = task * ROWS_PER_TASK
         for r in range(r0, min(r_count, r0 + ROWS_PER_TASK)):
-            out[r] = pmax_row(x[r], s)
+            out[r] = pmax_fast(x[r], s)
     return out
 
 

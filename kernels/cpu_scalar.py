@@ -27,6 +27,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from kernels import constants as K
+from kernels.cpu_rowtree import row_max_pow2, row_sum_pow2
 
 
 def drop_stale_cache(here: Path | None = None) -> None:
@@ -322,3 +323,46 @@ def pmax_row(x, s):
     for i in range(2 * h - n):
         dst[i] = rest[i]
     return tree_max(s, h)
+
+
+@njit(inline="always")
+def psum_fast(row, s):
+    """psum of a contiguous row: in registers (kernels/cpu_rowtree.py) when its
+    length is a power of two in [16, 1024], else psum_row with the scratch s."""
+    n = row.shape[0]
+    if n == 16:
+        return row_sum_pow2(row, 16)
+    if n == 32:
+        return row_sum_pow2(row, 32)
+    if n == 64:
+        return row_sum_pow2(row, 64)
+    if n == 128:
+        return row_sum_pow2(row, 128)
+    if n == 256:
+        return row_sum_pow2(row, 256)
+    if n == 512:
+        return row_sum_pow2(row, 512)
+    if n == 1024:
+        return row_sum_pow2(row, 1024)
+    return psum_row(row, s)
+
+
+@njit(inline="always")
+def pmax_fast(row, s):
+    """pmax of a contiguous row (len >= 1), as psum_fast."""
+    n = row.shape[0]
+    if n == 16:
+        return row_max_pow2(row, 16)
+    if n == 32:
+        return row_max_pow2(row, 32)
+    if n == 64:
+        return row_max_pow2(row, 64)
+    if n == 128:
+        return row_max_pow2(row, 128)
+    if n == 256:
+        return row_max_pow2(row, 256)
+    if n == 512:
+        return row_max_pow2(row, 512)
+    if n == 1024:
+        return row_max_pow2(row, 1024)
+    return pmax_row(row, s)

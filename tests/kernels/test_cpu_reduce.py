@@ -43,7 +43,7 @@ def test_sum_cols_matches_reference(rows, cols):
 
 
 @pytest.mark.parametrize("rows", [0, 1, ROWS_PER_TASK - 1, ROWS_PER_TASK + 1, 3 * ROWS_PER_TASK])
-@pytest.mark.parametrize("cols", [0, 1, 2, 15, 16, 17, 513])
+@pytest.mark.parametrize("cols", [0, 1, 2, 15, 16, 17, 128, 513, 1024])  # powers of two: the register trees
 @pytest.mark.parametrize("op", ["sum_rows", "max_rows"])
 def test_row_reductions_match_reference(op, rows, cols):
     x = _matrix(np.random.default_rng(rows * 1000 + cols), rows, cols)
