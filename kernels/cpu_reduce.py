@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu_rowtree import COL_LEAF, col_tree16
 from kernels.cpu_scalar import NEG_ZERO, next_pow2, pmax_fast, psum_fast
 
 ROWS_PER_TASK = 16  # rows handled by one prange task (amortises the scratch allocation)
@@ -98,15 +99,49 @@ def _sum_col_block(x, c0, cw, sums, t):
 
 
 @njit(parallel=True, cache=True)
-def sum_cols_2d(x):
-    """psum down each column of x (R, C) -> (C,)."""
+def _sum_cols_registers(x):
+    """sum_cols for C a multiple of 16 and P = P2(R) >= 2 * COL_LEAF, trees in registers.
+
+    The halving tree over P rows splits (see _sum_col_block) into, for each
+    residue a < G = P / COL_LEAF, the 16-row tree over rows a, a + G, ...,
+    a + 15G, then the halving tree over the G partial sums. Residues go to
+    threads; each residue's tree runs in registers, 16 columns at a time
+    (kernels/cpu_rowtree.col_tree16), and reads its 16 rows whole, so x
+    streams through the caches in row order. The G x C partial sums then
+    fold down in column blocks.
+    """
+    c_count = x.shape[1]
+    groups = next_pow2(x.shape[0]) // COL_LEAF  # G
+    pad = np.full(16, NEG_ZERO, np.float32)  # the padding rows (>= R) of col_tree16
+    sums = np.empty((groups, c_count), np.float32)  # (G, C)
+    for a in prange(groups):
+        row = sums[a]  # (C,)
+        for c0 in range(0, c_count, 16):
+            col_tree16(x, a, groups, c0, pad, row, c0)
+    out = np.empty(c_count, np.float32)  # (C,)
+    n_tasks = (c_count + COLS_PER_TASK - 1) // COLS_PER_TASK
+    for task in prange(n_tasks):
+        c0 = task * COLS_PER_TASK
+        c1 = min(c_count, c0 + COLS_PER_TASK)
+        w = groups >> 1
+        while w >= 1:
+            for i in range(w):  # rows (i, i + w) of the partial sums
+                lo = sums[i, c0:c1]
+                hi = sums[i + w, c0:c1]
+                for j in range(c1 - c0):
+                    lo[j] = lo[j] + hi[j]
+            w >>= 1
+        first = sums[0, c0:c1]
+        for j in range(c1 - c0):
+            out[c0 + j] = first[j]
+    return out
+
+
+@njit(parallel=True, cache=True)
+def _sum_cols_buffered(x):
+    """sum_cols for any shape with R >= 2, strided sub-trees in small buffers."""
     r_count, c_count = x.shape
-    out = np.zeros(c_count, np.float32)  # (C,); +0.0 is psum of no rows
-    if r_count == 0:
-        return out
-    if r_count == 1:
-        out[:] = x[0]
-        return out
+    out = np.empty(c_count, np.float32)  # (C,)
     p = next_pow2(r_count)
     leaf = min(p, LEAF_ROWS)  # L
     groups = p // leaf  # G
@@ -120,3 +155,15 @@ def sum_cols_2d(x):
         for j in range(cw):
             out[c0 + j] = sums[0, j]
     return out
+
+
+def sum_cols_2d(x: np.ndarray) -> np.ndarray:
+    """psum down each column of x (R, C) -> (C,)."""
+    r_count, c_count = x.shape
+    if r_count == 0:
+        return np.zeros(c_count, np.float32)  # +0.0 is psum of no rows
+    if r_count == 1:
+        return x[0].copy()
+    if c_count % 16 == 0 and r_count > COL_LEAF:  # then P2(R) >= 2 * COL_LEAF
+        return _sum_cols_registers(x)
+    return _sum_cols_buffered(x)

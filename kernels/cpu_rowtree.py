@@ -70,3 +70,51 @@ def _row_tree(kind: str):
 
 row_sum_pow2 = _row_tree("sum")
 row_max_pow2 = _row_tree("max")
+
+
+COL_LEAF = 16  # rows folded in registers by col_tree16
+
+
+@intrinsic
+def col_tree16(typingctx, x, a, g, c0, pad, dst, d0):
+    """dst[d0:d0+16] = the halving tree over m < 16 of x[a + m*g, c0:c0+16] (16 columns at once).
+
+    Rows a + m*g >= R are padding and read from pad (16 x -0.0), the
+    identity of +, so the tree has the same bits as the one over the rows
+    that exist. Level w pairs row m with row m + w (m < w), w = 8, 4, 2, 1,
+    all in registers. Preconditions (the caller's): x (R, C) and dst
+    C-contiguous float32, a < g, c0 + 16 <= C, d0 + 16 <= len(dst),
+    len(pad) >= 16.
+    """
+    if not all(isinstance(t, types.Array) and t.dtype == types.float32 and t.layout == "C" for t in (x, pad, dst)):
+        return None
+    if x.ndim != 2 or pad.ndim != 1 or dst.ndim != 1:
+        return None
+    sig = types.void(x, types.intp, types.intp, types.intp, pad, dst, types.intp)
+
+    def codegen(context, builder, signature, args):
+        xv, av, gv, cv, padv, dstv, dv = args
+        av, gv, cv, dv = (context.cast(builder, v, t, types.intp) for v, t in zip((av, gv, cv, dv), signature.args[1:4] + (signature.args[6],)))
+        xa = context.make_array(signature.args[0])(context, builder, xv)
+        pa = context.make_array(signature.args[4])(context, builder, padv)
+        da = context.make_array(signature.args[5])(context, builder, dstv)
+        rows, cols = cgutils.unpack_tuple(builder, xa.shape, 2)
+        vec = ir.VectorType(ir.FloatType(), LANES)
+        pad_ptr = builder.bitcast(pa.data, vec.as_pointer())
+        intp = context.get_value_type(types.intp)
+        vals = []
+        for m in range(COL_LEAF):
+            r = builder.add(av, builder.mul(gv, ir.Constant(intp, m)))
+            inside = builder.icmp_signed("<", r, rows)
+            safe_r = builder.select(inside, r, ir.Constant(intp, 0))  # never form an address past the end
+            elem = builder.gep(xa.data, [builder.add(builder.mul(safe_r, cols), cv)])
+            ptr = builder.select(inside, builder.bitcast(elem, vec.as_pointer()), pad_ptr)
+            vals.append(builder.load(ptr, align=4))
+        while len(vals) > 1:  # level w = len/2: row m with row m + w
+            half = len(vals) // 2
+            vals = [builder.fadd(vals[m], vals[m + half]) for m in range(half)]
+        out = builder.bitcast(builder.gep(da.data, [dv]), vec.as_pointer())
+        builder.store(vals[0], out, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
