@@ -26,7 +26,7 @@ from kernels.cpu_scalar import (
     tree_sum,
 )
 
-ROWS_PER_TASK = 16  # rows per prange task: amortises the scratch allocation
+ROWS_PER_TASK = 64  # rows per prange task: amortises the scratch allocation
 EMB_COLS_PER_TASK = 64  # column block of the embedding scatter-add
 
 
