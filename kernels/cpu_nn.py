@@ -67,38 +67,32 @@ def softmax_causal_3d(s):
 
 @njit(parallel=True, cache=True)
 def softmax_causal_backward_3d(p_in, dp):
-    """dS (BH, T, T) = P * (dP - psum(P * dP over j <= t)) for j <= t, +0.0 beyond."""
+    """dS (BH, T, T) = P * (dP - psum(P * dP over j <= t)) for j <= t, +0.0 beyond.
+
+    Every row is padded to the same P2(T) entries, -0.0 past j = t: padding a
+    psum to any power of two >= t + 1 gives the same bits, and one fixed
+    width makes each row branch-free vector code with its tree in registers.
+    """
     bh, t_count, _ = p_in.shape
     out = np.empty_like(p_in)  # (BH, T, T)
     rows = bh * t_count
+    width = next_pow2(t_count)
     n_tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(n_tasks):
-        buf = np.empty(next_pow2(t_count), np.float32)  # scratch (P2(T),)
+        buf = np.empty(width, np.float32)  # scratch (P2(T),)
         for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             z = row // t_count
             t = row - z * t_count
             prow = p_in[z, t]  # (T,)
             dprow = dp[z, t]  # (T,)
             dst = out[z, t]  # (T,)
-            n = t + 1
-            if n == 1:
-                c = prow[0] * dprow[0]
-            else:
-                # First tree level read straight from the rows: pairs (i, i + h);
-                # a partner at or past n is -0.0 padding, and v + (-0.0) == v.
-                h = next_pow2(n) >> 1  # h < n <= 2h
-                p_lo, d_lo, p_hi, d_hi = prow[: n - h], dprow[: n - h], prow[h:n], dprow[h:n]
-                for i in range(n - h):
-                    buf[i] = p_lo[i] * d_lo[i] + p_hi[i] * d_hi[i]
-                p_mid, d_mid, b_mid = prow[n - h : h], dprow[n - h : h], buf[n - h : h]
-                for i in range(2 * h - n):
-                    b_mid[i] = p_mid[i] * d_mid[i]
-                c = tree_sum(buf, h)
-            for j in range(n):
-                dst[j] = prow[j] * (dprow[j] - c)
-            masked = dst[n:]  # (T - n,)
-            for j in range(t_count - n):
-                masked[j] = ZERO
+            for j in range(t_count):
+                buf[j] = prow[j] * dprow[j] if j <= t else NEG_ZERO
+            for j in range(t_count, width):
+                buf[j] = NEG_ZERO
+            c = psum_fast(buf, buf)  # in registers for widths 16..1024
+            for j in range(t_count):
+                dst[j] = prow[j] * (dprow[j] - c) if j <= t else ZERO
     return out
 
 
