@@ -25,7 +25,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-# benchmarks/kernels.py (another benchmark) would shadow the `kernels` package.
+# benchmarks/kernel_bench.py (another benchmark) would shadow the `kernels` package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np  # noqa: E402

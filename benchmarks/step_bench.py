@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-# Python puts this script's folder first on sys.path; a benchmarks/kernels.py
+# Python puts this script's folder first on sys.path; a benchmarks/kernel_bench.py
 # there would shadow the kernels package, so import from the installed paths.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]

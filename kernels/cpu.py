@@ -24,6 +24,7 @@ import numpy as np
 
 from kernels import constants as K
 from kernels import validate
+from kernels.adamw_scalars import adamw_scalars
 from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import matmul_batched
 from kernels.cpu_nn import (
@@ -199,32 +200,10 @@ def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np
     return embedding_scatter_add(idx, dout, v)
 
 
-def _powi(b: np.float32, t: int) -> np.float32:
-    """b^t by square-and-multiply in float32 (section 4.6)."""
-    r = K.ONE
-    while t > 0:
-        if t & 1:
-            r = F32(r * b)
-        b = F32(b * b)
-        t >>= 1
-    return r
-
-
 def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     step = validate.check_adamw(p, g, m, v, step)
-    lr, b1, b2, eps, wd = (
-        validate.to_float32(val, name)
-        for val, name in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"), (weight_decay, "weight_decay"))
-    )
-    with np.errstate(all="ignore"):  # host scalars: an overflow is a value, not an error
-        bc1 = F32(K.ONE - _powi(b1, step))
-        bc2 = F32(K.ONE - _powi(b2, step))
-        ss = F32(lr / bc1)
-        sbc2 = F32(np.sqrt(bc2))
-        decay = F32(K.ONE - lr * wd)
-        omb1 = F32(K.ONE - b1)
-        omb2 = F32(K.ONE - b2)
+    k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
-    p2, m2, v2 = adamw_flat(*flat, b1, omb1, b2, omb2, ss, sbc2, decay, eps)
+    p2, m2, v2 = adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps)
     return p2.reshape(p.shape), m2.reshape(p.shape), v2.reshape(p.shape)

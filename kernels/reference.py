@@ -14,6 +14,7 @@ import numpy as np
 
 from kernels import constants as K
 from kernels import validate
+from kernels.adamw_scalars import adamw_scalars
 
 F32 = np.float32
 
@@ -326,32 +327,13 @@ def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np
     return dtable
 
 
-def _powi(b: np.float32, t: int) -> np.float32:
-    """b^t by square-and-multiply in float32 (section 4.6)."""
-    r = K.ONE
-    while t > 0:
-        if t & 1:
-            r = F32(r * b)
-        b = F32(b * b)
-        t >>= 1
-    return r
-
-
 def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     step = validate.check_adamw(p, g, m, v, step)
-    lr, b1, b2, eps, wd = (
-        validate.to_float32(val, name)
-        for val, name in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"), (weight_decay, "weight_decay"))
-    )
+    k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     with np.errstate(all="ignore"):
-        bc1 = K.ONE - _powi(b1, step)
-        bc2 = K.ONE - _powi(b2, step)
-        ss = lr / bc1
-        sbc2 = np.sqrt(bc2)
-        decay = K.ONE - lr * wd
-        m2 = b1 * m + (K.ONE - b1) * g
-        v2 = b2 * v + (K.ONE - b2) * (g * g)
-        den = np.sqrt(v2) / sbc2 + eps
-        p2 = p * decay - ss * (m2 / den)
+        m2 = k.b1 * m + k.omb1 * g
+        v2 = k.b2 * v + k.omb2 * (g * g)
+        den = np.sqrt(v2) / k.sbc2 + k.eps
+        p2 = p * k.decay - k.ss * (m2 / den)
     return p2, m2, v2

@@ -39,6 +39,7 @@ from kernels import triton_kernels as tk  # noqa: E402
 from kernels import triton_launch as L  # noqa: E402
 from kernels import triton_rows as tr  # noqa: E402
 from kernels import validate  # noqa: E402
+from kernels.adamw_scalars import adamw_scalars  # noqa: E402
 
 F32 = np.float32
 SCATTER_BC = 128  # columns per program of the embedding gradient
@@ -341,29 +342,12 @@ def embedding_backward(idx, dout, vocab_size):
     return _to_caller(dtable, as_torch)
 
 
-def _powi(b: np.float32, t: int) -> np.float32:
-    """b^t by square-and-multiply in float32 (section 4.6)."""
-    r = K.ONE
-    while t > 0:
-        if t & 1:
-            r = F32(r * b)
-        b = F32(b * b)
-        t >>= 1
-    return r
-
-
 def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay):
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     as_torch = _torch_mode(p, g, m, v)
     step = validate.check_adamw(*(_checkable(x, n) for x, n in ((p, "p"), (g, "g"), (m, "m"), (v, "v"))), step)
-    lr, b1, b2, eps, wd = (
-        validate.to_float32(val, name)
-        for val, name in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"), (eps, "eps"), (weight_decay, "weight_decay"))
-    )
-    with np.errstate(all="ignore"):  # host scalars may overflow to inf like any float32 value
-        bc1 = K.ONE - _powi(b1, step)
-        bc2 = K.ONE - _powi(b2, step)
-        scal = L.device_scalars(b1, K.ONE - b1, b2, K.ONE - b2, lr / bc1, np.sqrt(bc2), eps, K.ONE - lr * wd)
+    k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
+    scal = L.device_scalars(k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.eps, k.decay)
     tp, tg, tm, tv = (_to_device(x) for x in (p, g, m, v))
     outs = [torch.empty_like(tp) for _ in range(3)]
     L.launch(tr.adamw_kernel, L.flat_grid(tp.numel()), tp, tg, tm, tv, *outs, scal, tp.numel(), BLOCK=L.FLAT_BLOCK)

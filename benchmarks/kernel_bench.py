@@ -1,6 +1,6 @@
 """Benchmark of the `cpu` kernel backend against stock torch on the same CPU, in the same run.
 
-    python benchmarks/kernels.py [--rounds 7] [--only matmul,exp]
+    python benchmarks/kernel_bench.py [--rounds 7] [--only matmul,exp]
 
 Each row times one of our kernels and its nearest torch equivalent on the
 same inputs (shapes of a small GPT: rows 4096 x 128..512 columns, attention
