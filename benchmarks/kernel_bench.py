@@ -14,21 +14,15 @@ else within 3x (ratio <= 3.0). Nothing here is a test: it prints figures.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-# Run as a script, this file's folder is sys.path[0] and this file would shadow
-# the `kernels` package it measures: drop that entry before importing it.
-if sys.path and sys.path[0] == __import__("os").path.dirname(__import__("os").path.abspath(__file__)):
-    sys.path.pop(0)
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from kernels import cpu  # noqa: E402
+from kernels import cpu
 
 F32 = np.float32
 MATMUL_TARGET = 2.5  # time ratio; = 0.4x torch's throughput

@@ -19,22 +19,18 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-# benchmarks/kernel_bench.py (another benchmark) would shadow the `kernels` package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from p2paudit.audit.replay import open_run, verify_range  # noqa: E402
-from p2paudit.identity import identity_from_seed  # noqa: E402
-from p2paudit.run.checkpoint import load_checkpoint  # noqa: E402
-from p2paudit.run.digest import digest_state  # noqa: E402
-from p2paudit.run.publisher import TrainPlan, publish_run, single_process_step  # noqa: E402
+from p2paudit.audit.replay import open_run, verify_range
+from p2paudit.identity import identity_from_seed
+from p2paudit.run.checkpoint import load_checkpoint
+from p2paudit.run.digest import digest_state
+from p2paudit.run.publisher import TrainPlan, publish_run, single_process_step
 
 KEY = identity_from_seed(b"\x42" * 32)
 

@@ -13,28 +13,21 @@ a change in machine load hits both; min and median are reported, and their ratio
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
-# Python puts this script's folder first on sys.path; a benchmarks/kernel_bench.py
-# there would shadow the kernels package, so import from the installed paths.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import kernels  # noqa: E402
-from p2paudit.engine.config import TrainConfig, train_config  # noqa: E402
-from p2paudit.engine.model import NORM_EPS  # noqa: E402
-from p2paudit.engine.schedule import batch_for_step  # noqa: E402
-from p2paudit.engine.state import count_params, init_state, param_shapes  # noqa: E402
-from p2paudit.engine.step import train_step  # noqa: E402
+import kernels
+from p2paudit.engine.config import TrainConfig, train_config
+from p2paudit.engine.model import NORM_EPS
+from p2paudit.engine.schedule import batch_for_step
+from p2paudit.engine.state import count_params, init_state, param_shapes
+from p2paudit.engine.step import train_step
 
 
 def torch_params(state: dict[str, np.ndarray], cfg: TrainConfig) -> dict[str, torch.Tensor]:
