@@ -61,6 +61,29 @@ def init_loopback_group(rank: int, world_size: int, port: int, dist_backend: str
     )
 
 
+def collective_backend(rank: int, world_size: int) -> tuple[str, str]:
+    """("nccl", "cuda:<rank>") when CUDA offers a GPU per rank, else ("gloo", "cpu").
+
+    Either way the collective only copies bytes (all_gather); the sums are done
+    by the engine's tree on the host, so the choice cannot change a bit.
+    """
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl", f"cuda:{rank}"
+    return "gloo", "cpu"
+
+
+def group_device() -> str:
+    """The device the initialised group's collectives run on: the rank's GPU under NCCL, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
 def rank_share(cfg: TrainConfig, rank: int, world_size: int) -> range:
     """The micro-batch indices rank `rank` computes: a contiguous, aligned block of M/W."""
     M = cfg.micro_batches
@@ -103,7 +126,7 @@ def distributed_train_step(
     backend: ModuleType,
     rank: int,
     world_size: int,
-    device: str = "cpu",
+    device: str | None = None,
 ) -> StepResult:
     """train_step with micro-batches spread over the process group; the same bits on every rank.
 
@@ -117,7 +140,8 @@ def distributed_train_step(
     if world_size == 1:
         total, loss_sum = partial, partial_loss
     else:
-        gathered = all_gather_buffers(_flatten(partial, partial_loss), world_size, device)
+        where = device if device is not None else group_device()
+        gathered = all_gather_buffers(_flatten(partial, partial_loss), world_size, where)
         pieces = [_unflatten(b, partial) for b in gathered]
         total = tree_sum([g for g, _ in pieces])
         loss_sum = tree_sum_losses([loss for _, loss in pieces])
@@ -131,7 +155,10 @@ def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[...,
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    init_loopback_group(rank, world_size, port)
+    dist_backend, device = collective_backend(rank, world_size)
+    if device != "cpu":
+        torch.cuda.set_device(device)
+    init_loopback_group(rank, world_size, port, dist_backend)
     try:
         queue.put((rank, fn(rank, world_size, *args)))
     finally:
