@@ -27,6 +27,7 @@ import nacl.exceptions as _sodium_errors
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
 
 PUBLIC_KEY_SIZE = 32
@@ -110,37 +111,10 @@ def save_identity(identity: Identity, path: Path | str, overwrite: bool = False)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.exists() and not overwrite:
         raise InputError(f"key file {path} already exists; refusing to overwrite it")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(_encode_pem(identity))
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise InputError(f"key file {path} already exists; refusing to overwrite it") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the new directory entry durable; not possible on every platform.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        write_durably(path, _encode_pem(identity), mode=0o600, replace=overwrite)
+    except FileExistsError:
+        raise InputError(f"key file {path} already exists; refusing to overwrite it") from None
 
 
 def load_identity(path: Path | str) -> Identity:
@@ -292,14 +266,10 @@ def save_config(config: NodeConfig, path: Path | str) -> None:
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     text = json.dumps({"format": CONFIG_FORMAT, "version": CONFIG_VERSION, **asdict(config)}, indent=2) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
     try:
-        os.link(tmp, path)
+        write_durably(path, text.encode(), replace=False)
     except FileExistsError:
         raise InputError(f"config file {path} already exists; refusing to overwrite it") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load_config(path: Path | str) -> NodeConfig:

@@ -15,16 +15,17 @@ import pytest
 from pathlib import Path
 
 ORDER = ["p2paudit.engine", "p2paudit.run", "p2paudit.audit", "p2paudit.attest", "p2paudit.node", "p2paudit.cli"]
-LEAVES = ["p2paudit.identity", "p2paudit.errors"]
+LEAVES = ["p2paudit.identity", "p2paudit.errors", "p2paudit.durable"]
 
 ALLOWED = {
     "kernels": set(),
     "ledger": set(),
     "p2paudit.errors": set(),
-    "p2paudit.identity": {"p2paudit.errors"},
+    "p2paudit.durable": set(),
+    "p2paudit.identity": {"p2paudit.errors", "p2paudit.durable"},
 }
 for i, pkg in enumerate(ORDER):
-    below = set(ORDER[:i]) | {"kernels", "p2paudit.errors"}
+    below = set(ORDER[:i]) | {"kernels", "p2paudit.errors", "p2paudit.durable"}
     if pkg != "p2paudit.engine":
         below |= {"p2paudit.identity"}
     if pkg in ("p2paudit.attest", "p2paudit.node", "p2paudit.cli"):

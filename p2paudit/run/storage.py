@@ -14,36 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make a rename inside `directory` durable (silently skipped where unsupported)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, data: bytes | memoryview) -> None:
-    """Write `data` to `path` through temp file + fsync + rename; parents are created."""
+    """Write `data` to `path` through temp file + fsync + rename (parents are created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    write_durably(path, data)
 
 
 def read_file(path: Path, what: str, max_bytes: int | None = None) -> bytes:
