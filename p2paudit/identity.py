@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
+from p2paudit.regular_files import read_regular
 
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -120,16 +121,37 @@ def save_identity(identity: Identity, path: Path | str, overwrite: bool = False)
 def load_identity(path: Path | str) -> Identity:
     """Load a key written by `save_identity`.
 
-    Raises InputError if the file is missing, is group/other readable or
-    writable, is too large, or does not hold an Ed25519 PKCS#8 PEM key.
+    Raises InputError if the file is missing, not a regular file, owned by
+    another user, group/other readable or writable, too large, or does not
+    hold an Ed25519 PKCS#8 PEM key.
     """
     path = Path(path)
     try:
-        info = path.stat()
+        # O_NONBLOCK: a FIFO planted as the key must not hang the node.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise InputError(f"key file {path} does not exist (run `p2paudit init`)") from None
+    except OSError as exc:
+        raise InputError(f"key file {path} cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        _check_key_file(path, info)
+        data = handle.read(MAX_KEY_FILE_SIZE + 1)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"key file {path} is not a PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(f"key file {path} holds a {type(key).__name__}, want an Ed25519 key")
+    return identity_from_private_key(key)
+
+
+def _check_key_file(path: Path, info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"key file {path} is not a regular file")
+    if info.st_uid != os.geteuid():
+        raise InputError(f"key file {path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); "
+                         f"a node signs only with its own key")
     loose = stat.S_IMODE(info.st_mode) & 0o077
     if loose:
         raise InputError(
@@ -138,14 +160,50 @@ def load_identity(path: Path | str) -> Identity:
         )
     if info.st_size > MAX_KEY_FILE_SIZE:
         raise InputError(f"key file {path} has {info.st_size} bytes, more than {MAX_KEY_FILE_SIZE}; not a key")
-    data = path.read_bytes()
+
+
+def node_key_path() -> Path:
+    """The node key: the one its config.json names when there is a config, else home_dir()/node.key.
+
+    Every command that signs as the node (train, verify-range --attest, id,
+    ledger checkpoint, the daemon) finds its key here, so one node never signs
+    with two keys.
+    """
+    config_path = home_dir() / CONFIG_FILE_NAME
+    if config_path.exists():
+        return Path(load_config(config_path).key)
+    return default_key_path()
+
+
+def load_node_identity() -> Identity:
+    """The node's key (see node_key_path); InputError if there is none yet (run `p2paudit init`)."""
+    return load_identity(node_key_path())
+
+
+def ensure_node_identity() -> tuple[Identity, bool]:
+    """(the node's key, whether it was created now): set up as `p2paudit init` would when missing.
+
+    Race-safe: two processes creating the key at once both end up with the
+    one key that was linked into place first (os.link never replaces a file).
+    """
+    path = node_key_path()
+    if path.exists():
+        return load_identity(path), False
+    created = True
     try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"key file {path} is not a PEM private key: {exc}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InputError(f"key file {path} holds a {type(key).__name__}, want an Ed25519 key")
-    return identity_from_private_key(key)
+        save_identity(generate_identity(), path)
+    except InputError:
+        if not path.exists():
+            raise
+        created = False  # another process created it first; use theirs
+    config_path = home_dir() / CONFIG_FILE_NAME
+    if not config_path.exists():
+        try:
+            save_config(default_config(), config_path)
+        except InputError:
+            if not config_path.exists():
+                raise
+    return load_identity(path), created
 
 
 def sign(identity: Identity, message: bytes) -> bytes:
@@ -239,6 +297,7 @@ def peer_id_of(public_key: bytes) -> str:
 CONFIG_FILE_NAME = "config.json"
 CONFIG_FORMAT = "p2paudit-config"
 CONFIG_VERSION = 1
+MAX_CONFIG_FILE_SIZE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -276,10 +335,8 @@ def load_config(path: Path | str) -> NodeConfig:
     """Read a config written by `save_config`; InputError naming the bad field otherwise."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"config file {path} does not exist (run `p2paudit init`)") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(read_regular(path, "config file", MAX_CONFIG_FILE_SIZE))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"config file {path} is not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT or data.get("version") != CONFIG_VERSION:
         raise InputError(f"config file {path} is not a {CONFIG_FORMAT} version {CONFIG_VERSION} file")

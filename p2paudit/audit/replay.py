@@ -1,10 +1,16 @@
-"""Replay a range of steps of a published run and compare every state digest with the manifest.
+"""Replay a range of steps of a published run and compare every part of its claim.
 
 Steps are 0-based: step n turns state n into state n + 1. Replaying steps
 A..B starts from the nearest checkpoint at or before state A and replays
 every step from there (the steps before A are checked too: they produce
 step A's input). Every file is checked before use: the manifest (signature,
 run id), the shards, and every checkpoint the range touches.
+
+What a step's "match" means: the input state's step counter is n, the batch
+the schedule draws is the claimed data digest, the replayed state is the
+claimed state n + 1, and the replayed loss is the claimed loss, bit for bit.
+A range that includes step 0 also rebuilds state 0 from the recipe (config,
+seed, arithmetic) and compares it with the claimed state 0 (`init`).
 """
 
 from __future__ import annotations
@@ -19,18 +25,24 @@ import numpy as np
 
 from kernels import ARITHMETIC_VERSION
 from p2paudit.audit.diagnosis import (Diagnosis, compare_states, conclude, differing_names, first_divergence)
-from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
+from p2paudit.audit.records import ERROR, INIT, MATCH, MISMATCH, StepAudit, same_loss
 from p2paudit.engine import ENGINE_VERSION
+from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.schedule import batch_for_step
+from p2paudit.engine.state import init_state, state_names
 from p2paudit.errors import InputError
+from p2paudit.identity import parse_public_key_hex
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
 from p2paudit.run.manifest import Manifest, read_manifest
-from p2paudit.run.publisher import load_backend, single_process_step
 from p2paudit.run.shards import load_tokens
 from p2paudit.run.traces import TraceRecorder, load_trace
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+# ASCII digits only (str.isdigit and \d accept other scripts' digits), at most 18 of them.
+_RANGE = re.compile(r"^\s*([0-9]{1,18})\s*(?:-\s*([0-9]{1,18})\s*)?$", re.ASCII)
+_RANGE_TEXT_LIMIT = 64
+INIT_RANGE = "init"
 
 
 @dataclass(frozen=True)
@@ -62,8 +74,6 @@ class RangeReport:
 
 def open_run(run_dir: Path) -> RunView:
     """Read and check the manifest and every shard of `run_dir`."""
-    from p2paudit.engine.state import state_names
-
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist")
     manifest = read_manifest(run_dir)
@@ -77,26 +87,40 @@ def open_run(run_dir: Path) -> RunView:
 
 def check_publisher(view: RunView, key_hex: str) -> None:
     """InputError unless the run's manifest is signed by the public key `key_hex` (64 hex digits)."""
-    from p2paudit.identity import parse_public_key_hex
-
     want = parse_public_key_hex(key_hex)
     if view.manifest.public_key != want:
         raise InputError(f"manifest {view.run_dir / 'manifest.json'} is signed by {view.manifest.public_key.hex()}, "
                          f"not by the expected publisher {want.hex()}")
 
 
-def parse_step_range(text: str, num_steps: int) -> tuple[int, int]:
-    """"A-B" (inclusive) or "A" -> (A, B); InputError unless 0 <= A <= B < num_steps."""
+@dataclass(frozen=True)
+class StepRange:
+    """What to check: the initial state (`init`) and/or steps first..last (inclusive; None for none)."""
+
+    init: bool
+    first: int | None
+    last: int | None
+
+
+def parse_step_range(text: str, num_steps: int) -> StepRange:
+    """"init", "A-B" (inclusive) or "A" -> StepRange; InputError unless 0 <= A <= B < num_steps.
+
+    A range that includes step 0 includes the initial state's check.
+    """
+    if len(text) > _RANGE_TEXT_LIMIT:
+        raise InputError(f"step range has {len(text)} characters; want 'init', 'A-B' or 'A'")
+    if text.strip() == INIT_RANGE:
+        return StepRange(True, None, None)
     match = _RANGE.match(text)
     if match is None:
-        raise InputError(f"step range {text!r} is not 'A-B' or 'A' with non-negative integers A <= B")
+        raise InputError(f"step range {text!r} is not 'init', 'A-B' or 'A' with ASCII decimal integers A <= B")
     a = int(match.group(1))
     b = int(match.group(2)) if match.group(2) is not None else a
     if a > b:
         raise InputError(f"step range {text!r} runs backwards: {a} > {b}")
     if b >= num_steps:
         raise InputError(f"step {b} is outside the run: it has steps 0-{num_steps - 1}")
-    return a, b
+    return StepRange(a == 0, a, b)
 
 
 def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[str, np.ndarray]:
@@ -118,19 +142,43 @@ def second_backend(backend: str) -> str:
     return "cpu" if backend == "reference" else "reference"
 
 
-def verify_range(view: RunView, a: int, b: int, backend: str,
+def audit_initial_state(view: RunView) -> StepAudit:
+    """Rebuild state 0 from the recipe (config, seed; init uses no kernel backend) and compare its
+    digest with the claimed state 0."""
+    m = view.manifest
+    began = time.perf_counter()
+    observed = digest_state(init_state(view.cfg)).digest
+    claimed = m.initial_state.digest
+    same = observed == claimed
+    note = "" if same else "the claimed state 0 is not what the recipe (config, seed) builds"
+    return StepAudit(run_id=m.run_id, step=0, input_digest=None, claimed_data=None, observed_data=None,
+                     claimed_digest=claimed, observed_digest=observed, claimed_loss=None, observed_loss=None,
+                     findings=() if same else ("init",), verdict=MATCH if same else MISMATCH, backend="recipe",
+                     seconds=time.perf_counter() - began, note=note, engine_version=ENGINE_VERSION,
+                     arithmetic_version=ARITHMETIC_VERSION, subject=INIT)
+
+
+def verify_range(view: RunView, steps: StepRange, backend: str,
                  on_audit: Callable[[StepAudit], None] | None = None, diagnose: bool = True,
                  against: str | None = None) -> RangeReport:
-    """Replay steps a..b (0 <= a <= b < num_steps) with `backend`; one StepAudit per step a..b.
+    """Check `steps` with `backend`: the initial state if steps.init, then one StepAudit per step.
 
     A mismatching step is diagnosed (unless `diagnose` is false) by tracing it
     on `backend` and on `against` (default: second_backend(backend)).
 
-    Every checkpoint of states in [start, b + 1] is checked first (InputError
-    on any fault, before any step runs). After a mismatch the replayed state
-    is no longer the published one: later steps are re-anchored at the next
+    Every checkpoint of states in [start, last + 1] is checked first (InputError
+    on any fault, before any step runs). After a step whose replayed state is
+    not the published one, later steps are re-anchored at the next
     checkpoint, and steps before it get the verdict "error".
     """
+    audits: list[StepAudit] = []
+    if steps.init:
+        audits.append(audit_initial_state(view))
+        if on_audit is not None:
+            on_audit(audits[-1])
+    if steps.first is None or steps.last is None:
+        return RangeReport(tuple(audits), ())
+    a, b = steps.first, steps.last
     m = view.manifest
     step_fn = single_process_step(view.cfg, backend)
     if diagnose:
@@ -138,7 +186,7 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
     start = m.nearest_checkpoint(a)
     state = check_checkpoints(view, start, b + 1)
     anchored_note = ""  # empty while the replayed state is the published one
-    audits, diagnoses = [], []
+    diagnoses = []
     for n in range(start, b + 1):
         if anchored_note and n in m.checkpoints:
             state, anchored_note = load_checkpoint(view.run_dir, n, m.state_digest(n), list(view.names)), ""
@@ -160,29 +208,45 @@ def verify_range(view: RunView, a: int, b: int, backend: str,
 def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanchored: str,
                 against: str | None) -> tuple[StepAudit, dict, Diagnosis | None]:
     """Run step n from `state`; the audit (seconds filled in by the caller), new state, diagnosis."""
-    from p2paudit.engine.schedule import batch_for_step
-
     m = view.manifest
     record = m.steps[n]
-    batch = batch_for_step(view.tokens, m.data.data_key, view.cfg, n)  # (M, B, T+1)
-    data_digest = digest_batch(batch)
-    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, data_digest=data_digest,
-                claimed_digest=record.output.digest, observed_digest=None, backend=backend, seconds=0.0,
+    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, claimed_data=record.data_digest,
+                claimed_digest=record.output.digest, claimed_loss=record.loss, backend=backend, seconds=0.0,
                 engine_version=ENGINE_VERSION, arithmetic_version=ARITHMETIC_VERSION)
     if unanchored:  # running it would check nothing: its input is not the claimed one
-        return StepAudit(**base, verdict=ERROR, note=unanchored), state, None
+        return StepAudit(**base, observed_data=None, observed_digest=None, observed_loss=None, findings=(),
+                         verdict=ERROR, note=unanchored), state, None
+    batch = batch_for_step(view.tokens, m.data.data_key, view.cfg, n)  # (M, B, T+1)
+    counter = int(state["step"])
     result = step_fn(state, batch)
     observed = digest_state(result.state)
-    base["observed_digest"] = observed.digest
-    if data_digest != record.data_digest:
-        note = (f"data digest {format_digest(data_digest)} is not the claimed {format_digest(record.data_digest)}: "
-                f"the claim used another slice of data")
-        return StepAudit(**base, verdict=MISMATCH, note=note), result.state, None
-    if observed.digest == record.output.digest:
-        return StepAudit(**base, verdict=MATCH), result.state, None
-    diagnosis = diagnose_step(view, n, state, batch, result.state, backend, against) if against else None
-    note = f"{len(differing_names(record.output, observed))} tensor(s) differ"
-    return StepAudit(**base, verdict=MISMATCH, note=note), result.state, diagnosis
+    audit = StepAudit(**base, observed_data=digest_batch(batch), observed_digest=observed.digest,
+                      observed_loss=float(result.loss), findings=(), verdict=MATCH)
+    findings, notes = _compare_step(audit, counter, len(differing_names(record.output, observed)))
+    diagnosis = None
+    if "state" in findings and against:
+        diagnosis = diagnose_step(view, n, state, batch, result.state, backend, against)
+    verdict = MISMATCH if findings else MATCH
+    return replace(audit, findings=findings, verdict=verdict, note="; ".join(notes)), result.state, diagnosis
+
+
+def _compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tuple[tuple[str, ...], list[str]]:
+    """(findings in FINDINGS order, one note for each) for a replayed step."""
+    findings, notes = [], []
+    if counter != audit.step:
+        findings.append("counter")
+        notes.append(f"the input state's step counter is {counter}, not {audit.step}")
+    if audit.observed_data != audit.claimed_data:
+        findings.append("data")
+        notes.append(f"data digest {format_digest(audit.observed_data)} is not the claimed "
+                     f"{format_digest(audit.claimed_data)}: the claim used another slice of data")
+    if audit.observed_digest != audit.claimed_digest:
+        findings.append("state")
+        notes.append(f"{tensors_differing} tensor(s) differ")
+    if not same_loss(audit.observed_loss, audit.claimed_loss):
+        findings.append("loss")
+        notes.append(f"loss {audit.observed_loss!r} is not the claimed {audit.claimed_loss!r}")
+    return tuple(findings), notes
 
 
 def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict,

@@ -1,22 +1,24 @@
 """The `p2paudit` command: a thin click adapter over the library.
 
-Only this package prints or exits. Library errors carry an `exit_code`
-attribute; `AuditGroup` turns each into one line on stderr and that exit
-status, so click's test runner sees exactly what a user sees. Command modules
-import heavy libraries (torch, numba, libp2p) inside their functions so that
-`--help` and `--version` stay fast.
+Only this package prints or exits. Library errors derive from
+`p2paudit.errors.P2PAuditError` (or the independent `ledger` and `kernels`
+packages' own bases) and carry an `exit_code` class attribute; `AuditGroup` turns each into one line on stderr and that exit
+status, so click's test runner sees exactly what a user sees. Anything else
+that escapes a command is the verifier's own failure: one line and exit 3
+(EXIT_INTERNAL), never 1, which means "the claim did not match"; `--debug`
+shows its traceback. Command modules import heavy libraries (torch, numba,
+libp2p) inside their functions so that `--help` and `--version` stay fast.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+import traceback
 
 import click
 
 from p2paudit import __version__
-
-COMMAND_MODULES = ("identity_cmds", "ledger_cmds", "run_cmds", "node_cmds")
+from p2paudit.errors import EXIT_INTERNAL, EXIT_USAGE
 
 
 class LibraryError(click.ClickException):
@@ -30,8 +32,12 @@ class LibraryError(click.ClickException):
         return self.message
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "(no message)"
+
+
 class AuditGroup(click.Group):
-    """A click group that maps library errors and OS errors to one-line failures."""
+    """A click group that maps library errors, OS errors and crashes to one-line failures."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
@@ -40,32 +46,35 @@ class AuditGroup(click.Group):
             raise
         except OSError as exc:  # full disk, permission denied, missing file
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-            raise LibraryError(f"{exc.strerror or exc}{where}", 2) from exc
+            raise LibraryError(_one_line(f"{exc.strerror or exc}{where}"), EXIT_USAGE) from exc
         except Exception as exc:
-            code = getattr(exc, "exit_code", None)
-            if not isinstance(code, int):
-                raise
-            raise LibraryError(str(exc), code) from exc
+            # P2PAuditError, and the independent libraries' own bases (ledger's LedgerError,
+            # kernels' KernelInputError), carry their exit code as a class attribute.
+            code = getattr(type(exc), "exit_code", None)
+            if type(code) is int:
+                raise LibraryError(_one_line(str(exc)), code) from exc
+            if ctx.meta.get("p2paudit.debug"):
+                traceback.print_exc()
+            message = (f"internal error (a bug in p2paudit, not a finding about the run): "
+                       f"{type(exc).__name__}: {_one_line(str(exc))[:300]}; rerun with --debug for the traceback")
+            raise LibraryError(message, EXIT_INTERNAL) from exc
 
 
 @click.group(cls=AuditGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="p2paudit")
-def cli() -> None:
-    """Audit an open training run one deterministic step at a time."""
+@click.option("--debug", is_flag=True, help="Print the traceback of an internal error (exit 3).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Audit an open training run one deterministic step at a time.
+
+    Exit codes: 0 every check matched; 1 a claim did not match; 2 bad usage or
+    unreadable input; 3 the verifier itself failed (please report it).
+    """
+    ctx.meta["p2paudit.debug"] = debug
 
 
-def _register_commands() -> None:
-    for name in COMMAND_MODULES:
-        try:
-            importlib.import_module(f"p2paudit.cli.{name}")
-        except ModuleNotFoundError as exc:
-            # A command module not written yet is simply absent; a missing
-            # dependency inside one is a real error.
-            if exc.name != f"p2paudit.cli.{name}":
-                raise
-
-
-_register_commands()
+# Every command module, listed: a missing one is an import error, never a silently absent command.
+from p2paudit.cli import identity_cmds, ledger_cmds, run_cmds  # noqa: E402,F401  (registers the commands)
 
 
 def main() -> None:

@@ -41,9 +41,9 @@ def init(name: str | None, redundancy: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def show_id(as_json: bool) -> None:
     """Print the node's public key (hex) and libp2p peer id."""
-    from p2paudit.identity import default_key_path, load_identity, peer_id_of
+    from p2paudit.identity import load_node_identity, peer_id_of
 
-    identity = load_identity(default_key_path())
+    identity = load_node_identity()
     peer = peer_id_of(identity.public_key)
     if as_json:
         click.echo(json.dumps({"public_key": identity.public_key.hex(), "peer_id": peer}))

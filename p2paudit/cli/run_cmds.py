@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.audit.replay import RangeReport
     from p2paudit.identity import Identity
     from p2paudit.run.manifest import Manifest
-    from p2paudit.run.publisher import PublishResult, StepDone, TrainPlan
+    from p2paudit.run.publisher import PublishResult
+    from p2paudit.run.training import StepDone, TrainPlan
 
 BACKEND_CHOICE = click.Choice(["cpu", "reference", "triton"])
 DEMO_STEPS = 8
@@ -63,21 +64,36 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity) -> PublishResult
 def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None, ckpt_every: int,
           world_size: int, backend: str, seed: int, traces: bool, key_path: Path | None) -> None:
     """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
+    from p2paudit.identity import load_identity
     from p2paudit.run.digest import format_digest
-    from p2paudit.run.publisher import TrainPlan, check_plan, load_publisher_key
+    from p2paudit.run.publisher import check_plan
+    from p2paudit.run.training import TrainPlan
 
     plan = TrainPlan(run_dir, config_name, steps, micro_batches, seed, ckpt_every, world_size, backend, traces)
     check_plan(plan)
-    identity = load_publisher_key(key_path)
+    identity = load_identity(key_path) if key_path is not None else _node_identity()
     result = _publish_with_progress(plan, identity)
     state = "already complete" if result.already_complete else (
         f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
     click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")
 
 
+def _node_identity() -> Identity:
+    """The node key, created (and said so, on stderr) when this node has none yet."""
+    from p2paudit.identity import ensure_node_identity, node_key_path, peer_id_of
+
+    identity, created = ensure_node_identity()
+    if created:
+        click.echo(f"created node key {node_key_path()} (mode 0600), public key {identity.public_key.hex()}, "
+                   f"peer id {peer_id_of(identity.public_key)}", err=True)
+    return identity
+
+
 def _echo_audit(audit: StepAudit) -> None:
+    """One line per audit; the digest shown is the state the step produced (state n + 1), or the rebuilt state 0."""
     digest = _digest_text(audit.observed_digest)
-    line = f"step {audit.step:>6}  {audit.verdict:<8}  {digest:<71}  {audit.seconds:7.2f}s"
+    what = "init  " if audit.subject == "init" else f"step {audit.step:>6}"
+    line = f"{what:<11}  {audit.verdict:<8}  {digest:<71}  {audit.seconds:7.2f}s"
     click.echo(line + (f"  {audit.note}" if audit.note else ""))
 
 
@@ -98,8 +114,8 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
     view = open_run(run_dir)
     if publisher is not None:
         check_publisher(view, publisher)
-    a, b = parse_step_range(steps, view.manifest.num_steps)
-    report = verify_range(view, a, b, backend, on_audit=None if as_json else _echo_audit, against=against)
+    step_range = parse_step_range(steps, view.manifest.num_steps)
+    report = verify_range(view, step_range, backend, on_audit=None if as_json else _echo_audit, against=against)
     summary = _summary(report, view.manifest)
     if as_json:
         click.echo(json.dumps({"summary": summary, "audits": [x.to_dict() for x in report.audits],
@@ -108,7 +124,7 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
     for diagnosis in report.diagnoses:
         for line in diagnosis.lines():
             click.echo(line)
-    click.echo(f"{summary['steps']} step(s) of run {summary['run_id']}: {summary['match']} match, "
+    click.echo(f"{summary['steps']} check(s) of run {summary['run_id']}: {summary['match']} match, "
                f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s); "
                f"signed by publisher key {summary['publisher']}")
     return report
@@ -120,9 +136,8 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
     from p2paudit.attest.store import AttestationStore, origin_for, read_origin
     from p2paudit.identity import home_dir
     from p2paudit.run.manifest import read_manifest
-    from p2paudit.run.publisher import load_publisher_key
 
-    identity = load_publisher_key(None)  # the node key, set up as `p2paudit init` would when missing
+    identity = _node_identity()
     path = ledger_path if ledger_path is not None else home_dir() / "ledger.db"
     origin = None if read_origin(path) is not None else origin_for(identity.public_key)
     manifest = read_manifest(run_dir)
@@ -149,19 +164,30 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
 @click.option("--attest", is_flag=True, help="Sign each step's result with the node key into the node's ledger.")
 @click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Ledger file for --attest (default: $P2PAUDIT_HOME/ledger.db).")
-@click.pass_context
-def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str, against: str | None,
+def verify_range_cmd(steps: str, run_dir: Path, backend: str, against: str | None,
                      publisher: str | None, as_json: bool, attest: bool, ledger_path: Path | None) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
-    Steps are 0-based: step n turns state n into state n+1. Exit 0 when every
-    step matches, 1 when any does not, 2 on bad usage or unreadable input.
+    Steps are 0-based: step n turns state n into state n+1, and the digest
+    printed for step n is state n+1. "init" checks state 0 alone against the
+    recipe (config, seed); a range that includes step 0 checks it too. A step
+    matches when its input's step counter, its data, its output state and its
+    loss all equal the claim. Exit 0 when every check matches, 1 when any
+    does not, 2 on bad usage or unreadable input, 3 on the verifier's own failure.
     """
     report = _verify(run_dir, steps, backend, as_json, against, publisher)
     if attest:
         _attest(run_dir, report, ledger_path, as_json)
+    _fail_unless_all_match(report)
+
+
+def _fail_unless_all_match(report: RangeReport) -> None:
+    """The one way a command exits 1: MismatchError naming how many checks did not match."""
+    from p2paudit.errors import MismatchError
+
     if not report.all_match:
-        ctx.exit(1)
+        bad = sum(1 for a in report.audits if a.verdict != "match")
+        raise MismatchError(f"{bad} of {len(report.audits)} check(s) did not match the published claim")
 
 
 @cli.command()
@@ -169,17 +195,18 @@ def verify_range_cmd(ctx: click.Context, steps: str, run_dir: Path, backend: str
               default=Path("p2paudit-demo"), show_default=True)
 @click.option("--backend", type=BACKEND_CHOICE, default="reference", show_default=True,
               help="reference needs no compilation, so the demo stays short.")
-@click.pass_context
-def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
+def demo(run_dir: Path, backend: str) -> None:
     """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, attest it, check the golden digest."""
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
+    from p2paudit.errors import InternalError
     from p2paudit.run.manifest import read_manifest
-    from p2paudit.run.publisher import TrainPlan, check_plan, load_publisher_key
+    from p2paudit.run.publisher import check_plan
+    from p2paudit.run.training import TrainPlan
 
     plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
     check_plan(plan)
     click.echo(f"publishing the tiny run ({DEMO_STEPS} steps, checkpoint every {DEMO_CKPT_EVERY}) into {run_dir}")
-    result = _publish_with_progress(plan, load_publisher_key(None))
+    result = _publish_with_progress(plan, _node_identity())
     if result.already_complete:
         click.echo("(reusing the finished run already there)")
     click.echo(f"replaying steps 0-{DEMO_STEPS - 1} with the {backend} backend")
@@ -191,5 +218,7 @@ def demo(ctx: click.Context, run_dir: Path, backend: str) -> None:
                f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}")
     click.echo("next: `p2paudit ledger coverage`, `p2paudit ledger disputes`, `p2paudit verify-range 2-5 --run "
                f"{run_dir}`")
-    if not (report.all_match and golden_ok):
-        ctx.exit(1)
+    _fail_unless_all_match(report)
+    if not golden_ok:
+        raise InternalError(f"the digest after {GOLDEN_TINY_STEPS} steps is not the golden digest: "
+                            f"determinism is broken on this machine; please report it")

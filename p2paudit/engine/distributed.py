@@ -19,6 +19,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.state import check_state
@@ -48,7 +51,6 @@ def init_loopback_group(rank: int, world_size: int, port: int, dist_backend: str
 
     A rank that waits longer than GROUP_TIMEOUT for its peers fails rather than hangs.
     """
-    import torch.distributed as dist
 
     # Gloo picks its interface from the hostname unless told; keep all traffic on loopback.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -67,8 +69,6 @@ def collective_backend(rank: int, world_size: int) -> tuple[str, str]:
     Either way the collective only copies bytes (all_gather); the sums are done
     by the engine's tree on the host, so the choice cannot change a bit.
     """
-    import torch
-
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl", f"cuda:{rank}"
     return "gloo", "cpu"
@@ -76,9 +76,6 @@ def collective_backend(rank: int, world_size: int) -> tuple[str, str]:
 
 def group_device() -> str:
     """The device the initialised group's collectives run on: the rank's GPU under NCCL, else the CPU."""
-    import torch
-    import torch.distributed as dist
-
     if dist.get_backend() == "nccl":
         return f"cuda:{torch.cuda.current_device()}"
     return "cpu"
@@ -110,9 +107,6 @@ def _unflatten(buf: np.ndarray, like: dict[str, np.ndarray]) -> tuple[dict[str, 
 
 def all_gather_buffers(buf: np.ndarray, world_size: int, device: str = "cpu") -> list[np.ndarray]:
     """Every rank's float32 buffer, in rank order (all ranks pass buffers of one length)."""
-    import torch
-    import torch.distributed as dist
-
     mine = torch.from_numpy(buf).to(device)
     parts = [torch.empty_like(mine) for _ in range(world_size)]
     dist.all_gather(parts, mine)
@@ -151,9 +145,6 @@ def distributed_train_step(
 
 def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple) -> None:
     """Entry point of one spawned process: join the group, run fn, report its result, leave."""
-    import torch
-    import torch.distributed as dist
-
     torch.set_num_threads(1)
     dist_backend, device = collective_backend(rank, world_size)
     if device != "cpu":
@@ -172,7 +163,6 @@ def spawn_workers(world_size: int, fn: Callable[..., Any], *args: Any) -> list[A
     in rank order. The processes end when fn returns; an exception in any of them
     is raised here.
     """
-    import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()

@@ -13,18 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch.multiprocessing as mp
 
+from p2paudit.engine.backends import load_backend
 from p2paudit.engine.config import TrainConfig
-from p2paudit.run.publisher import StepDone, TrainPlan, train_steps
+from p2paudit.engine.distributed import distributed_train_step, spawn_workers
+from p2paudit.run.training import StepDone, TrainPlan, train_steps
 
 
 def _rank_main(rank: int, world_size: int, run_dir: Path, body: dict, tokens: np.ndarray, state: dict,
                cfg_dict: dict, plan: TrainPlan, progress: Any) -> dict | None:
     """One rank's loop; returns the finished body on rank 0, None elsewhere."""
-    from p2paudit.engine.config import TrainConfig
-    from p2paudit.engine.distributed import distributed_train_step
-    from p2paudit.run.publisher import load_backend
-
     cfg = TrainConfig.from_dict(cfg_dict)
     backend = load_backend(plan.backend)
 
@@ -43,10 +42,6 @@ def train_distributed(run_dir: Path, body: dict, tokens: np.ndarray, state: dict
     Progress from rank 0 comes back over a queue and is handed to `on_step`
     in this process (the spawned ranks cannot call it).
     """
-    import torch.multiprocessing as mp
-
-    from p2paudit.engine.distributed import spawn_workers
-
     progress = mp.get_context("spawn").SimpleQueue()
     outcome: dict[str, Any] = {}
 

@@ -1,0 +1,25 @@
+"""Which kernel backend runs a step, and the single-process step function built on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+import kernels
+from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.step import StepResult, train_step
+from p2paudit.errors import InputError
+
+
+def load_backend(name: str) -> ModuleType:
+    """The kernel backend module `name`; InputError if it cannot run here (e.g. triton without CUDA)."""
+    try:
+        return kernels.get_backend(name)
+    except ImportError as exc:
+        raise InputError(f"backend {name} is not available here: {exc}") from None
+
+
+def single_process_step(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
+    """step_fn(state, batch, trace=None) -> StepResult on one process with the named backend."""
+    backend = load_backend(backend_name)
+    return lambda state, batch, trace=None: train_step(state, batch, cfg, backend, trace)
