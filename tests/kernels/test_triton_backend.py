@@ -2,6 +2,8 @@
 
 The kernels run under TRITON_INTERPRET=1 in one subprocess (this file, run as
 a script), so the variable never leaks into the rest of the test session.
+This is the only place the per-op Triton-versus-reference comparison runs
+(tests/engine/test_triton_step.py compares a whole step instead).
 The subprocess runs the shared cases of kernel_cases.py (small shapes), extra
 cases that reach the backend's multi-pass trees (rows wider than one block,
 columns taller than one fold), torch-tensor inputs, and bad inputs; it prints
@@ -83,6 +85,8 @@ def _probe_errors(triton_backend, reference, rng) -> dict[str, list[str]]:
     bad = {
         "matmul shapes": ("matmul", (a, wide(rng, (5, 2)))),
         "float64": ("sum_rows", (a.astype(np.float64),)),
+        "matmul float64": ("matmul", (a.astype(np.float64), a.T.copy())),
+        "rmsnorm weight": ("rmsnorm", (a, np.ones(3, np.float32), 1e-5)),
         "not contiguous": ("exp", (a.T,)),
         "index range": ("embedding", (a, np.array([0, 3], dtype=np.int64))),
         "targets dtype": ("cross_entropy", (a, np.array([0, 1, 2], dtype=np.int32))),
