@@ -1,8 +1,10 @@
 """Errors of the ledger package (a leaf module: the ledger imports nothing from p2paudit).
 
-Every error carries `exit_code = 2` so a CLI can map it to a usage/input
-failure without knowing the ledger's classes; messages are one line and carry
-the numbers that were wrong.
+Every error carries an `exit_code` so a CLI can map it without knowing the
+ledger's classes: 2 for LedgerError and its subclasses (bad input, a refused
+operation, an unusable or corrupt file), 3 for LedgerInvariantError (this
+package or its caller broke a rule of its own: a bug, never the input's
+fault). Messages are one line and carry the numbers that were wrong.
 """
 
 from __future__ import annotations
@@ -32,3 +34,13 @@ class CorruptLedgerError(LedgerError):
     def __init__(self, message: str, index: int | None) -> None:
         super().__init__(message)
         self.index = index
+
+
+class LedgerInvariantError(Exception):
+    """An invariant of the ledger code itself broke (misuse by the calling code, a bug): exit code 3.
+
+    Deliberately not a LedgerError, so that code which handles refused input
+    (`except LedgerError`) does not mistake a bug for bad input.
+    """
+
+    exit_code: int = 3

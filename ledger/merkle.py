@@ -181,15 +181,20 @@ def inclusion_path(index: int, size: int) -> list[Range]:
 def consistency_path(size1: int, size2: int) -> list[Range]:
     """The ranges whose hashes make the consistency proof from `size1` to `size2`.
 
-    RFC 9162 PROOF(m, D[n]) = SUBPROOF(m, D[n], true), bottom-up. Empty when
-    size1 is 0 or equals size2. Precondition: 0 <= size1 <= size2, else ProofError.
+    RFC 9162 PROOF(m, D[n]) = SUBPROOF(m, D[n], true), bottom-up, defined for
+    0 < m <= n; empty when size1 equals size2 (0 -> 0 included). As in
+    transparency-dev/merkle, there is no proof from the empty tree to a larger
+    one: every tree extends it, so such a proof would prove nothing.
+    Precondition: size1 == size2, or 0 < size1 < size2; else ProofError.
     """
     check_size(size1, "old tree size")
     check_size(size2, "new tree size")
     if not size1 <= size2:
         raise ProofError(f"no consistency proof from size {size1} to size {size2}")
-    if size1 == 0 or size1 == size2:
+    if size1 == size2:
         return []
+    if size1 == 0:
+        raise ProofError(f"no consistency proof from the empty tree to size {size2}: it would prove nothing")
     path: list[Range] = []
     start, end, m, whole_old_tree = 0, size2, size1, True
     while m != end - start:
@@ -262,9 +267,13 @@ def verify_inclusion(leaf_hash: bytes, index: int, size: int, proof: Sequence[by
 def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: bytes, root2: bytes) -> None:
     """Check that the tree of `size1` leaves with `root1` is a prefix of the tree of `size2` with `root2`.
 
-    size1 == size2 needs an empty proof and equal roots; size1 == 0 needs an
-    empty proof and root1 == EMPTY_ROOT. Raises ProofError with the numbers;
-    returns None when the proof holds. RFC 9162 section 2.1.4.2.
+    As transparency-dev/merkle's VerifyConsistency: size1 == size2 needs an
+    empty proof and equal roots (for size 0 both must be EMPTY_ROOT, which
+    transparency-dev leaves to the caller); a proof from size 0 to a larger
+    size is refused, since every tree extends the empty one (a caller that
+    holds only the empty tree accepts the larger head on its own terms, as
+    ledger.peers does). Raises ProofError with the numbers; returns None when
+    the proof holds. RFC 9162 section 2.1.4.2.
     """
     check_hash(root1, "old root")
     check_hash(root2, "new root")
@@ -273,11 +282,14 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     what = f"consistency proof from size {size1} to {size2}"
     if not size1 <= size2:
         raise ProofError(f"no consistency proof from size {size1} to size {size2}")
+    if size1 == 0 and size2 > 0:
+        raise ProofError(f"{what} refused: a proof from the empty tree is meaningless")
     _check_proof_hashes(proof, len(consistency_path(size1, size2)), what)
-    if size1 == size2 or size1 == 0:
-        want = root2 if size1 == size2 else EMPTY_ROOT
-        if root1 != want:
-            raise ProofError(f"{what}: old root {_short(root1)}.. differs from {_short(want)}..")
+    if size1 == size2:
+        if root1 != root2:
+            raise ProofError(f"{what}: old root {_short(root1)}.. differs from new root {_short(root2)}..")
+        if size1 == 0 and root1 != EMPTY_ROOT:
+            raise ProofError(f"{what}: root {_short(root1)}.. is not the empty tree's {_short(EMPTY_ROOT)}..")
         return
     path = list(proof)
     if size1 & (size1 - 1) == 0:  # step 2: first is a power of two, so its root is the first node

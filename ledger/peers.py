@@ -3,7 +3,10 @@
 For each (verifier key, origin) the ledger keeps every checkpoint it accepted.
 A new one is accepted only with a valid consistency proof between it and the
 largest one held (in whichever direction the sizes go); the first from a key
-is accepted on trust. A checkpoint of the same size as one held but with a
+is accepted on trust. A consistency proof from the empty tree does not
+exist (ledger.merkle refuses one): a held checkpoint of size 0 is extended
+by any tree, so the next one is accepted with an empty proof, and a
+checkpoint of size 0 must carry the empty tree's root. A checkpoint of the same size as one held but with a
 different root is a split view: signed proof that the log showed two
 histories. It is stored beside the first (never replacing it) and reported.
 """
@@ -13,7 +16,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from ledger.merkle import verify_consistency
+from ledger.errors import CheckpointError, ProofError
+from ledger.merkle import EMPTY_ROOT, verify_consistency
 from ledger.note import Checkpoint, NoteVerifier, open_checkpoint
 
 FIRST = "first"  # trust on first use
@@ -66,6 +70,9 @@ def add_peer_checkpoint(
     Precondition: inside a transaction (the caller's BEGIN IMMEDIATE).
     """
     cp = open_checkpoint(note_text, [verifier])
+    if cp.size == 0 and cp.root != EMPTY_ROOT:
+        raise CheckpointError(f"checkpoint of {cp.origin} at size 0 has root {cp.root.hex()[:16]}.., "
+                              f"not the empty tree's {EMPTY_ROOT.hex()[:16]}..")
     key = (verifier.vkey, cp.origin)
     same_size = conn.execute(
         "SELECT root, note FROM checkpoints WHERE kind = 'peer' AND vkey = ? AND origin = ? AND size = ? ORDER BY id",
@@ -85,7 +92,11 @@ def add_peer_checkpoint(
         status = FIRST
     else:
         held_size, held_root = held
-        if cp.size > held_size:
+        if min(held_size, cp.size) == 0:  # every tree extends the empty tree: there is nothing to prove
+            if len(proof):
+                raise ProofError(f"consistency between sizes {held_size} and {cp.size} takes no proof "
+                                 f"(one is the empty tree), got {len(proof)} hashes")
+        elif cp.size > held_size:
             verify_consistency(held_size, cp.size, proof, held_root, cp.root)
         else:
             verify_consistency(cp.size, held_size, proof, cp.root, held_root)

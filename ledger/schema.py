@@ -1,4 +1,4 @@
-"""The ledger's SQLite schema: tables, append-only triggers, connection settings, magic and version.
+"""The ledger's SQLite schema: tables, append-only triggers, magic and version (connections: ledger.database).
 
 Append-only is enforced by the database itself, not only by this package:
 triggers refuse UPDATE and DELETE on every table, refuse an insert on an
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from ledger.database import describe_error
 from ledger.errors import CorruptLedgerError, LedgerError
 
 MAGIC = "p2paudit-ledger"
@@ -66,24 +67,18 @@ DDL: list[str] = [
 ]
 
 
-def connect(path: str) -> sqlite3.Connection:
-    """Open a connection in autocommit mode (we issue BEGIN IMMEDIATE ourselves) with WAL and full sync."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0, check_same_thread=False)
-    try:
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA recursive_triggers=ON")
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        raise CorruptLedgerError(f"{path} is not a ledger database: {e}", None) from None
-    if mode.lower() != "wal" and path != ":memory:":
-        conn.close()
-        raise LedgerError(f"{path}: could not switch to WAL journal mode (got {mode})")
-    return conn
-
-
 def ensure_schema(conn: sqlite3.Connection, origin: str, path: str) -> None:
     """Create the schema in a fresh database, or check magic, version and origin of an existing one."""
+    try:
+        _create_if_new(conn, origin, path)
+    except sqlite3.Error as exc:
+        raise describe_error(exc, path, "be opened for writing") from None
+    stored_origin = read_schema(conn, path)
+    if stored_origin != origin:
+        raise LedgerError(f"{path} is the ledger of origin {stored_origin!r}, not {origin!r}")
+
+
+def _create_if_new(conn: sqlite3.Connection, origin: str, path: str) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'").fetchone()
@@ -99,11 +94,24 @@ def ensure_schema(conn: sqlite3.Connection, origin: str, path: str) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    rows = conn.execute("SELECT magic, version, origin FROM ledger_schema").fetchall()
+
+
+def read_schema(conn: sqlite3.Connection, path: str) -> str:
+    """Check magic and version of an existing ledger without writing anything; return its origin."""
+    try:
+        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'").fetchone()
+        rows = conn.execute("SELECT magic, version, origin FROM ledger_schema").fetchall() if exists else None
+    except sqlite3.Error as exc:
+        raise describe_error(exc, path, "be read") from None
+    if rows is None:
+        raise LedgerError(f"{path} is not a p2paudit ledger: it has no ledger_schema table")
+    return _check_rows(rows, path)
+
+
+def _check_rows(rows: list[tuple], path: str) -> str:
     if len(rows) != 1 or rows[0][0] != MAGIC:
         raise CorruptLedgerError(f"{path}: ledger_schema holds {len(rows)} rows, want one with magic {MAGIC}", None)
     _, version, stored_origin = rows[0]
     if version != VERSION:
         raise LedgerError(f"{path}: ledger schema version {version}, this code reads version {VERSION}")
-    if stored_origin != origin:
-        raise LedgerError(f"{path} is the ledger of origin {stored_origin!r}, not {origin!r}")
+    return stored_origin

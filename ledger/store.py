@@ -7,7 +7,11 @@ BEGIN IMMEDIATE transaction; a caller's hook runs inside it, so callers can
 keep their own index tables in step with the log atomically.
 
 A Ledger object is not safe for use from two threads at once; several
-processes may share one file (SQLite serialises their writes).
+processes may share one file (SQLite serialises their writes). Open with
+`Ledger.open` to write, `Ledger.open_readonly` to read, prove and verify
+without any write permission (see ledger.database). SQLite's refusals become
+one-line LedgerErrors that say what is wrong (read-only, disk full, locked,
+not a ledger, corrupt).
 """
 
 from __future__ import annotations
@@ -18,10 +22,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-import sqlite_utils
-
-from ledger import merkle, peers, schema, verification
-from ledger.errors import AppendOnlyError, CorruptLedgerError, LedgerError
+from ledger import database, merkle, peers, schema, verification
+from ledger.errors import AppendOnlyError, CorruptLedgerError, LedgerError, LedgerInvariantError
 from ledger.note import Checkpoint, NoteSigner, NoteVerifier, sign_checkpoint
 from ledger.peers import PeerCheckpointResult, SplitView
 from ledger.verification import VerifyReport
@@ -89,8 +91,9 @@ def _check_entry(entry: bytes, position: int) -> bytes:
 class Transaction:
     """An open BEGIN IMMEDIATE transaction: `.conn` for the caller's own statements, `.append(entry)`."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str = "") -> None:
         self.conn = conn
+        self.path = path
         self.size = read_size(conn)
         self.failed = False  # set when the database refused an append: the transaction must not commit
         # The right edge of the tree, read once per transaction so other writers' appends are seen.
@@ -110,7 +113,7 @@ class Transaction:
         failed: rows of the batch may already be in it, so it cannot commit.
         """
         if self.failed:
-            raise LedgerError("an earlier append in this transaction was refused; it can only roll back")
+            raise LedgerInvariantError("an earlier append in this transaction was refused; it can only roll back")
         first, size, frontier = self.size, self.size, list(self._frontier)
         leaf_rows, node_rows = [], []
         for entry in entries:
@@ -123,9 +126,12 @@ class Transaction:
             # Entries first: the nodes trigger refuses a subtree reaching past the stored entries.
             self.conn.executemany("INSERT INTO entries (idx, leaf_hash, data) VALUES (?, ?, ?)", leaf_rows)
             self.conn.executemany("INSERT INTO nodes (level, idx, hash) VALUES (?, ?, ?)", node_rows)
-        except sqlite3.Error as e:
+        except sqlite3.IntegrityError as e:  # a trigger or constraint: the append-only rules
             self.failed = True
             raise AppendOnlyError(f"append at index {first} refused by the database: {e}") from None
+        except sqlite3.Error as e:  # disk full, I/O error...
+            self.failed = True
+            raise database.describe_error(e, self.path, f"store entries from index {first}") from None
         self.size, self._frontier = size, frontier
         return list(range(first, size))
 
@@ -137,11 +143,11 @@ class Transaction:
 class Ledger:
     """An append-only Merkle log in SQLite. Open with `Ledger.open(path, origin)`."""
 
-    def __init__(self, conn: sqlite3.Connection, origin: str, path: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, origin: str, path: str, readonly: bool = False) -> None:
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
         self.origin = origin
         self.path = path
+        self.readonly = readonly
         self._in_transaction = False
 
     @classmethod
@@ -154,13 +160,43 @@ class Ledger:
         path = str(path)
         if path != ":memory:" and not Path(path).parent.is_dir():
             raise LedgerError(f"directory of ledger {path} does not exist")
-        conn = schema.connect(path)
+        conn = database.connect(path)
         try:
             schema.ensure_schema(conn, origin, path)
         except BaseException:
             conn.close()
             raise
         return cls(conn, origin, path)
+
+    @classmethod
+    def open_readonly(cls, path: str | Path, origin: str | None = None) -> Ledger:
+        """Open the existing ledger file at `path` read-only (SQLite mode=ro): nothing is created or written.
+
+        Needs no write permission on the file or its directory. With `origin`,
+        the file must be the log of that origin. Writing through the returned
+        object is refused (LedgerInvariantError).
+        """
+        path = str(path)
+        if not Path(path).exists():
+            raise LedgerError(f"no ledger at {path}")
+        conn = database.connect(path, readonly=True)
+        try:
+            stored = schema.read_schema(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        if origin is not None and stored != origin:
+            conn.close()
+            raise LedgerError(f"{path} is the ledger of origin {stored!r}, not {origin!r}")
+        return cls(conn, stored, path, readonly=True)
+
+    @staticmethod
+    def stored_origin(path: str | Path) -> str | None:
+        """The origin of the existing ledger at `path` (read-only), or None if there is no file."""
+        if not Path(path).exists():
+            return None
+        with Ledger.open_readonly(path) as found:
+            return found.origin
 
     def close(self) -> None:
         self.conn.close()
@@ -178,22 +214,25 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """BEGIN IMMEDIATE ... COMMIT around the block; any exception rolls everything back and propagates."""
+        if self.readonly:
+            raise LedgerInvariantError(f"ledger {self.path} was opened read-only; a write transaction was asked of it")
         if self._in_transaction:
-            raise LedgerError("a ledger transaction is already open on this connection")
+            raise LedgerInvariantError("a ledger transaction is already open on this connection")
         try:
             self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            raise LedgerError(f"ledger {self.path} cannot start a write transaction: {e}") from None
+        except sqlite3.Error as e:
+            raise database.describe_error(e, self.path, "start a write transaction") from None
         self._in_transaction = True
         try:
-            tx = Transaction(self.conn)
+            tx = Transaction(self.conn, self.path)
             yield tx
             if tx.failed:
-                raise LedgerError("ledger transaction rolled back: an append in it was refused by the database")
+                raise LedgerInvariantError("ledger transaction rolled back: an append in it was refused by the database "
+                                           "and the caller carried on")
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
-                raise LedgerError(f"ledger {self.path}: commit failed, nothing was stored: {e}") from None
+                raise database.describe_error(e, self.path, "commit, so nothing was stored") from None
         except BaseException:
             if self.conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
                 self.conn.execute("ROLLBACK")
@@ -288,7 +327,7 @@ class Ledger:
     def verify(self) -> VerifyReport:
         """Recompute the whole tree from the stored entries and check every stored hash and checkpoint."""
         if self._in_transaction:
-            raise LedgerError("verify() cannot run inside a ledger transaction")
+            raise LedgerInvariantError("verify() cannot run inside a ledger transaction")
         return verification.verify_ledger(self.conn)
 
 

@@ -95,7 +95,7 @@ CONSISTENCY_PATHS = {
     (24, 31): [(16, 24), (24, 31), (0, 16)],
     (81, 95): [(80, 81), (81, 82), (82, 84), (84, 88), (88, 95), (64, 80), (0, 64)],
     (5, 5): [],
-    (0, 9): [],
+    (0, 0): [],  # (0, 9) has no proof: see test_no_consistency_proof_from_the_empty_tree
 }
 
 LEAF_HASHES = [merkle.leaf_hash(e) for e in LEAVES]
@@ -142,7 +142,9 @@ def test_every_proof_of_the_eight_leaf_tree_matches_the_naive_rfc_definitions():
             proof = merkle.inclusion_proof(index, size, merkle.subtree_hasher(LEAF_HASHES))
             assert proof == naive.path(index, LEAVES[:size])
             merkle.verify_inclusion(LEAF_HASHES[index], index, size, proof, ROOTS[size - 1])
-        for size1 in range(0, size + 1):
+        with pytest.raises(ProofError, match=f"no consistency proof from the empty tree to size {size}"):
+            merkle.consistency_proof(0, size, merkle.subtree_hasher(LEAF_HASHES))
+        for size1 in range(1, size + 1):
             proof = merkle.consistency_proof(size1, size, merkle.subtree_hasher(LEAF_HASHES))
             assert proof == naive.proof(size1, LEAVES[:size])
             root1 = ROOTS[size1 - 1] if size1 else EMPTY
@@ -265,18 +267,42 @@ def test_every_mutation_of_a_consistency_proof_is_rejected(size1, size2):
 
 def test_trivial_consistency_cases():
     merkle.verify_consistency(0, 0, [], EMPTY, EMPTY)
-    merkle.verify_consistency(0, 5, [], EMPTY, ROOTS[4])
     merkle.verify_consistency(3, 3, [], ROOTS[2], ROOTS[2])
     for args in [
         (3, 3, [], ROOTS[2], ROOTS[3]),  # same size, different roots
-        (0, 5, [], ROOTS[0], ROOTS[4]),  # size 0 but not the empty tree's root
         (3, 3, [ROOTS[2]], ROOTS[2], ROOTS[2]),  # same size with a non-empty proof
-        (0, 4, [EMPTY], EMPTY, ROOTS[3]),
         (4, 3, [], ROOTS[3], ROOTS[2]),  # time travel
         (1, 2, [], ROOTS[0], ROOTS[1]),
     ]:
         with pytest.raises(ProofError):
             merkle.verify_consistency(*args)
+
+
+def test_no_consistency_proof_from_the_empty_tree():
+    # transparency-dev/merkle: "consistency proof from empty tree is meaningless". Before the fix
+    # 0 -> n accepted any new root with an empty proof, and 0 -> 0 any pair of equal roots.
+    for size2 in (1, 2, 5, 8):
+        for proof in ([], [EMPTY], [ROOTS[size2 - 1]]):
+            for root1, root2 in [(EMPTY, ROOTS[size2 - 1]), (EMPTY, _flip(ROOTS[size2 - 1], 0)), (EMPTY, EMPTY),
+                                 (ROOTS[0], ROOTS[size2 - 1])]:
+                with pytest.raises(ProofError, match=f"from size 0 to {size2} refused: a proof from the empty tree"):
+                    merkle.verify_consistency(0, size2, proof, root1, root2)
+    with pytest.raises(ProofError, match="no consistency proof from the empty tree to size 9"):
+        merkle.consistency_path(0, 9)
+
+
+def test_consistency_from_zero_to_zero_needs_the_empty_root_on_both_sides():
+    merkle.verify_consistency(0, 0, [], EMPTY, EMPTY)
+    cases = [
+        ([], ROOTS[3], ROOTS[3], "is not the empty tree's"),  # equal roots, but not of the empty tree
+        ([], EMPTY, ROOTS[3], "differs from new root"),
+        ([], ROOTS[3], EMPTY, "differs from new root"),
+        ([], _flip(EMPTY, 7), _flip(EMPTY, 7), "is not the empty tree's"),
+        ([EMPTY], EMPTY, EMPTY, "has 1 hashes, want 0"),
+    ]
+    for proof, root1, root2, message in cases:
+        with pytest.raises(ProofError, match=message):
+            merkle.verify_consistency(0, 0, proof, root1, root2)
 
 
 def test_errors_carry_the_numbers():
@@ -318,7 +344,7 @@ def test_proofs_match_the_naive_definitions_for_all_sizes_to_70():
         assert merkle.root_from_leaf_hashes(hashes[:size]) == root
         for index in rng.sample(range(size), min(size, 6)):
             assert merkle.inclusion_proof(index, size, provider) == naive.path(index, entries[:size])
-        for size1 in rng.sample(range(size + 1), min(size + 1, 6)):
+        for size1 in rng.sample(range(1, size + 1), min(size, 6)):
             assert merkle.consistency_proof(size1, size, provider) == naive.proof(size1, entries[:size])
 
 
@@ -340,7 +366,7 @@ def test_property_valid_proofs_verify_and_one_bit_off_does_not(data):
         bad[i] = _flip(bad[i], bit)
         with pytest.raises(ProofError):
             merkle.verify_inclusion(hashes[index], index, size, bad, root)
-    size1 = data.draw(st.integers(0, size), label="size1")
+    size1 = data.draw(st.integers(1, size), label="size1")
     root1 = merkle.root_from_leaf_hashes(hashes[:size1])
     cproof = merkle.consistency_proof(size1, size, provider)
     merkle.verify_consistency(size1, size, cproof, root1, root)
@@ -358,7 +384,7 @@ def test_property_paths_are_well_formed_for_huge_trees(size, data):
     # The path's ranges and the leaf tile [0, size) with no gap or overlap.
     assert covered[0][0] == 0 and covered[-1][1] == size
     assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
-    size1 = data.draw(st.integers(0, size))
+    size1 = data.draw(st.integers(1, size))
     for a, b in merkle.consistency_path(size1, size):
         assert 0 <= a < b <= size
 

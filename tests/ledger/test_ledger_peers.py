@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger import Ledger
+from ledger import EMPTY_ROOT, Ledger
 from ledger.errors import CheckpointError, ProofError
 from ledger.note import Checkpoint, NoteSigner, sign_checkpoint
 
@@ -109,3 +109,34 @@ def test_keys_are_kept_apart(peer, me):
     note = sign_checkpoint(Checkpoint("other.example/log", 2, bytes(32)), other)
     assert me.add_peer_checkpoint(note, other.verifier, []).status == "first"
     assert me.split_views() == []
+
+
+def test_a_peer_that_starts_empty_is_followed_without_a_proof_from_the_empty_tree(peer, me):
+    # The verifier refuses any proof from size 0 (transparency-dev/merkle); the caller, not the
+    # verifier, knows that every tree extends the empty one.
+    plg, signer = peer
+    empty = plg.checkpoint(signer)
+    assert me.add_peer_checkpoint(empty, signer.verifier, []).status == "first"
+    _grow(plg, 8)
+    grown = plg.checkpoint(signer)
+    with pytest.raises(ProofError, match="between sizes 0 and 8 takes no proof .* got 1 hashes"):
+        me.add_peer_checkpoint(grown, signer.verifier, [plg.root(8)])
+    assert me.add_peer_checkpoint(grown, signer.verifier, []).status == "consistent"
+    # The empty tree head arriving after a larger one is consistent with it too.
+    other = NoteSigner(PEER, Ed25519PrivateKey.generate())
+    assert me.add_peer_checkpoint(plg.checkpoint(other), other.verifier, []).status == "first"
+    late_empty = sign_checkpoint(Checkpoint(PEER, 0, EMPTY_ROOT), other)
+    assert me.add_peer_checkpoint(late_empty, other.verifier, []).status == "consistent"
+    assert me.verify().ok
+
+
+def test_a_size_zero_checkpoint_must_carry_the_empty_root(peer, me):
+    plg, signer = peer
+    _grow(plg, 3)
+    bogus = sign_checkpoint(Checkpoint(PEER, 0, plg.root(3)), signer)
+    with pytest.raises(CheckpointError, match="at size 0 has root .* not the empty tree's"):
+        me.add_peer_checkpoint(bogus, signer.verifier, [])
+    me.add_peer_checkpoint(plg.checkpoint(signer), signer.verifier, [])
+    with pytest.raises(CheckpointError, match="at size 0 has root"):
+        me.add_peer_checkpoint(bogus, signer.verifier, [])
+    assert me.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 1

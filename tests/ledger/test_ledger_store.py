@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import MAX_ENTRY_BYTES, Ledger, LedgerError, merkle
-from ledger.errors import AppendOnlyError, CorruptLedgerError
+from ledger.errors import AppendOnlyError, CorruptLedgerError, LedgerInvariantError
 from ledger.note import NoteSigner, open_checkpoint
 import ledger_naive as naive
 
@@ -47,7 +47,7 @@ def test_store_proofs_equal_the_naive_reference_for_every_size_to_70(ledger):
             proof = ledger.inclusion_proof(index, size)
             assert proof == naive.path(index, entries[:size])
             merkle.verify_inclusion(merkle.leaf_hash(entries[index]), index, size, proof, root)
-        for size1 in rng.sample(range(size + 1), min(size + 1, 8)):
+        for size1 in rng.sample(range(1, size + 1), min(size, 8)) + ([0] if size == 0 else []):
             proof = ledger.consistency_proof(size1, size)
             assert proof == naive.proof(size1, entries[:size])
             merkle.verify_consistency(size1, size, proof, naive.mth(entries[:size1]), root)
@@ -62,7 +62,7 @@ def test_random_pairs_in_a_bigger_ledger(ledger):
     rng = random.Random(9)
     for _ in range(40):
         size2 = rng.randrange(1, 1001)
-        size1 = rng.randrange(0, size2 + 1)
+        size1 = rng.randrange(1, size2 + 1)
         index = rng.randrange(size2)
         assert ledger.root(size2) == merkle.root_from_leaf_hashes(hashes[:size2])
         assert ledger.inclusion_proof(index, size2) == merkle.inclusion_proof(index, size2, provider)
@@ -144,7 +144,7 @@ def test_transaction_checks_and_appends_atomically(ledger):
             tx.append(b"C")
             raise RuntimeError("abort")
     assert ledger.size == 2
-    with pytest.raises(LedgerError, match="already open"):
+    with pytest.raises(LedgerInvariantError, match="already open"):
         with ledger.transaction():
             ledger.append(b"nested")
     assert ledger.size == 2
@@ -188,7 +188,7 @@ def test_schema_has_magic_and_version_and_refuses_foreign_files(tmp_path):
         Ledger.open(other, ORIGIN)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(CorruptLedgerError, match="is not a ledger database"):
+    with pytest.raises(CorruptLedgerError, match="is not a p2paudit ledger: it is not a SQLite database"):
         Ledger.open(junk, ORIGIN)
     with pytest.raises(LedgerError, match="does not exist"):
         Ledger.open(tmp_path / "missing" / "l.db", ORIGIN)
@@ -213,7 +213,9 @@ def test_bad_sizes_are_refused_with_numbers(ledger):
     with pytest.raises(LedgerError, match="entry index is NoneType"):
         ledger.entry(None)
     assert ledger.root(0) == merkle.EMPTY_ROOT
-    assert ledger.consistency_proof(0) == [] and ledger.consistency_proof(5) == []
+    assert ledger.consistency_proof(5) == [] and ledger.consistency_proof(0, 0) == []
+    with pytest.raises(LedgerError, match="no consistency proof from the empty tree to size 5"):
+        ledger.consistency_proof(0)
 
 
 def test_checkpoint_signs_the_current_tree_head(ledger):
@@ -256,7 +258,7 @@ def test_property_any_append_sequence_gives_the_naive_tree(batches, data):
             entries.extend(batch)
             size = data.draw(st.integers(1, len(entries)), label="size")
             index = data.draw(st.integers(0, size - 1), label="index")
-            old = data.draw(st.integers(0, size), label="old")
+            old = data.draw(st.integers(1, size), label="old")
             assert lg.root(size) == naive.mth(entries[:size])
             assert lg.inclusion_proof(index, size) == naive.path(index, entries[:size])
             assert lg.consistency_proof(old, size) == naive.proof(old, entries[:size])
@@ -282,12 +284,12 @@ def test_a_refused_append_cannot_be_committed_half_way(ledger):
     ledger.append_many([b"a", b"b", b"c"])
     ledger.conn.execute("DROP TRIGGER nodes_within_size")
     ledger.conn.execute("INSERT INTO nodes VALUES (2, 0, ?)", (bytes(32),))  # forged: refused when [0, 4) completes
-    with pytest.raises(LedgerError, match="rolled back: an append in it was refused"):
+    with pytest.raises(LedgerInvariantError, match="rolled back: an append in it was refused"):
         with ledger.transaction() as tx:
             try:
                 tx.append_many([b"d", b"e"])  # entry rows go in, then the node insert is refused
             except AppendOnlyError:
                 pass  # a caller that swallows the error must still not commit half a batch
-            with pytest.raises(LedgerError, match="can only roll back"):
+            with pytest.raises(LedgerInvariantError, match="can only roll back"):
                 tx.append(b"f")
     assert ledger.size == 3
