@@ -112,7 +112,7 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)); x and dy of one shape."""
+    """dy * g with g = s * (1 + x * (1 - s)) and s = 1 / (1 + exp(-x)) (section 3.3); x and dy of one shape."""
     validate.check_pair(x, "x", dy, "dy")
     return silu_backward_flat(x.reshape(-1), dy.reshape(-1)).reshape(x.shape)
 

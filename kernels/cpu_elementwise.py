@@ -44,7 +44,7 @@ def silu_flat(x):
 
 @njit(parallel=True, cache=True)
 def silu_backward_flat(x, dy):
-    """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)) (section 3.3). x, dy: (n,)."""
+    """dy * g with g = s * (1 + x * (1 - s)) and s = 1 / (1 + exp(-x)) (section 3.3). x, dy: (n,)."""
     dx = np.empty_like(x)  # (n,)
     for i in prange(x.shape[0]):
         xi = x[i]

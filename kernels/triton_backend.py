@@ -166,7 +166,7 @@ def silu(x):
 
 
 def silu_backward(x, dy):
-    """dy * s * (1 + x * (1 - s)) with s = 1 / (1 + exp(-x)); x and dy of one shape."""
+    """dy * g with g = s * (1 + x * (1 - s)) and s = 1 / (1 + exp(-x)) (section 3.3); x and dy of one shape."""
     as_torch = _torch_mode(x, dy)
     validate.check_pair(_checkable(x, "x"), "x", _checkable(dy, "dy"), "dy")
     tx, tdy = _to_device(x), _to_device(dy)
