@@ -1,9 +1,12 @@
 """Attestation records from step audits (p2paudit.audit), and the hardware description they carry.
 
-The one rule that differs between the two: an audit with verdict "error" may
-carry an observed digest (a step replayed from an input that was already
-wrong); an attestation with verdict "error" never does, because it asserts
-nothing about the output. That digest is dropped here.
+Every audit becomes a version-2 record, whatever its verdict and findings
+(docs/attestation.md): the record's rules are the audit's, so a consistent
+audit always yields a signable record. One difference is bridged here: an
+audit with verdict "error" may still carry observed values (a step replayed
+from an input that was already wrong), but an "error" attestation asserts
+nothing about the output, so they are dropped. Losses become the uint64 of
+their binary64 bits.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import platform
 from pathlib import Path
 
 from p2paudit.attest.record import Attestation
-from p2paudit.audit.records import ERROR, StepAudit
+from p2paudit.audit.records import ERROR, INIT, StepAudit, loss_bits
 from p2paudit.engine import ENGINE_VERSION
 
 _HARDWARE_LIMIT = 256
@@ -41,12 +44,28 @@ def describe_hardware(gpu_name: str | None = None) -> str:
     return _printable(", ".join(p for p in parts if p), _HARDWARE_LIMIT)
 
 
+def _bits(loss: float | None) -> int | None:
+    return None if loss is None else loss_bits(loss)
+
+
 def attestation_from_audit(audit: StepAudit, verifier: bytes, time_ms: int, hardware: str) -> Attestation:
-    """The record a verifier signs for one audited step (validated on construction)."""
-    observed = None if audit.verdict == ERROR else audit.observed_digest
+    """The v2 record a verifier signs for one audit (a step, or the initial state).
+
+    Precondition: the audit is consistent (its findings name exactly the
+    pairs that differ); otherwise AttestationError says which rule it breaks.
+    """
+    error = audit.verdict == ERROR
+    init = audit.subject == INIT
     return Attestation(
-        run_id=audit.run_id, step=audit.step, input_digest=audit.input_digest, data_digest=audit.data_digest,
-        claimed_output_digest=audit.claimed_digest, observed_output_digest=observed, verdict=audit.verdict,
+        run_id=audit.run_id, subject=audit.subject, step=audit.step,
+        input_digest=None if init else audit.input_digest,
+        claimed_data_digest=None if init else audit.claimed_data,
+        observed_data_digest=None if init or error else audit.observed_data,
+        claimed_output_digest=audit.claimed_digest,
+        observed_output_digest=None if error else audit.observed_digest,
+        claimed_loss_bits=None if init else _bits(audit.claimed_loss),
+        observed_loss_bits=None if init or error else _bits(audit.observed_loss),
+        findings=() if error else tuple(audit.findings), verdict=audit.verdict,
         engine_version=_printable(audit.engine_version or ENGINE_VERSION, 64) or ENGINE_VERSION,
         arithmetic_version=audit.arithmetic_version, backend=_printable(audit.backend, 32),
         hardware=_printable(hardware, _HARDWARE_LIMIT), time_ms=time_ms, verifier=verifier,

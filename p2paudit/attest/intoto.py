@@ -1,18 +1,24 @@
-"""Export and import attestations as in-toto Statements (v1) in DSSE envelopes.
+"""Export and import attestations as in-toto Statements (v1) in DSSE envelopes (docs/attestation.md).
 
-The statement: subject is the step, named `p2paudit:run/<run hex>/step/<n>`,
-with the sha256 digest of the state the verifier observed after the step (for
-verdict "error", which observed nothing, the claimed digest: the state it
-failed to check; the predicate's verdict says so). The predicate is the
-record's JSON view plus `signedAttestation`: the base64 of the native signed
-envelope, byte for byte what the ledger stores.
+The statement: one subject, the thing attested, named
+`p2paudit:run/<run hex>/step/<n>` (a step) or `p2paudit:run/<run hex>/init`
+(the initial state, v2 records only), with the sha256 digest of the state the
+verifier observed (after the step, or rebuilt from the recipe); for verdict
+"error", which observed nothing, the claimed digest: the state it failed to
+check (the predicate's verdict says so). The predicate is the record's JSON
+view (record.attestation_to_dict: for v2 the subject, findings, claimed and
+observed data digest, output digest and loss bits) plus `signedAttestation`:
+the base64 of the native signed envelope, byte for byte what the ledger
+stores. The predicate type names the record version: PREDICATE_TYPES.
 
 Two signatures, two jobs. The DSSE signature (Ed25519 over PAE) is made by
 whoever exports the envelope, often not the verifier (a node can export any
-entry of its ledger); its `keyid` is the exporter's hex public key. The native
-signature inside is the verifier's and is what anybody's trust rests on.
-Import checks both, and also that the statement says exactly what the
-embedded record says, so the JSON can never disagree with the signed bytes.
+entry of its ledger). Its `keyid` is the exporter's raw Ed25519 public key as
+64 lowercase hex digits (not securesystemslib's default keyid, a hash of the
+key's JSON form: give an SSlibKey this keyid explicitly to verify with it).
+The native signature inside is the verifier's and is what anybody's trust
+rests on. Import checks both, and also that the statement says exactly what
+the embedded record says, so the JSON can never disagree with the signed bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from p2paudit.errors import InputError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://p2paudit.dev/attestation/step/v1"
+PREDICATE_TYPE_V1 = "https://p2paudit.dev/attestation/step/v1"  # v1 records (exported before v2 existed)
+PREDICATE_TYPE = "https://p2paudit.dev/attestation/v2"  # v2 records: every new export
+PREDICATE_TYPES = {1: PREDICATE_TYPE_V1, 2: PREDICATE_TYPE}
 # A statement is ~1.5 KiB; the bound keeps a hostile file from being parsed at all.
 MAX_ENVELOPE_SIZE = 64 * 1024
 
@@ -41,21 +49,24 @@ def pae(payload_type: str, body: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
 
 
-def subject_name(run_id: bytes, step: int) -> str:
-    """The in-toto subject name of one step of one run."""
+def subject_name(run_id: bytes, step: int, subject: str = "step") -> str:
+    """The in-toto subject name of one step of one run, or of its initial state (subject "init")."""
+    if subject == "init":
+        return f"p2paudit:run/{run_id.hex()}/init"
     return f"p2paudit:run/{run_id.hex()}/step/{step}"
 
 
 def build_statement(signed: SignedAttestation) -> dict[str, Any]:
-    """The in-toto Statement v1 for a signed attestation."""
+    """The in-toto Statement v1 for a signed attestation of either record version."""
     record = signed.attestation
     state = record.observed_output_digest or record.claimed_output_digest
     predicate = attestation_to_dict(record)
     predicate["signedAttestation"] = base64.b64encode(signed.encoded).decode("ascii")
+    name = subject_name(record.run_id, record.step, record.subject)
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": subject_name(record.run_id, record.step), "digest": {"sha256": state.hex()}}],
-        "predicateType": PREDICATE_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": state.hex()}}],
+        "predicateType": PREDICATE_TYPES[record.version],
         "predicate": predicate,
     }
 
@@ -141,9 +152,9 @@ def import_dsse(data: bytes) -> ImportedEnvelope:
         raise AttestationError("DSSE payload is not a JSON statement") from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise AttestationError(f"DSSE payload is not an in-toto Statement ({STATEMENT_TYPE})")
-    if statement.get("predicateType") != PREDICATE_TYPE:
+    if statement.get("predicateType") not in PREDICATE_TYPES.values():
         raise AttestationError(f"statement predicateType {str(statement.get('predicateType'))[:80]!r}, "
-                               f"want {PREDICATE_TYPE}")
+                               f"want one of {', '.join(PREDICATE_TYPES.values())}")
     predicate = statement.get("predicate")
     if not isinstance(predicate, dict):
         raise AttestationError("statement predicate is not an object")

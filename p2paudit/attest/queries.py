@@ -14,6 +14,8 @@ Definitions (what the CLI reports):
   for one step, or one log key signed two roots for one tree size (the
   ledger's split views).
 
+Every query refuses to answer from an index that lags the ledger
+(store.check_index_current), so a read-only store never reports stale counts.
 Evidence is the signed bytes themselves; `check_dispute` and
 `check_equivocation` let anybody verify a claimed conflict from the bytes
 alone, with no database.
@@ -97,9 +99,10 @@ def coverage(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] |
     """Per-step distinct-key counts for a known run; only `trusted` keys when given."""
     if min_count < 1:
         raise InputError(f"minimum coverage is {min_count}, want >= 1")
+    store.check_index_current()
     run = store.run_info(run_id)
     number = store.run_number(run_id)
-    where, params = "WHERE run = ?", [number]
+    where, params = "WHERE run = ? AND step >= 0", [number]  # init (-1) is no step
     if trusted is not None:
         rows = store.conn.execute("SELECT key, public_key FROM attest_keys").fetchall()
         where += " AND key IN (SELECT value FROM json_each(?))"
@@ -171,6 +174,7 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
     One pass over the index in primary-key order (no sort, no query per
     step); only the leaves of disputed steps are read.
     """
+    store.check_index_current()
     where, params = "", ()
     if run_id is not None:
         where, params = "WHERE run = ?", (store.run_number(run_id),)
@@ -193,6 +197,7 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
 
 def equivocations(store: AttestationStore) -> Equivocations:
     """Keys that signed two results for one step, and tree heads of one size with two roots."""
+    store.check_index_current()
     groups = store.conn.execute(
         "SELECT i.run, r.run_id, i.step, i.key FROM attest_index i JOIN attest_runs r ON r.run = i.run "
         "GROUP BY i.run, i.step, i.key HAVING COUNT(*) > 1 ORDER BY i.run, i.step, i.key").fetchall()
@@ -208,7 +213,7 @@ def equivocations(store: AttestationStore) -> Equivocations:
 def check_dispute(signed_a: bytes, signed_b: bytes) -> bool:
     """True iff the two signed attestations (verified here) are a dispute: same step, other keys, other outcomes."""
     a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
-    same_step = (a.run_id, a.step) == (b.run_id, b.step)
+    same_step = (a.run_id, a.index_step) == (b.run_id, b.index_step)
     return same_step and a.verifier != b.verifier and \
         (a.verdict, a.observed_output_digest) != (b.verdict, b.observed_output_digest)
 
@@ -216,4 +221,4 @@ def check_dispute(signed_a: bytes, signed_b: bytes) -> bool:
 def check_equivocation(signed_a: bytes, signed_b: bytes) -> bool:
     """True iff the two signed attestations (verified here) are one key's two results for one step."""
     a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
-    return (a.run_id, a.step, a.verifier) == (b.run_id, b.step, b.verifier) and a.result() != b.result()
+    return (a.run_id, a.index_step, a.verifier) == (b.run_id, b.index_step, b.verifier) and a.result() != b.result()

@@ -14,6 +14,7 @@ from typing import Any
 from ledger import SplitView
 
 from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.errors import InputError
 
 
@@ -58,8 +59,13 @@ def evidence_dict(item: Evidence) -> dict[str, Any]:
             "signed_attestation": base64.b64encode(item.signed).decode("ascii")}
 
 
+def _claim(step: int) -> dict[str, Any]:
+    """The index's step as what it names: step -1 is the initial state (subject "init", attest.tables)."""
+    return {"subject": "init", "step": 0} if step == INIT_INDEX_STEP else {"subject": "step", "step": step}
+
+
 def dispute_dict(dispute: Dispute) -> dict[str, Any]:
-    return {"run_id": dispute.run_id.hex(), "step": dispute.step,
+    return {"run_id": dispute.run_id.hex(), **_claim(dispute.step),
             "sides": [[evidence_dict(item) for item in side] for side in dispute.sides]}
 
 
@@ -70,7 +76,7 @@ def split_view_dict(view: SplitView) -> dict[str, Any]:
 
 def equivocations_dict(found: Equivocations) -> dict[str, Any]:
     return {
-        "keys": [{"run_id": e.run_id.hex(), "step": e.step, "verifier": e.verifier.hex(),
+        "keys": [{"run_id": e.run_id.hex(), **_claim(e.step), "verifier": e.verifier.hex(),
                   "evidence": [evidence_dict(item) for item in e.evidence]} for e in found.keys],
         "tree_heads": [split_view_dict(view) for view in found.tree_heads],
     }

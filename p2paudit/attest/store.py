@@ -9,6 +9,11 @@ Appending checks everything before writing: size, canonical decoding, the
 signature (outside the write lock: it is the expensive part), then inside the
 transaction the run is known and the step is in range. A batch is all or
 nothing. An exact duplicate of a stored attestation is not stored twice.
+
+`AttestationStore.open_readonly` reads, proves and verifies without writing
+anything (SQLite mode=ro): it needs no write permission, and refuses to
+answer queries from an index that lags the ledger (entries appended behind
+a store's back are indexed by the next write).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ledger import Ledger, LedgerError, NoteSigner, Transaction
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
-from p2paudit.attest.tables import create_tables, indexed_size, origin_for, read_origin  # noqa: F401 (re-exported)
+from p2paudit.attest.tables import create_tables, indexed_size, origin_for  # noqa: F401 (re-exported)
 from p2paudit.identity import Identity
 
 VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
@@ -85,7 +90,10 @@ class AttestationStore:
         self._runs: dict[bytes, tuple[int, int]] = {}
         self._keys: dict[bytes, int] = {}
         self._pending_keys: dict[bytes, int] = {}
-        self._create_tables()
+        if ledger.readonly:
+            self._check_tables()
+        else:
+            self._create_tables()
 
     @classmethod
     def open(cls, path: Path | str, origin: str | None = None) -> AttestationStore:
@@ -101,6 +109,33 @@ class AttestationStore:
         except BaseException:
             ledger.close()
             raise
+
+    @classmethod
+    def open_readonly(cls, path: Path | str) -> AttestationStore:
+        """Open the existing store at `path` read-only (nothing is created or written; no write permission needed)."""
+        if not Path(path).exists():
+            raise AttestationError(f"no ledger at {path}")
+        try:
+            ledger = Ledger.open_readonly(path)
+        except LedgerError as exc:
+            raise AttestationError(str(exc)) from None
+        try:
+            return cls(ledger)
+        except BaseException:
+            ledger.close()
+            raise
+
+    def _check_tables(self) -> None:
+        if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone():
+            raise AttestationError(f"ledger {self.ledger.path} has no attestation index yet: "
+                                   "a write (ledger add-run, ledger import) creates it")
+
+    def check_index_current(self) -> None:
+        """AttestationError unless the index covers every ledger entry (a read-only store cannot catch up)."""
+        indexed, size = indexed_size(self.conn), self.ledger.size
+        if indexed != size:
+            raise AttestationError(f"the attestation index covers {indexed} of the {size} ledger entries; "
+                                   "a write to the ledger (e.g. ledger add-run) indexes the rest")
 
     def close(self) -> None:
         self.ledger.close()
@@ -227,7 +262,7 @@ class AttestationStore:
         fresh: list[SignedAttestation] = []
         for item, run in zip(checked, runs):
             record, data = item.signed.attestation, item.signed.encoded
-            held = stored.setdefault((run, record.step), [])
+            held = stored.setdefault((run, record.index_step), [])  # init: -1
             # Only a leaf of the same key can hold the same bytes.
             same = [h.leaf for h in held if h.verifier == record.verifier and self._bytes_at(h.leaf, fresh, tx) == data]
             if same:
@@ -262,7 +297,7 @@ class AttestationStore:
         """What is already stored for the (run, step) pairs of a batch: one query per run, not per item."""
         steps: dict[int, set[int]] = {}
         for item, run in zip(checked, runs):
-            steps.setdefault(run, set()).add(item.signed.attestation.step)
+            steps.setdefault(run, set()).add(item.signed.attestation.index_step)
         found: dict[tuple[int, int], list[_Held]] = {}
         for run, wanted in steps.items():
             rows = conn.execute(
@@ -285,7 +320,7 @@ class AttestationStore:
         for index, item in zip(indices, signed):
             record = item.attestation
             run, _ = self._run(conn, record.run_id, record.step)
-            rows.append((run, record.step, self._key(conn, record.verifier), index, VERDICT_CODE[record.verdict],
+            rows.append((run, record.index_step, self._key(conn, record.verifier), index, VERDICT_CODE[record.verdict],
                          record.observed_output_digest))
         conn.executemany("INSERT INTO attest_index (run, step, key, leaf, verdict, observed) VALUES (?, ?, ?, ?, ?, ?)",
                          rows)
@@ -334,7 +369,7 @@ class AttestationStore:
         rows = conn.execute(
             "SELECT i.leaf FROM attest_index i JOIN attest_keys k ON k.key = i.key "
             "WHERE i.run = ? AND i.step = ? AND k.public_key = ? ORDER BY i.leaf",
-            (run, record.step, record.verifier),
+            (run, record.index_step, record.verifier),
         ).fetchall()
         return [(leaf, decode_signed(self.ledger.entry(leaf))) for (leaf,) in rows]
 
@@ -349,6 +384,7 @@ class AttestationStore:
 
     def step_attestations(self, run_id: bytes, step: int) -> list[tuple[int, SignedAttestation]]:
         """Every (index, attestation) stored for one step of one run, in ledger order."""
+        self.check_index_current()
         run = self.run_number(run_id)
         rows = self.conn.execute("SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf",
                                  (run, step)).fetchall()
@@ -357,6 +393,14 @@ class AttestationStore:
     def checkpoint(self, identity: Identity) -> str:
         """Sign the current tree head with the node key (a C2SP checkpoint note), store it, and return it."""
         return self.ledger.checkpoint(NoteSigner(self.ledger.origin, identity.private_key))
+
+
+def read_origin(path: Path | str) -> str | None:
+    """The origin stored in an existing ledger file (opened read-only), or None if the file does not exist."""
+    try:
+        return Ledger.stored_origin(path)
+    except LedgerError as exc:
+        raise AttestationError(str(exc)) from None
 
 
 def now_ms() -> int:

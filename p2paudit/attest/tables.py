@@ -3,7 +3,10 @@
     attest_runs     run number, run id, number of steps, label (known runs)
     attest_keys     key number, verifier public key
     attest_index    (run, step, key, leaf) -> verdict, observed digest; the
-                    primary key is the query order, so the table is its own index
+                    primary key is the query order, so the table is its own index.
+                    `step` is the record's index_step: the step, or -1 for an
+                    attestation of the initial state (subject "init", a v2
+                    record), so init and step 0 are two claims, never one
     attest_batches  (first leaf, count) per write: where the index ends, read
                     in O(log n)
 

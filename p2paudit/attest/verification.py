@@ -67,7 +67,7 @@ def _check_attestations(store: AttestationStore, size: int) -> tuple[int, list[s
         checked += 1
         if index >= indexed:
             continue
-        want = (index, record.run_id, record.step, record.verifier, VERDICT_CODE[record.verdict],
+        want = (index, record.run_id, record.index_step, record.verifier, VERDICT_CODE[record.verdict],
                 record.observed_output_digest)
         if row is None or tuple(row) != want:
             problems.append(f"entry {index}: its index row does not match the signed attestation")

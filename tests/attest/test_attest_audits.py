@@ -1,4 +1,4 @@
-"""Attestations built from step audits: verdict rules carried over, hardware text made printable."""
+"""Attestations built from step audits: every outcome of a replay becomes a signable v2 record."""
 
 from __future__ import annotations
 
@@ -9,38 +9,71 @@ import pytest
 from p2paudit.attest.audits import attestation_from_audit, describe_hardware
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import decode_signed, sign_attestation
-from p2paudit.audit.records import StepAudit
+from p2paudit.audit.records import StepAudit, loss_bits
 
 from attest_helpers import RUN, digest, key
 
 ALICE = key(1)
 
 
-def _audit(verdict, observed):
-    return StepAudit(run_id=RUN, step=3, input_digest=digest("s3"), data_digest=digest("d3"),
-                     claimed_digest=digest("s4"), observed_digest=observed, verdict=verdict, backend="cpu",
-                     seconds=0.5, engine_version="1", arithmetic_version=1)
+def _audit(verdict, findings=(), subject="step"):
+    """An audit of step 3 (or of init) whose observed values differ from the claim exactly in `findings`."""
+    init = subject == "init"
+    error = verdict == "error"
+    claimed_out = digest("s0" if init else "s4")
+    seen_out = digest("other") if {"state", "init"} & set(findings) else claimed_out
+    return StepAudit(
+        run_id=RUN, step=0 if init else 3, input_digest=None if init else digest("s3"),
+        claimed_data=None if init else digest("d3"),
+        observed_data=None if init or error else digest("d-other" if "data" in findings else "d3"),
+        claimed_digest=claimed_out, observed_digest=None if error else seen_out,
+        claimed_loss=None if init else 2.25,
+        observed_loss=None if init or error else (2.5 if "loss" in findings else 2.25),
+        findings=tuple(findings), verdict=verdict, backend="cpu", seconds=0.5, engine_version="1",
+        arithmetic_version=1, subject=subject)
 
 
-@pytest.mark.parametrize("verdict,observed", [("match", "s4"), ("mismatch", "other"), ("error", "other"),
-                                              ("error", None)])
-def test_audit_to_signed_attestation(verdict, observed):
-    audit = _audit(verdict, digest(observed) if observed else None)
+CASES = [("match", (), "step"), ("error", (), "step"), ("match", (), "init"), ("mismatch", ("init",), "init"),
+         ("error", (), "init")] + [("mismatch", f, "step") for f in
+                                   [("data",), ("loss",), ("state",), ("counter",), ("data", "state", "loss"),
+                                    ("counter", "data"), ("counter", "state", "loss")]]
+
+
+@pytest.mark.parametrize("verdict,findings,subject", CASES)
+def test_audit_to_signed_attestation(verdict, findings, subject):
+    audit = _audit(verdict, findings, subject)
     record = attestation_from_audit(audit, ALICE.public_key, 1234, "x86_64, caf\u00e9 CPU\n")
-    assert record.verdict == verdict and record.step == 3 and record.claimed_output_digest == digest("s4")
-    assert record.observed_output_digest == (None if verdict == "error" else digest(observed))
+    assert (record.version, record.subject, record.verdict, record.findings) == (2, subject, verdict, findings)
+    assert record.claimed_output_digest == audit.claimed_digest
+    assert record.observed_output_digest == audit.observed_digest
     assert record.hardware == "x86_64, caf? CPU"
+    if subject == "step":
+        assert (record.claimed_data_digest, record.observed_data_digest) == (audit.claimed_data, audit.observed_data)
+        assert record.claimed_loss_bits == loss_bits(2.25)
+        assert record.observed_loss_bits == (None if verdict == "error" else loss_bits(audit.observed_loss))
     assert decode_signed(sign_attestation(ALICE, record).encoded).attestation == record
 
 
+def test_observed_values_of_an_error_audit_are_dropped():
+    # a step replayed from an input that was already wrong observed something, but checks nothing
+    audit = dataclasses.replace(_audit("error"), observed_digest=digest("x"), observed_data=digest("d3"),
+                                observed_loss=1.0)
+    record = attestation_from_audit(audit, ALICE.public_key, 1, "")
+    assert (record.observed_output_digest, record.observed_data_digest, record.observed_loss_bits) == (None,) * 3
+
+
 def test_an_inconsistent_audit_is_refused():
-    with pytest.raises(AttestationError, match="says match but observed digest differs"):
-        attestation_from_audit(_audit("match", digest("other")), ALICE.public_key, 1, "")
-    with pytest.raises(AttestationError, match="has no observed digest"):
-        attestation_from_audit(_audit("mismatch", None), ALICE.public_key, 1, "")
-    with pytest.raises(AttestationError, match="verdict 'maybe'"):
-        attestation_from_audit(dataclasses.replace(_audit("match", digest("s4")), verdict="maybe"),
+    with pytest.raises(AttestationError, match="says match but the pairs .'state'. differ"):
+        attestation_from_audit(dataclasses.replace(_audit("match"), observed_digest=digest("other")),
                                ALICE.public_key, 1, "")
+    with pytest.raises(AttestationError, match="has no observed_output_digest"):
+        attestation_from_audit(dataclasses.replace(_audit("mismatch", ("state",)), observed_digest=None),
+                               ALICE.public_key, 1, "")
+    with pytest.raises(AttestationError, match="finds .'data'. but the pairs that differ are .'loss'."):
+        attestation_from_audit(dataclasses.replace(_audit("mismatch", ("loss",)), findings=("data",)),
+                               ALICE.public_key, 1, "")
+    with pytest.raises(AttestationError, match="verdict 'maybe'"):
+        attestation_from_audit(dataclasses.replace(_audit("match"), verdict="maybe"), ALICE.public_key, 1, "")
 
 
 def test_describe_hardware_is_printable_and_bounded():

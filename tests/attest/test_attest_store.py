@@ -14,9 +14,10 @@ from ledger import Ledger
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import DOMAIN, MAX_SIGNED_SIZE
 from p2paudit.attest.store import AttestationStore, origin_for, read_origin
+from p2paudit.attest.verification import verify_store
 from p2paudit.identity import sign
 
-from attest_helpers import RUN, digest, key, make_record, make_signed
+from attest_helpers import RUN, digest, key, make_record, make_signed, make_signed_v1
 
 ALICE, BOB = key(1), key(2)
 ORIGIN = origin_for(ALICE.public_key)
@@ -60,7 +61,9 @@ def _forgeries():
     good = make_signed(ALICE, step=2)
     body = msgpack.unpackb(good.body)
     unknown_run = make_signed(ALICE, run=digest("other run"))
-    wide_step = good.body[:36] + b"\xcf" + (2).to_bytes(8, "big") + good.body[37:]
+    at = 3 + 1 + 34 + 5  # array16 header (19 fields), version, bin8 run id, "step": then the step, a fixint
+    wide_step = good.body[:at] + b"\xcf" + (2).to_bytes(8, "big") + good.body[at + 1:]
+    assert msgpack.unpackb(wide_step) == body
     return {
         "bad signature": (msgpack.packb([1, good.body, bytes(64)]), "bad signature"),
         "truncated": (good.encoded[:-3], "not valid msgpack"),
@@ -196,8 +199,6 @@ def test_checkpoint_is_signed_by_the_node(store):
 
 
 def test_a_refused_batch_after_catch_up_leaves_the_index_consistent(store):
-    from p2paudit.attest.verification import verify_store
-
     newcomer = key(9)
     with Ledger.open(store.ledger.path, ORIGIN) as raw:
         raw.append(make_signed(newcomer, step=1).encoded)  # a key the index has never seen
@@ -223,3 +224,39 @@ def test_append_reports_conflicts(store):
     # the node's own signing reports a dispute with others too
     assert store.sign_and_append(BOB, make_record(BOB, step=4)).conflict is None
     assert store.sign_and_append(ALICE, make_record(ALICE, step=4, verdict="mismatch")).conflict == "dispute"
+
+
+@pytest.mark.parametrize("findings", [("data",), ("loss",), ("counter",), ("data", "loss"), ("counter", "state")])
+def test_a_mismatch_of_the_data_or_loss_alone_is_signed_and_stored(store, findings):
+    # Issue 7 item A3: with the output state equal to the claim, v1 could not say "mismatch" at all
+    # ("observed digest equals claimed"), so such a dispute never reached any ledger.
+    record = make_record(ALICE, step=5, verdict="mismatch", findings=findings)
+    assert ("state" in findings) == (record.observed_output_digest != record.claimed_output_digest)
+    stored = store.sign_and_append(ALICE, record)
+    assert stored.new and store.attestation(stored.index).attestation == record
+    # a verifier that saw a match disputes it, and the query layer sees the dispute
+    assert store.append(make_signed(BOB, step=5).encoded).conflict == "dispute"
+    assert verify_store(store).ok
+
+
+def test_init_and_step_zero_of_one_key_are_two_claims(store):
+    init = store.sign_and_append(ALICE, make_record(ALICE, subject="init"))
+    step0 = store.sign_and_append(ALICE, make_record(ALICE, step=0))
+    assert init.new and step0.new and step0.conflict is None
+    assert store.sign_and_append(ALICE, make_record(ALICE, subject="init", time_ms=5)).new is False
+    with pytest.raises(AttestationError, match="refusing to equivocate"):
+        store.sign_and_append(ALICE, make_record(ALICE, subject="init", verdict="mismatch"))
+    assert store.append(make_signed(BOB, subject="init", verdict="mismatch").encoded).conflict == "dispute"
+    assert [i for i, _ in store.step_attestations(RUN, 0)] == [step0.index]
+    assert [i for i, _ in store.step_attestations(RUN, -1)] == [init.index, 2]
+    assert verify_store(store).ok
+
+
+def test_v1_leaves_stay_readable_beside_v2(store):
+    old = make_signed_v1(ALICE, step=3)
+    assert store.append(old.encoded).new
+    assert store.append(make_signed(BOB, step=3).encoded).conflict is None  # a v2 match: no dispute
+    assert store.append(make_signed_v1(key(3), step=3, verdict="mismatch").encoded).conflict == "dispute"
+    assert store.attestation(0) == old and store.attestation(0).attestation.version == 1
+    report = verify_store(store)
+    assert report.ok and report.attestations_checked == 3
