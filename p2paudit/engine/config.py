@@ -3,18 +3,39 @@
 A `TrainConfig` is everything besides the data that decides a step's bits: the
 model shape, the optimiser constants, the batch geometry and the run seed. The
 run manifest stores `TrainConfig.to_dict()`; `TrainConfig.from_dict` checks
-every key and type, so a malformed manifest fails with a one-line InputError.
+every key, exact type (an int is never a bool or a float, a float never an
+int) and range, so a malformed manifest fails with a one-line InputError.
+
+Every size is bounded before anything is allocated or looped over: a signed
+`n_layer: 1e9` or `micro_batches: 2**40` is refused here, not discovered by
+the allocator. The bounds admit GPT shapes up to about 2 billion parameters
+(n_layer <= 64, n_embd <= 8192, vocab_size <= 2^17, seq_len <= 8192) and
+steps of up to 2^22 tokens; `check_sizes` states them all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from p2paudit.errors import InputError
 
 MAX_SEED = 2**64 - 1
+# Size bounds (inclusive). Each admits the largest planned preset and refuses beyond it.
+MAX_VOCAB = 2**17
+MAX_SEQ_LEN = 8192
+MAX_LAYERS = 64
+MAX_EMBD = 8192
+MAX_HEADS = 256
+MAX_MLP_MULT = 16
+MAX_PARAMS = 2**31  # parameters (not counting the optimiser moments): GPT-2 XL's 1.56e9 fits
+MAX_BATCH = 2**16  # sequences per micro-batch
+MAX_MICRO_BATCHES = 2**16
+MAX_TOKENS_PER_STEP = 2**22  # micro_batches * batch_size * seq_len: 4M tokens (GPT-3's largest batch was 3.2M)
+MAX_SCHEDULE_STEPS = 2**32  # warmup_steps and decay_steps; also the largest step count of a run
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -126,13 +147,12 @@ def _check_fields(cls: type, d: Any, what: str) -> dict[str, Any]:
 
 
 def _check_type(value: Any, want: type, where: str) -> Any:
-    # bool is a subclass of int: reject it where an int or float is wanted.
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, bool) and want is not bool:
-        raise InputError(f"{where} is a bool, want {want.__name__}")
-    if not isinstance(value, want):
+    # Exact types: a bool is not an int, an int is not a float (1 and 1.0 are two
+    # encodings in JSON, and one config must have one encoding).
+    if type(value) is not want:
         raise InputError(f"{where} is a {type(value).__name__}, want {want.__name__}")
+    if want is float and not math.isfinite(value):
+        raise InputError(f"{where} is {value}, want a finite number")
     return value
 
 
@@ -140,30 +160,62 @@ def _is_pow2(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
 
 
+def _check_range(value: int, low: int, high: int, where: str) -> None:
+    if not low <= value <= high:
+        raise InputError(f"{where} is {value}, want {low}..{high}")
+
+
+def count_parameters(m: ModelConfig) -> int:
+    """The number of parameters of `m` (as engine.state.param_shapes lays them out), without building them."""
+    C, F, V, T = m.n_embd, m.mlp_mult * m.n_embd, m.vocab_size, m.seq_len
+    per_layer = 2 * C + 4 * C * C + 2 * C * F
+    return V * C + T * C + m.n_layer * per_layer + C + (0 if m.tied_head else V * C)
+
+
 def _check_model(m: ModelConfig) -> None:
-    for key in ("vocab_size", "seq_len", "n_layer", "n_head", "n_embd", "mlp_mult"):
-        if getattr(m, key) < 1:
-            raise InputError(f"model {key} is {getattr(m, key)}, want >= 1")
+    if not (1 <= len(m.name) <= MAX_NAME_CHARS and m.name.isascii() and m.name.isprintable()
+            and m.name.strip() == m.name):
+        raise InputError(f"model name {m.name[:80]!r} must be 1..{MAX_NAME_CHARS} printable ASCII characters")
+    for key, high in (("vocab_size", MAX_VOCAB), ("seq_len", MAX_SEQ_LEN), ("n_layer", MAX_LAYERS),
+                      ("n_head", MAX_HEADS), ("n_embd", MAX_EMBD), ("mlp_mult", MAX_MLP_MULT)):
+        _check_range(getattr(m, key), 1, high, f"model {key}")
     if m.n_embd % m.n_head:
         raise InputError(f"model n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
-    if m.vocab_size > 2**24 or m.seq_len > 2**24:
-        raise InputError(f"model vocab_size {m.vocab_size} or seq_len {m.seq_len} exceeds 2^24")
+    params = count_parameters(m)
+    if params > MAX_PARAMS:
+        raise InputError(f"model has {params} parameters, more than the {MAX_PARAMS} allowed")
 
 
 def _check_optim(o: OptimConfig) -> None:
-    if o.warmup_steps < 0 or o.decay_steps < 1:
-        raise InputError(f"optim warmup_steps {o.warmup_steps} must be >= 0 and decay_steps {o.decay_steps} >= 1")
+    _check_range(o.warmup_steps, 0, MAX_SCHEDULE_STEPS, "optim warmup_steps")
+    _check_range(o.decay_steps, 1, MAX_SCHEDULE_STEPS, "optim decay_steps")
     if not (0.0 <= o.beta1 < 1.0 and 0.0 <= o.beta2 < 1.0):
         raise InputError(f"optim betas ({o.beta1}, {o.beta2}) must lie in [0, 1)")
-    if not (o.lr >= 0.0 and o.min_lr >= 0.0 and o.eps > 0.0 and o.weight_decay >= 0.0):
-        raise InputError("optim lr, min_lr, weight_decay must be >= 0 and eps > 0")
+    if not (0.0 <= o.lr <= 1.0 and 0.0 <= o.min_lr <= 1.0 and 0.0 < o.eps <= 1.0 and 0.0 <= o.weight_decay <= 1.0):
+        raise InputError(f"optim lr {o.lr}, min_lr {o.min_lr}, weight_decay {o.weight_decay} must lie in [0, 1] "
+                         f"and eps {o.eps} in (0, 1]")
+
+
+def check_sizes(t: TrainConfig) -> None:
+    """InputError unless every size of `t` is within the bounds above (cheap: nothing is allocated).
+
+    The schedule calls this before it loops over micro-batches or draws windows,
+    so a TrainConfig built directly (not through from_dict) is bounded too.
+    """
+    _check_model(t.model)
+    _check_range(t.batch_size, 1, MAX_BATCH, "batch_size")
+    _check_range(t.micro_batches, 1, MAX_MICRO_BATCHES, "micro_batches")
+    if not _is_pow2(t.micro_batches):
+        raise InputError(f"micro_batches is {t.micro_batches}, want a power of two")
+    tokens = t.micro_batches * t.batch_size * t.model.seq_len
+    if tokens > MAX_TOKENS_PER_STEP:
+        raise InputError(f"a step reads micro_batches {t.micro_batches} x batch_size {t.batch_size} x seq_len "
+                         f"{t.model.seq_len} = {tokens} tokens, more than the {MAX_TOKENS_PER_STEP} allowed")
 
 
 def _check_train(t: TrainConfig) -> None:
-    if t.batch_size < 1:
-        raise InputError(f"batch_size is {t.batch_size}, want >= 1")
-    if not _is_pow2(t.micro_batches):
-        raise InputError(f"micro_batches is {t.micro_batches}, want a power of two")
+    check_sizes(t)
+    _check_optim(t.optim)
     if not 0 <= t.seed <= MAX_SEED:
         raise InputError(f"seed {t.seed} is outside [0, 2^64)")
 

@@ -3,7 +3,9 @@
 `batch_for_step` picks, for each micro-batch m of step n, batch_size windows of
 seq_len + 1 consecutive tokens from the corpus. The window starts are uniform
 on [0, len - seq_len - 1], drawn by rejection (no modulo bias) from the Philox
-stream keyed by (data digest, run seed) and counted by (step, m). `lr_at`
+stream keyed by (data key, run seed) and counted by (step, m). The data key is
+the raw 32-byte SHA-256 of the whole token stream (the manifest's
+`data.data_key`), not the digest of one step's batch. `lr_at`
 is a linear warmup, then a linear decay to min_lr, then min_lr, all in float32.
 """
 
@@ -14,16 +16,22 @@ import hashlib
 import numpy as np
 
 from p2paudit.engine import rng
-from p2paudit.engine.config import OptimConfig, TrainConfig
+from p2paudit.engine.config import OptimConfig, TrainConfig, check_sizes
 from p2paudit.errors import InputError
 
 BATCH_KEY_DOMAIN = b"p2paudit/batch-key/v1\x00"
+# The name (and version) of batch_for_step as a run manifest records it in schedule.function.
+SCHEDULE_FUNCTION = "p2paudit.engine.schedule.batch_for_step/v1"
 
 
 def batch_key(data_key: bytes, seed: int) -> int:
-    """The 64-bit Philox key of a run's batch stream: SHA-256(domain, data digest, seed) truncated."""
+    """The 64-bit Philox key of a run's batch stream.
+
+    SHA-256(BATCH_KEY_DOMAIN || data_key as its raw bytes (32 for a run) ||
+    u64 little-endian seed), the first 8 bytes read as a little-endian u64.
+    """
     if not isinstance(data_key, bytes | bytearray) or len(data_key) == 0:
-        raise InputError("data key must be non-empty bytes (the data digest)")
+        raise InputError("data key must be non-empty bytes (the raw SHA-256 of the token stream)")
     if not 0 <= seed < 2**64:
         raise InputError(f"seed {seed} is outside [0, 2^64)")
     h = hashlib.sha256(BATCH_KEY_DOMAIN + bytes(data_key) + seed.to_bytes(8, "little")).digest()
@@ -31,7 +39,12 @@ def batch_key(data_key: bytes, seed: int) -> int:
 
 
 def window_starts(data_key: bytes, cfg: TrainConfig, step: int, n_tokens: int) -> np.ndarray:
-    """(M, B) int64 start offsets of the windows step `step` reads, each in [0, n_tokens - T - 1]."""
+    """(M, B) int64 start offsets of the windows step `step` reads, each in [0, n_tokens - T - 1].
+
+    The sizes of `cfg` are checked first (config.check_sizes): a config built
+    without from_dict cannot make this loop or allocate without bound.
+    """
+    check_sizes(cfg)
     T = cfg.model.seq_len
     if n_tokens < T + 1:
         raise InputError(f"corpus has {n_tokens} tokens, want at least seq_len + 1 = {T + 1}")

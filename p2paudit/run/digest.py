@@ -12,9 +12,12 @@ Tensor digest (one tensor called `name`, array `a`), all integers little-endian:
              || the C-order little-endian bytes of a, every float NaN written as
                 the quiet NaN 0x7FC00000 (float32) / 0x7FF8000000000000 (float64) )
 
-State digest: SHA-256( b"p2paudit state v1\\0" || u32(count) || the tensor
-digests in order of the tensor names sorted by their UTF-8 bytes ).
-Data digest of a step's batch: the tensor digest of the batch under the name "batch".
+State digest: SHA-256( b"p2paudit state v1\\0" || u32(count) || the raw
+32-byte tensor digests (not their `sha256:` text) in order of the tensor names
+sorted by their UTF-8 bytes ).
+Batch digest of a step (the manifest's `steps[n].data`): the tensor digest of
+the step's (M, B, T+1) int64 batch under the name "batch". Not to be confused
+with the data key (`data.data_key`): the plain SHA-256 of the whole token stream.
 """
 
 from __future__ import annotations
@@ -55,14 +58,26 @@ class StateDigest:
         return {"digest": self.text(), "tensors": {n: format_digest(d) for n, d in self.tensors}}
 
     @staticmethod
-    def from_dict(data: object, where: str) -> "StateDigest":
-        """Parse `to_dict` output; `where` names the source for error messages."""
-        if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
-            raise InputError(f"{where}: state digest must be an object with 'digest' and 'tensors'")
-        tensors = tuple(sorted((str(n), parse_digest(d, f"{where} tensor {n}")) for n, d in data["tensors"].items()))
-        state = StateDigest(parse_digest(data.get("digest"), where), tensors)
+    def from_dict(data: object, where: str, names: "list[str] | None" = None) -> "StateDigest":
+        """Parse `to_dict` output strictly; `where` names the source for error messages.
+
+        Exactly the keys "digest" and "tensors"; with `names`, the tensors are
+        exactly those names. The digest must be the combination of the tensor digests.
+        """
+        if not isinstance(data, dict) or set(data) != {"digest", "tensors"} or not isinstance(data["tensors"], dict):
+            keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
+            raise InputError(f"{where}: state digest must be an object with exactly 'digest' and 'tensors', got {keys}")
+        if names is not None and set(data["tensors"]) != set(names):
+            missing = sorted(set(names) - set(data["tensors"]))[:3]
+            extra = sorted(set(data["tensors"]) - set(names))[:3]
+            raise InputError(f"{where}: tensors are not the config's state tensors (missing {missing}, "
+                             f"unexpected {[n[:80] for n in extra]})")
+        pairs = [(n, parse_digest(d, f"{where} tensor {n[:80]}")) for n, d in data["tensors"].items()]
+        tensors = tuple(sorted(pairs, key=lambda pair: pair[0].encode("utf-8", "surrogatepass")))
+        state = StateDigest(parse_digest(data["digest"], f"{where}.digest"), tensors)
         if combine_tensor_digests(tensors) != state.digest:
-            raise InputError(f"{where}: state digest does not match its {len(tensors)} tensor digests")
+            raise InputError(f"{where}: state digest {state.text()} does not match its {len(tensors)} "
+                             f"tensor digests")
         return state
 
 

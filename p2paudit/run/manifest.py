@@ -8,7 +8,10 @@ Files in the run directory:
   "run_id": "sha256:<hex>", "scheme": "ed25519", "public_key": "<64 hex>",
   "signature": "<128 hex>"}.
 
-The run id is SHA-256 of the body bytes as stored. The signature is Ed25519
+Every field is checked strictly (exact keys, exact JSON types, ranges, and
+consistency between fields: see docs/run-format.md), and the parsed body must
+re-encode to exactly the stored bytes, so one run has one encoding and one
+run id. The run id is SHA-256 of the body bytes as stored. The signature is Ed25519
 over SIGNATURE_DOMAIN || body bytes. Steps are 0-based, as in the engine:
 step n reads `batch_for_step(..., n)` and turns state n (n updates done) into
 state n + 1. The body lists the digest of state 0 and, for every step, the
@@ -18,14 +21,22 @@ data digest, the loss and the digest of the state it produces.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+import kernels
+from p2paudit.engine import ENGINE_VERSION
+from p2paudit.engine.config import CONFIGS, MAX_SCHEDULE_STEPS, TrainConfig
+from p2paudit.engine.schedule import SCHEDULE_FUNCTION
+from p2paudit.engine.state import state_names
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, sign, verify_signature
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
-from p2paudit.run.shards import DataSpec
-from p2paudit.run.storage import read_file, write_atomic
+from p2paudit.run.shards import TOKENIZER, DataSpec
+from p2paudit.run.storage import parse_json, read_file, write_atomic
 
 RUN_FORMAT = "p2paudit-run"
 RUN_VERSION = 1
@@ -34,6 +45,14 @@ SIGNATURE_DOMAIN = b"p2paudit run manifest v1\x00"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "manifest.sig.json"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+MAX_SIGNATURE_BYTES = 4096
+MAX_STEPS = MAX_SCHEDULE_STEPS  # steps_planned; the schedule counts steps below 2^32
+BODY_KEYS = ("arithmetic_version", "checkpoint_every", "checkpoints", "config", "created_by", "data",
+             "engine_version", "format", "initial_state", "loss_curve", "schedule", "steps", "steps_planned",
+             "traces", "version")
+SCHEDULE_KEYS = ("batch_size", "data_key", "function", "micro_batches", "seed", "seq_len")
+STEP_KEYS = ("data", "loss", "output", "step")  # and "trace" exactly when the body's "traces" is true
+CREATED_BY = re.compile(r"p2paudit [0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
 
 
 def canonical_json(value: object) -> bytes:
@@ -45,12 +64,48 @@ def canonical_json(value: object) -> bytes:
         raise InputError(f"manifest body cannot be canonical JSON: {exc}") from None
 
 
+def _show(value: object) -> str:
+    """A value for an error message: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _keys(value: object, keys: tuple[str, ...], where: str) -> dict:
+    """`value` as a dict with exactly `keys`; InputError naming `where` otherwise."""
+    if not isinstance(value, dict):
+        raise InputError(f"{where} is {_show(value)}, want an object")
+    if set(value) != set(keys):
+        unknown, missing = sorted(set(value) - set(keys)), sorted(set(keys) - set(value))
+        raise InputError(f"{where} has unknown keys {[k[:80] for k in unknown[:4]]} and lacks {missing}")
+    return value
+
+
+def _int(value: object, low: int, high: int, where: str) -> int:
+    """`value` if it is a JSON integer (not a bool, not a float) in [low, high]."""
+    if type(value) is not int or not low <= value <= high:
+        raise InputError(f"{where} is {_show(value)}, want an integer {low}..{high}")
+    return value
+
+
+def _equal(value: object, want: object, where: str) -> None:
+    """InputError unless `value` is `want`, of the same exact type (1.0 and true are not 1)."""
+    if type(value) is not type(want) or value != want:
+        raise InputError(f"{where} is {_show(value)}, want {_show(want)}")
+
+
+def _loss(value: object, where: str) -> float:
+    """A loss: a finite binary64 that is exactly a float32 (the engine's loss, widened)."""
+    if type(value) is not float or not np.isfinite(value) or float(np.float32(value)) != value:
+        raise InputError(f"{where} is {_show(value)}, want a finite float32 value written as a float")
+    return value
+
+
 @dataclass(frozen=True)
 class StepRecord:
-    """What the publisher claims for one step: data digest, loss, digest of the state it produces."""
+    """What the publisher claims for one step: batch digest, loss, digest of the state it produces."""
 
     step: int
-    data_digest: bytes
+    data_digest: bytes  # the batch digest: tensor digest of the step's batch (not the data key)
     loss: float
     output: StateDigest
     trace: bytes | None = None  # SHA-256 of the published trace file, if the publisher wrote one
@@ -63,16 +118,57 @@ class StepRecord:
         return out
 
     @staticmethod
-    def from_dict(item: object, step: int) -> "StepRecord":
-        where = f"manifest steps[{step}]"
-        if not isinstance(item, dict) or item.get("step") != step:
-            raise InputError(f"{where} must be an object with \"step\": {step}")
-        loss = item.get("loss")
-        if not isinstance(loss, float | int) or isinstance(loss, bool):
-            raise InputError(f"{where}.loss is {loss!r}, want a number")
-        trace = parse_digest(item["trace"], f"{where}.trace") if "trace" in item else None
-        return StepRecord(step, parse_digest(item.get("data"), f"{where}.data"), float(loss),
-                          StateDigest.from_dict(item.get("output"), f"{where}.output"), trace)
+    def from_dict(item: object, step: int, names: list[str] | None = None, traces: bool | None = None
+                  ) -> "StepRecord":
+        """Parse steps[step] strictly: its keys ("trace" exactly when `traces`; either when None),
+        `step`, the batch digest, the loss, and the output state (with `names`, exactly those tensors)."""
+        where = f"steps[{step}]"
+        has_trace = isinstance(item, dict) and "trace" in item
+        if traces is not None and has_trace != traces:
+            raise InputError(f"{where} {'has' if has_trace else 'lacks'} a trace digest but traces is "
+                             f"{str(traces).lower()}")
+        item = _keys(item, STEP_KEYS + (("trace",) if has_trace else ()), where)
+        _equal(item["step"], step, f"{where}.step")
+        trace = parse_digest(item["trace"], f"{where}.trace") if has_trace else None
+        return StepRecord(step, parse_digest(item["data"], f"{where}.data"), _loss(item["loss"], f"{where}.loss"),
+                          StateDigest.from_dict(item["output"], f"{where}.output", names), trace)
+
+
+@dataclass(frozen=True)
+class Body:
+    """A checked manifest body (complete, or a publisher's progress so far)."""
+
+    created_by: str
+    config: TrainConfig
+    steps_planned: int
+    checkpoint_every: int
+    traces: bool
+    data: DataSpec
+    initial_state: StateDigest
+    steps: tuple[StepRecord, ...]
+    checkpoints: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        """The body as the publisher writes it; canonical_json of this is the one encoding."""
+        return {
+            "format": RUN_FORMAT, "version": RUN_VERSION, "arithmetic_version": kernels.ARITHMETIC_VERSION,
+            "engine_version": ENGINE_VERSION, "created_by": self.created_by, "config": self.config.to_dict(),
+            "steps_planned": self.steps_planned, "checkpoint_every": self.checkpoint_every,
+            "data": self.data.to_dict(), "schedule": schedule_object(self.config, self.data),
+            "initial_state": self.initial_state.to_dict(), "steps": [r.to_dict() for r in self.steps],
+            "loss_curve": [r.loss for r in self.steps], "checkpoints": list(self.checkpoints), "traces": self.traces,
+        }
+
+
+def schedule_object(cfg: TrainConfig, data: DataSpec) -> dict:
+    """The manifest's "schedule": what batch_for_step reads, each value a copy of the config's or data's."""
+    return {"function": SCHEDULE_FUNCTION, "data_key": format_digest(data.data_key), "seed": cfg.seed,
+            "micro_batches": cfg.micro_batches, "batch_size": cfg.batch_size, "seq_len": cfg.model.seq_len}
+
+
+def expected_checkpoints(done: int, steps_planned: int, every: int) -> list[int]:
+    """The states a run checkpoints up to state `done`: 0, every K-th, and the last (steps_planned)."""
+    return [0] + list(range(every, done + 1, every)) + ([done] if done == steps_planned and done % every else [])
 
 
 @dataclass(frozen=True)
@@ -88,6 +184,7 @@ class Manifest:
     initial_state: StateDigest
     steps: tuple[StepRecord, ...]
     checkpoints: tuple[int, ...]  # states stored as checkpoints (0 always; N, the last, always)
+    config: TrainConfig | None = None  # the parsed config (always set by read_manifest)
 
     @property
     def config_dict(self) -> dict:
@@ -128,44 +225,58 @@ def write_manifest(run_dir: Path, body: dict, identity: Identity) -> bytes:
 def read_manifest(run_dir: Path) -> Manifest:
     """Read and check the manifest of `run_dir`: format, run id, signature, every field.
 
-    Raises InputError naming the file and what is wrong.
+    Both files must be regular files directly in `run_dir` (no link, FIFO or
+    device), of bounded size. Raises InputError naming the file and what is wrong.
     """
     body_path, sig_path = run_dir / MANIFEST_FILE, run_dir / SIGNATURE_FILE
-    body_bytes = read_file(body_path, "manifest", MAX_MANIFEST_BYTES)
-    run_id, public_key, signature = _read_signature(sig_path)
+    body_bytes = read_file(body_path, "manifest", MAX_MANIFEST_BYTES, run_dir)
+    run_id, public_key, signature = _read_signature(sig_path, run_dir)
     if digest_bytes(body_bytes) != run_id:
         raise InputError(f"manifest {body_path}: its digest {format_digest(digest_bytes(body_bytes))} "
                          f"is not the run id {format_digest(run_id)} in {sig_path}")
     if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
         raise InputError(f"manifest {body_path}: the signature in {sig_path} does not verify "
                          f"for public key {public_key.hex()}")
-    body = _parse_json(body_bytes, body_path)
+    body = _parse_object(body_bytes, body_path)
     if canonical_json(body) != body_bytes:
         raise InputError(f"manifest {body_path} is not canonical JSON (sorted keys, no whitespace)")
     try:
-        return _parse_body(body, body_bytes, run_id, public_key, signature)
+        parsed = check_body(body, complete=True)
     except InputError as exc:
         raise InputError(f"{body_path}: {exc}") from None
+    return Manifest(body, body_bytes, run_id, public_key, signature, parsed.data, parsed.initial_state,
+                    parsed.steps, parsed.checkpoints, parsed.config)
 
 
-def _parse_json(data: bytes, path: Path) -> dict:
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path} is not UTF-8 JSON: {exc}") from None
+def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict, Body]:
+    """(body, checked body) of a publisher's progress file: a canonical, unsigned, partial manifest body.
+
+    InputError (one line) if the file is not a regular file in its directory,
+    too large, not canonical JSON, or not a valid body so far.
+    """
+    blob = read_file(path, "progress file", max_bytes, path.parent)
+    body = _parse_object(blob, path)
+    if canonical_json(body) != blob:
+        raise InputError(f"{path} is not canonical JSON (sorted keys, no whitespace)")
+    return body, check_body(body, complete=False)
+
+
+def _parse_object(data: bytes, path: Path) -> dict:
+    value = parse_json(data, str(path))
     if not isinstance(value, dict):
         raise InputError(f"{path} holds a JSON {type(value).__name__}, want an object")
     return value
 
 
-def _read_signature(path: Path) -> tuple[bytes, bytes, bytes]:
-    blob = read_file(path, "manifest signature", 64 * 1024)
-    envelope = _parse_json(blob, path)
-    if envelope.get("format") != SIGNATURE_FORMAT or envelope.get("version") != RUN_VERSION:
-        raise InputError(f"{path}: format {envelope.get('format')!r} version {envelope.get('version')!r}, "
+def _read_signature(path: Path, run_dir: Path) -> tuple[bytes, bytes, bytes]:
+    blob = read_file(path, "manifest signature", MAX_SIGNATURE_BYTES, run_dir)
+    envelope = _parse_object(blob, path)
+    if envelope.get("format") != SIGNATURE_FORMAT or type(envelope.get("version")) is not int \
+            or envelope.get("version") != RUN_VERSION:
+        raise InputError(f"{path}: format {_show(envelope.get('format'))} version {_show(envelope.get('version'))}, "
                          f"want {SIGNATURE_FORMAT!r} version {RUN_VERSION}")
     if envelope.get("scheme") != "ed25519":
-        raise InputError(f"{path}: scheme {envelope.get('scheme')!r}, want 'ed25519'")
+        raise InputError(f"{path}: scheme {_show(envelope.get('scheme'))}, want 'ed25519'")
     run_id = parse_digest(envelope.get("run_id"), f"{path} run_id")
     public_key = _parse_hex(envelope.get("public_key"), 32, f"{path} public_key")
     signature = _parse_hex(envelope.get("signature"), 64, f"{path} signature")
@@ -179,40 +290,93 @@ def _read_signature(path: Path) -> tuple[bytes, bytes, bytes]:
 
 def _parse_hex(text: object, size: int, where: str) -> bytes:
     try:
-        raw = bytes.fromhex(text) if isinstance(text, str) else b""
+        raw = bytes.fromhex(text) if isinstance(text, str) and len(text) == 2 * size else b""
     except ValueError:
         raw = b""
     if len(raw) != size:
-        raise InputError(f"{where} must be {2 * size} hex digits")
+        raise InputError(f"{where} must be {2 * size} hex digits, got {_show(text)}")
     return raw
 
 
-def _parse_body(body: dict, body_bytes: bytes, run_id: bytes, public_key: bytes, signature: bytes) -> Manifest:
-    import kernels
+def check_body(body: object, complete: bool = True) -> Body:
+    """Check every field of a manifest body and their consistency; the parsed Body.
 
-    if body.get("format") != RUN_FORMAT or body.get("version") != RUN_VERSION:
-        raise InputError(f"format {body.get('format')!r} version {body.get('version')!r}, "
-                         f"want {RUN_FORMAT!r} version {RUN_VERSION}")
-    if body.get("arithmetic_version") != kernels.ARITHMETIC_VERSION:
-        raise InputError(f"arithmetic version {body.get('arithmetic_version')!r}, this verifier implements "
-                         f"{kernels.ARITHMETIC_VERSION}")
-    from p2paudit.engine import ENGINE_VERSION
+    `complete`: a published manifest (every planned step present); otherwise a
+    publisher's progress (steps so far, ending at a checkpoint). The body must
+    also re-encode to itself (Body.to_dict), so no second encoding of a run passes.
+    """
+    body = _keys(body, BODY_KEYS, "manifest body")
+    _equal(body["format"], RUN_FORMAT, "format")
+    _equal(body["version"], RUN_VERSION, "version")
+    _equal(body["arithmetic_version"], kernels.ARITHMETIC_VERSION, "arithmetic_version (the version this "
+                                                                   "verifier implements)")
+    _equal(body["engine_version"], ENGINE_VERSION, "engine_version (the version this verifier runs)")
+    created_by = body["created_by"]
+    if not isinstance(created_by, str) or not CREATED_BY.fullmatch(created_by):
+        raise InputError(f"created_by is {_show(created_by)}, want 'p2paudit <version>'")
+    cfg = _check_config(body["config"])
+    planned = _int(body["steps_planned"], 1, MAX_STEPS, "steps_planned")
+    every = _int(body["checkpoint_every"], 1, planned, "checkpoint_every (at most steps_planned)")
+    traces = body["traces"]
+    if type(traces) is not bool:
+        raise InputError(f"traces is {_show(traces)}, want true or false")
+    data = _check_data(body["data"], cfg)
+    _check_schedule(body["schedule"], cfg, data)
+    names = state_names(cfg)
+    initial = StateDigest.from_dict(body["initial_state"], "initial_state", names)
+    steps = _check_steps(body["steps"], planned, complete, names, traces)
+    _check_loss_curve(body["loss_curve"], steps)
+    checkpoints = body["checkpoints"]
+    want = expected_checkpoints(len(steps), planned, every)
+    if not isinstance(checkpoints, list) or any(type(c) is not int for c in checkpoints) or checkpoints != want:
+        raise InputError(f"checkpoints is {_show(checkpoints)}, want {_show(want)} (state 0, every "
+                         f"{every}-th state, and state {planned})")
+    parsed = Body(created_by, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
+    if canonical_json(parsed.to_dict()) != canonical_json(body):
+        raise InputError("manifest body does not re-encode to the same bytes (a value in a second encoding)")
+    return parsed
 
-    if body.get("engine_version") != ENGINE_VERSION:
-        raise InputError(f"engine version {body.get('engine_version')!r}, this verifier runs engine "
-                         f"version {ENGINE_VERSION!r}")
-    if not isinstance(body.get("config"), dict):
-        raise InputError("config must be an object")
-    steps = body.get("steps")
-    if not isinstance(steps, list) or not steps:
-        raise InputError("steps must be a non-empty list")
-    records = tuple(StepRecord.from_dict(item, n) for n, item in enumerate(steps))
-    checkpoints = body.get("checkpoints")
-    if (not isinstance(checkpoints, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in checkpoints)
-            or checkpoints != sorted(set(checkpoints)) or not checkpoints or checkpoints[0] != 0
-            or checkpoints[-1] != len(records)):
-        raise InputError(f"checkpoints must be increasing state indices from 0 to {len(records)}")
-    if body.get("loss_curve") != [r.loss for r in records]:
-        raise InputError("loss_curve is not the steps' losses in order")
-    return Manifest(body, body_bytes, run_id, public_key, signature, DataSpec.from_dict(body.get("data")),
-                    StateDigest.from_dict(body.get("initial_state"), "initial_state"), records, tuple(checkpoints))
+
+def _check_config(value: object) -> TrainConfig:
+    cfg = TrainConfig.from_dict(value)
+    preset = CONFIGS.get(cfg.model.name)
+    if preset is not None and cfg.model != preset:
+        raise InputError(f"config.model is named {cfg.model.name!r} but is not that preset's shape")
+    return cfg
+
+
+def _check_data(value: object, cfg: TrainConfig) -> DataSpec:
+    data = DataSpec.from_dict(value)
+    if data.tokenizer == TOKENIZER and cfg.model.vocab_size < 256:
+        raise InputError(f"config.model.vocab_size is {cfg.model.vocab_size}, but {TOKENIZER} tokens need 256")
+    if data.tokens < cfg.model.seq_len + 1:
+        raise InputError(f"data.tokens is {data.tokens}, fewer than seq_len + 1 = {cfg.model.seq_len + 1}")
+    return data
+
+
+def _check_schedule(value: object, cfg: TrainConfig, data: DataSpec) -> None:
+    schedule = _keys(value, SCHEDULE_KEYS, "schedule")
+    for key, want in schedule_object(cfg, data).items():
+        source = {"function": "this verifier's schedule", "data_key": "data.data_key", "seed": "config.seed",
+                  "micro_batches": "config.micro_batches", "batch_size": "config.batch_size",
+                  "seq_len": "config.model.seq_len"}[key]
+        if type(schedule[key]) is not type(want) or schedule[key] != want:
+            raise InputError(f"schedule.{key} is {_show(schedule[key])}, want {_show(want)} ({source})")
+
+
+def _check_steps(value: object, planned: int, complete: bool, names: list[str], traces: bool
+                 ) -> tuple[StepRecord, ...]:
+    if not isinstance(value, list):
+        raise InputError(f"steps is {_show(value)}, want a list")
+    if complete and len(value) != planned:
+        raise InputError(f"steps has {len(value)} records, want steps_planned = {planned}")
+    if len(value) > planned:
+        raise InputError(f"steps has {len(value)} records, more than steps_planned = {planned}")
+    return tuple(StepRecord.from_dict(item, n, names, traces) for n, item in enumerate(value))
+
+
+def _check_loss_curve(value: object, steps: tuple[StepRecord, ...]) -> None:
+    want = [r.loss for r in steps]
+    if not isinstance(value, list) or len(value) != len(want) or any(
+            type(x) is not float or x.hex() != w.hex() for x, w in zip(value, want)):
+        raise InputError(f"loss_curve is {_show(value)}, want the steps' losses in order {_show(want)}")

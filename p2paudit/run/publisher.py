@@ -28,10 +28,10 @@ from p2paudit.errors import InputError
 from p2paudit.identity import Identity
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
-from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, StepRecord,
-                                   canonical_json, read_manifest, write_manifest)
+from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, canonical_json,
+                                   read_manifest, read_progress, write_manifest)
 from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
-from p2paudit.run.storage import lock_directory, read_file, remove_temp_files, write_atomic
+from p2paudit.run.storage import lock_directory, remove_temp_files, write_atomic
 from p2paudit.run.training import PROGRESS_FILE, StepDone, TrainPlan, train_steps
 from p2paudit.run.workers import train_distributed
 
@@ -57,8 +57,10 @@ def check_plan(plan: TrainPlan) -> TrainConfig:
     size the micro-batches cannot be split over, a directory that is not a run's)."""
     if plan.steps < 1:
         raise InputError(f"--steps is {plan.steps}, want >= 1")
-    if plan.ckpt_every < 1:
-        raise InputError(f"--ckpt-every is {plan.ckpt_every}, want >= 1")
+    if not 1 <= plan.ckpt_every <= plan.steps:
+        # One encoding per run: K > N would checkpoint exactly the states K = N does.
+        raise InputError(f"--ckpt-every is {plan.ckpt_every}, want 1..--steps ({plan.steps}); "
+                         f"the last state is always checkpointed")
     if plan.world_size < 1:
         raise InputError(f"--world-size is {plan.world_size}, want >= 1")
     if plan.traces and plan.world_size != 1:
@@ -152,21 +154,17 @@ def _start_or_resume(run_dir: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[
 
 
 def _read_progress(progress: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict, DataSpec, StateDigest]:
-    """(body so far, its data spec, claimed digest of its last checkpointed state) from progress.json."""
+    """(body so far, its data spec, claimed digest of its last checkpointed state) from progress.json.
+
+    The file is checked as strictly as a manifest: a bounded regular file, safe JSON, every field."""
     try:
-        body = json.loads(read_file(progress, "progress file").decode("utf-8"))
-        if not isinstance(body, dict) or not _same_plan(body, cfg, plan):
-            raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
-                             f"resume it with the same flags or use another directory")
-        data = DataSpec.from_dict(body["data"])
-        done = len(body["steps"])
-        claimed = StateDigest.from_dict(body["initial_state"], str(progress)) if done == 0 else \
-            StepRecord.from_dict(body["steps"][-1], done - 1).output
-        if body["checkpoints"][-1] != done:
-            raise InputError(f"{progress}: last checkpoint {body['checkpoints'][-1]} is not state {done}")
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise InputError(f"{progress} is damaged ({type(exc).__name__}: {exc}); remove the run directory "
-                         f"and train again") from None
-    return body, data, claimed
+        body, parsed = read_progress(progress)
+    except InputError as exc:
+        raise InputError(f"{progress} is damaged ({exc}); remove the run directory and train again") from None
+    if not _same_plan(body, cfg, plan):
+        raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
+                         f"resume it with the same flags or use another directory")
+    claimed = parsed.steps[-1].output if parsed.steps else parsed.initial_state
+    return body, parsed.data, claimed
 
 

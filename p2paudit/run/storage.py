@@ -9,6 +9,8 @@ file or the new one, never a half-written file that looks valid.
 from __future__ import annotations
 
 import fcntl
+import json
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,11 @@ from pathlib import Path
 
 from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
+from p2paudit.regular_files import read_regular
+
+# The longest number a run file may hold: 20 digits cover every u64, the
+# shortest round-trip form of a binary64 needs at most 24 characters.
+MAX_NUMBER_CHARS = 32
 
 
 def write_atomic(path: Path, data: bytes | memoryview) -> None:
@@ -24,20 +31,62 @@ def write_atomic(path: Path, data: bytes | memoryview) -> None:
     write_durably(path, data)
 
 
-def read_file(path: Path, what: str, max_bytes: int | None = None) -> bytes:
-    """The bytes of `path`; InputError naming `what` and the path if missing, unreadable or too large."""
+def read_file(path: Path, what: str, max_bytes: int, root: Path) -> bytes:
+    """The bytes of the regular file `path` inside directory `root`, at most `max_bytes` of them.
+
+    InputError naming `what` and the path if it is missing, unreadable, too
+    large, not a regular file (a FIFO, a device, a directory), a symbolic link,
+    or reached through a link or '..' out of `root` (see p2paudit.regular_files).
+    """
+    return read_regular(path, what, max_bytes, root)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"number {text[:24]}... has {len(text)} characters, more than {MAX_NUMBER_CHARS}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of the binary64 range")
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"integer {text[:24]}... has {len(text)} digits, more than {MAX_NUMBER_CHARS}")
+    return int(text)
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {duplicate[:80]!r} appears twice in one object")
+    return out
+
+
+def parse_json(data: bytes, what: str) -> object:
+    """Parse UTF-8 JSON from an untrusted file; InputError (one line) for anything unusual.
+
+    Refused: invalid UTF-8 or JSON, NaN and infinities, numbers outside the
+    binary64 range (1e400) or longer than MAX_NUMBER_CHARS characters (which
+    would otherwise meet Python's int-string limit), duplicate keys, and
+    nesting deeper than the interpreter's recursion limit.
+    """
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise InputError(f"{what} {path} is missing") from None
-    except OSError as exc:
-        raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
-    if max_bytes is not None and size > max_bytes:
-        raise InputError(f"{what} {path} has {size} bytes, more than the {max_bytes} allowed")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+        return json.loads(data.decode("utf-8"), parse_float=_parse_float, parse_int=_parse_int,
+                          parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be read") from None
+    except ValueError as exc:  # JSONDecodeError and the hooks' refusals
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{what} is not acceptable JSON: {message}") from None
 
 
 def remove_temp_files(directory: Path) -> None:

@@ -16,10 +16,11 @@ import numpy as np
 
 from p2paudit.errors import InputError
 from p2paudit.run.digest import digest_bytes, digest_tensor, format_digest, parse_digest
-from p2paudit.run.storage import read_file
+from p2paudit.run.storage import parse_json, read_file
 
 TRACE_FORMAT = "p2paudit-trace"
 TRACE_VERSION = 1
+MAX_TRACE_BYTES = 64 * 1024 * 1024
 
 
 def trace_path(step: int) -> str:
@@ -45,18 +46,19 @@ def encode_trace(step: int, ops: list[tuple[str, bytes]]) -> bytes:
 
 
 def load_trace(run_dir: Path, step: int, expected_digest: bytes) -> list[tuple[str, bytes]]:
-    """Read the published trace of `step`, checked against the manifest's file digest."""
+    """Read the published trace of `step`, checked against the manifest's file digest.
+
+    The file must be a regular file inside `run_dir` of at most MAX_TRACE_BYTES.
+    """
     path = run_dir / trace_path(step)
-    blob = read_file(path, "trace", 64 * 1024 * 1024)
+    blob = read_file(path, "trace", MAX_TRACE_BYTES, run_dir)
     if digest_bytes(blob) != expected_digest:
         raise InputError(f"trace {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's "
                          f"{format_digest(expected_digest)}")
-    try:
-        body = json.loads(blob.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"trace {path} is not UTF-8 JSON: {exc}") from None
-    if not isinstance(body, dict) or body.get("format") != TRACE_FORMAT or body.get("version") != TRACE_VERSION \
-            or body.get("step") != step or not isinstance(body.get("ops"), list):
+    body = parse_json(blob, f"trace {path}")
+    if not isinstance(body, dict) or set(body) != {"format", "version", "step", "ops"} \
+            or body["format"] != TRACE_FORMAT or type(body["version"]) is not int or body["version"] != TRACE_VERSION \
+            or type(body["step"]) is not int or body["step"] != step or not isinstance(body["ops"], list):
         raise InputError(f"trace {path} is not a {TRACE_FORMAT} v{TRACE_VERSION} file for step {step}")
     ops = []
     for i, item in enumerate(body["ops"]):

@@ -108,11 +108,11 @@ def test_non_canonical_manifest_is_refused(run_copy, publisher):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("version", 2, "version 2"),
-    ("arithmetic_version", 99, "arithmetic version 99"),
-    ("engine_version", "0", "engine version '0'"),
-    ("checkpoints", [2, 4], "checkpoints must be"),
-    ("loss_curve", [0.0], "loss_curve"),
+    ("version", 2, "version is 2, want 1"),
+    ("arithmetic_version", 99, r"arithmetic_version \(the version this verifier implements\) is 99"),
+    ("engine_version", "0", r"engine_version \(the version this verifier runs\) is '0'"),
+    ("checkpoints", [2, 4], r"checkpoints is \[2, 4\], want \[0, 2, 4\]"),
+    ("loss_curve", [0.0], "loss_curve is"),
 ])
 def test_signed_but_malformed_bodies_are_refused(run_copy, publisher, field, value, message):
     body = json.loads((run_copy / MANIFEST_FILE).read_bytes())
