@@ -14,10 +14,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from p2paudit.attest.errors import AttestationError
-from p2paudit.attest.intoto import PAYLOAD_TYPE, PREDICATE_TYPE, build_statement, export_dsse, import_dsse, pae
+from p2paudit.attest.intoto import (
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    PREDICATE_TYPE_V1,
+    build_statement,
+    export_dsse,
+    import_dsse,
+    pae,
+)
 from p2paudit.identity import sign
 
 from attest_helpers import key, make_signed
+from vectors_v1 import V1_DSSE_EXPORT, V1_SIGNED_HEX
 
 ALICE, BOB = key(1), key(2)
 
@@ -39,23 +48,56 @@ def test_pae_checks_the_spec_signature():
         public.verify(der, pae("http://example.com/HelloWorld", b"hello world!"), ec.ECDSA(hashes.SHA256()))
 
 
-@pytest.mark.parametrize("verdict", ["match", "mismatch", "error"])
-def test_export_import_round_trip(verdict):
-    signed = make_signed(ALICE, step=7, verdict=verdict)
+RECORDS = [dict(verdict="match"), dict(verdict="error"), dict(verdict="mismatch"),
+           dict(verdict="mismatch", findings=("data",)), dict(verdict="mismatch", findings=("loss",)),
+           dict(verdict="mismatch", findings=("counter", "data", "state", "loss")),
+           dict(subject="init"), dict(subject="init", verdict="mismatch"), dict(subject="init", verdict="error")]
+
+
+def _signed(case):
+    return make_signed(ALICE, **({"step": 7} if case.get("subject") != "init" else {}), **case)
+
+
+@pytest.mark.parametrize("case", RECORDS)
+def test_export_import_round_trip(case):
+    signed = _signed(case)
+    record = signed.attestation
     text = export_dsse(signed, BOB)  # a node can export somebody else's attestation
     envelope = json.loads(text)
     assert envelope["payloadType"] == PAYLOAD_TYPE
     assert envelope["signatures"][0]["keyid"] == BOB.public_key.hex()
     statement = json.loads(base64.b64decode(envelope["payload"]))
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
-    assert statement["predicateType"] == PREDICATE_TYPE
+    assert statement["predicateType"] == PREDICATE_TYPE == "https://p2paudit.dev/attestation/v2"
     subject = statement["subject"][0]
-    assert subject["name"].endswith("/step/7")
-    state = signed.attestation.observed_output_digest or signed.attestation.claimed_output_digest
+    assert subject["name"].endswith("/init" if record.subject == "init" else "/step/7")
+    state = record.observed_output_digest or record.claimed_output_digest
     assert subject["digest"]["sha256"] == state.hex()
+    predicate = statement["predicate"]
+    assert (predicate["subject"], predicate["findings"], predicate["verdict"]) == \
+        (record.subject, list(record.findings), record.verdict)
+    for side in ("claimed", "observed"):
+        bits = getattr(record, f"{side}_loss_bits")
+        assert predicate[f"{side}_loss_bits"] == (None if bits is None else f"{bits:016x}")
+        data = getattr(record, f"{side}_data_digest")
+        assert predicate[f"{side}_data_digest"] == (None if data is None else "sha256:" + data.hex())
     imported = import_dsse(text.encode())
     assert imported.signed == signed
     assert imported.envelope_signers == (BOB.public_key,)
+
+
+def test_an_envelope_exported_by_the_v1_code_still_imports():
+    imported = import_dsse(V1_DSSE_EXPORT.encode())
+    assert imported.signed.encoded == bytes.fromhex(V1_SIGNED_HEX["mismatch"])
+    assert imported.envelope_signers == (BOB.public_key,)
+    statement = build_statement(imported.signed)
+    assert statement["predicateType"] == PREDICATE_TYPE_V1 and "subject" not in statement["predicate"]
+    # a v1 record re-exported today says exactly what it said then
+    assert export_dsse(imported.signed, BOB) == V1_DSSE_EXPORT
+    # its statement cannot be relabelled as a v2 one
+    relabelled = dict(statement, predicateType=PREDICATE_TYPE)
+    with pytest.raises(AttestationError, match="does not match the signed attestation"):
+        import_dsse(_reseal(relabelled))
 
 
 def _reseal(statement, signer=ALICE, urlsafe=False):
