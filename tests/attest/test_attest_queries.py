@@ -116,3 +116,24 @@ def test_tree_head_split_views_are_reported(store):
     store.ledger.add_peer_checkpoint(notes[1], verifier, [])
     heads = equivocations(store).tree_heads
     assert len(heads) == 1 and heads[0].size == 5 and set(heads[0].notes) == set(notes)
+
+
+def test_init_claims_are_queried_apart_from_step_zero(store):
+    from p2paudit.attest.report import dispute_dict, equivocations_dict
+
+    items = [make_signed(A, step=0), make_signed(A, subject="init"), make_signed(B, subject="init", verdict="mismatch"),
+             make_signed(C, subject="init"), make_signed(C, subject="init", verdict="error")]
+    store.append_many([s.encoded for s in items])
+    # A's init match and step-0 match are two claims: neither a dispute nor an equivocation
+    assert not check_dispute(items[0].encoded, items[2].encoded)
+    assert not check_equivocation(items[0].encoded, items[1].encoded)
+    assert check_dispute(items[1].encoded, items[2].encoded) and check_equivocation(items[3].encoded, items[4].encoded)
+    (found,) = disputes(store)
+    view = dispute_dict(found)
+    assert (view["subject"], view["step"], len(view["sides"])) == ("init", 0, 3)
+    (equivocation,) = equivocations(store).keys
+    assert equivocations_dict(equivocations(store))["keys"][0]["subject"] == "init"
+    assert equivocation.verifier == C.public_key
+    # coverage counts steps only: step 0 checked by A, init is no step
+    cov = coverage(store, RUN)
+    assert [(s.step, s.checked) for s in cov.per_step] == [(0, 1)] and cov.checked_once == 1

@@ -302,3 +302,24 @@ def test_decode_never_crashes_on_a_valid_body_with_fields_replaced(replaced, ver
     except AttestationError:
         return
     assert encode_attestation(record) == msgpack.packb(values, use_bin_type=True)
+
+
+# make_signed(key(1), step=7, verdict="mismatch", findings=("data",)): the v2 wire format, frozen byte for
+# byte (docs/attestation.md walks through it). A change here is a format change: it needs a version 3.
+V2_DATA_MISMATCH_HEX = (
+    "9301c50142dc001302c420cc071f76252f8e899e0e67183f43af304e2c77ec6315ccf1280e81d3d744af4ba47374657007c4208a98"
+    "28bb1fa1d3b40f13f3af4091f57991e528c63c9992a1ca273775de3eedcec420c7a65f15cbb26fa8aec14d8ce70794ab8add009e11"
+    "77832c95869f914c73baf5c4202f49ef9b87f639c6591cfc5860504532bee97aa4ef04827b575a68909635de7bc42010467b72deac"
+    "fa1d0824e44b5a028cb45ce5a833778631e6b18e6eb0ba89994fc42010467b72deacfa1d0824e44b5a028cb45ce5a833778631e6b1"
+    "8e6eb0ba89994fcf4004000000000000cf400400000000000091a464617461a86d69736d61746368ae703270617564697420302e32"
+    "2e3001a3637075ab7838365f36342074657374cf0000018bcfe56800c4200766b36e452ac3fb8acefe50eee9aa6fa19cc8dba1d84b"
+    "b67e314e4431647920c4404fff2258add12f06b8fb4d175fc20cba1842d6618ccbfbb48c281d268c53516ee876345e2daf183fbd0e"
+    "1997e0b0d07f5f6a549ebefc0c364d60d593777e240b"
+)
+
+
+def test_the_v2_wire_format_is_frozen():
+    signed = make_signed(ALICE, step=7, verdict="mismatch", findings=("data",))
+    assert signed.encoded.hex() == V2_DATA_MISMATCH_HEX
+    assert decode_signed(bytes.fromhex(V2_DATA_MISMATCH_HEX)) == signed
+    assert signed.body[:3] == b"\xdc\x00\x13" and signed.body[3] == 2  # array16 of 19, version 2
