@@ -331,6 +331,9 @@ def check_body(body: object, complete: bool = True) -> Body:
     if not isinstance(checkpoints, list) or any(type(c) is not int for c in checkpoints) or checkpoints != want:
         raise InputError(f"checkpoints is {_show(checkpoints)}, want {_show(want)} (state 0, every "
                          f"{every}-th state, and state {planned})")
+    if want[-1] != len(steps):  # only a progress body can end between checkpoints, and it must not
+        raise InputError(f"steps has {len(steps)} records, but its last checkpoint is state {want[-1]}: "
+                         f"progress is saved only at a checkpoint")
     parsed = Body(created_by, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
     if canonical_json(parsed.to_dict()) != canonical_json(body):
         raise InputError("manifest body does not re-encode to the same bytes (a value in a second encoding)")

@@ -76,3 +76,18 @@ def test_lr_schedule_values():
     assert all(isinstance(v, np.float32) for v in values)
     assert all(a >= b for a, b in zip(values[1:], values[2:]))
     assert abs(float(lr_at(19, o)) - (3e-3 - 2.7e-3 * 17 / 18)) < 1e-9
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("change, message", [
+    (dict(micro_batches=2**40), "micro_batches is 1099511627776, want 1..65536"),
+    (dict(batch_size=2**40), "batch_size is 1099511627776, want 1..65536"),
+    (dict(batch_size=2**16, micro_batches=2**16), "tokens, more than the 4194304 allowed"),
+])
+def test_a_config_built_directly_cannot_make_the_schedule_loop_for_ever(change, message):
+    # A TrainConfig that never went through from_dict is bounded by the schedule itself.
+    cfg = dataclasses.replace(train_config("tiny"), **change)
+    with pytest.raises(InputError, match=message):
+        window_starts(KEY, cfg, 0, 10_000)
+    with pytest.raises(InputError, match=message):
+        batch_for_step(text_corpus(), KEY, cfg, 0)

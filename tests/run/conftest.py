@@ -31,3 +31,19 @@ def run_copy(published_run, tmp_path) -> Path:
     target = tmp_path / "run"
     shutil.copytree(published_run, target)
     return target
+
+
+@pytest.fixture(scope="session")
+def traced_run(tmp_path_factory) -> Path:
+    """tiny, 2 steps with published traces, checkpoints at states 0, 1, 2."""
+    run_dir = tmp_path_factory.mktemp("traced") / "run"
+    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, backend="reference", traces=True), PUBLISHER)
+    return run_dir
+
+
+@pytest.fixture
+def traced_copy(traced_run, tmp_path) -> Path:
+    """A private copy of the traced run that a test may damage."""
+    target = tmp_path / "traced"
+    shutil.copytree(traced_run, target)
+    return target

@@ -1,0 +1,106 @@
+"""Hostile JSON in run files is one line of InputError (exit 2), never a traceback.
+
+Numbers beyond binary64 (1e400 would become inf), integers with thousands of
+digits (Python's int-string limit), NaN and Infinity, duplicate keys, invalid
+UTF-8, and nesting 200,000 deep (RecursionError) — in the manifest, its
+signature file, the publisher's progress file and a trace.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from run_helpers import sign_raw
+
+from p2paudit.errors import InputError
+from p2paudit.identity import identity_from_seed
+from p2paudit.run.digest import digest_bytes
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
+from p2paudit.run.publisher import publish_run
+from p2paudit.run.storage import parse_json
+from p2paudit.run.training import PROGRESS_FILE, TrainPlan
+from p2paudit.run.traces import load_trace
+
+pytestmark = pytest.mark.timeout(60)
+
+BOMBS = {
+    "huge float": (b'{"a":1e400}', "out of the binary64 range"),
+    "huge negative float": (b'{"a":-1e400}', "out of the binary64 range"),
+    "long int": (b'{"a":' + b"9" * 5000 + b"}", "5000 digits"),
+    "long float": (b'{"a":0.' + b"1" * 5000 + b"}", "5002 characters"),
+    "NaN": (b'{"a":NaN}', "NaN is not a JSON number"),
+    "Infinity": (b'{"a":-Infinity}', "-Infinity is not a JSON number"),
+    "duplicate key": (b'{"a":1,"a":2}', "key 'a' appears twice"),
+    "not UTF-8": (b'{"a":"\xff"}', "is not UTF-8"),
+    "deep arrays": (b"[" * 200_000 + b"]" * 200_000, "nested too deeply"),
+    "deep objects": (b'{"a":' * 200_000 + b"1" + b"}" * 200_000, "nested too deeply"),
+    "truncated": (b'{"a":', "not acceptable JSON"),
+}
+
+
+@pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
+def test_parse_json_refuses_in_one_line(blob, message):
+    with pytest.raises(InputError, match=message) as info:
+        parse_json(blob, "thing")
+    assert "\n" not in str(info.value) and str(info.value).startswith("thing ")
+
+
+def test_parse_json_keeps_ordinary_numbers():
+    assert parse_json(b'{"a":[1e-08,-0.0,18446744073709551615,5.48427677154541]}', "t") == \
+        {"a": [1e-08, -0.0, 2**64 - 1, 5.48427677154541]}
+
+
+@pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
+def test_a_signed_manifest_bomb_is_refused(run_copy, publisher, blob, message):
+    sign_raw(run_copy, blob, publisher)  # the signature is valid: only the parser can refuse it
+    with pytest.raises(InputError, match=message) as info:
+        read_manifest(run_copy)
+    assert "\n" not in str(info.value) and str(run_copy / MANIFEST_FILE) in str(info.value)
+
+
+@pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
+def test_a_signature_file_bomb_is_refused(run_copy, blob, message):
+    if len(blob) > 4096:
+        message = "more than the 4096 allowed"  # too long to be a signature file at all
+    (run_copy / SIGNATURE_FILE).write_bytes(blob)
+    with pytest.raises(InputError, match=message) as info:
+        read_manifest(run_copy)
+    assert "\n" not in str(info.value) and str(run_copy / SIGNATURE_FILE) in str(info.value)
+
+
+@pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
+def test_a_progress_file_bomb_is_refused(tmp_path, blob, message):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / PROGRESS_FILE).write_bytes(blob)
+    with pytest.raises(InputError, match=f"{run_dir / PROGRESS_FILE} is damaged .*{message}") as info:
+        publish_run(TrainPlan(run_dir, steps=1, backend="reference"), identity_from_seed(bytes(32)))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
+def test_a_trace_bomb_is_refused(tmp_path, blob, message):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "step-00000000.json").write_bytes(blob)
+    with pytest.raises(InputError, match=message):
+        load_trace(tmp_path, 0, digest_bytes(blob))  # the digest matches: only the parser can refuse it
+
+
+@pytest.mark.parametrize("name", ["huge float", "long int", "deep arrays"])
+def test_verify_range_exits_2_in_one_line(run_copy, publisher, tmp_path, name):
+    blob, message = BOMBS[name]
+    sign_raw(run_copy, blob, publisher)
+    env = dict(os.environ, P2PAUDIT_HOME=str(tmp_path / "home"))
+    out = subprocess.run([sys.executable, "-m", "p2paudit", "verify-range", "0", "--run", str(run_copy),
+                          "--backend", "reference"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.stderr, lines[:3]
+
+
+def test_the_genuine_files_still_parse(published_run):
+    body = json.loads((published_run / MANIFEST_FILE).read_bytes())
+    assert parse_json((published_run / MANIFEST_FILE).read_bytes(), "m") == body
