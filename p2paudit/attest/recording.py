@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from p2paudit.attest.audits import attestation_from_audit, describe_hardware
 from p2paudit.attest.store import Appended, AttestationStore, now_ms
-from p2paudit.audit.records import StepAudit
+from p2paudit.audit.records import INIT, StepAudit
 from p2paudit.identity import Identity
 
 
@@ -32,7 +32,8 @@ class Recorded:
 
 def record_audits(store: AttestationStore, identity: Identity, run_id: bytes, num_steps: int, label: str,
                   audits: Sequence[StepAudit], hardware: str | None = None) -> Recorded:
-    """Register the run (idempotent) and sign-and-append one attestation per audit, in step order.
+    """Register the run (idempotent) and sign-and-append one attestation per audit (the initial
+    state's included, as a v2 record of subject "init"), in step order, init first.
 
     Preconditions: `run_id` and `num_steps` come from a manifest whose
     signature was checked (the audit did that). Raises AttestationError, and
@@ -42,7 +43,8 @@ def record_audits(store: AttestationStore, identity: Identity, run_id: bytes, nu
     store.register_run(run_id, num_steps, label)
     where = describe_hardware() if hardware is None else hardware
     appended: list[tuple[int, Appended]] = []
-    for audit in sorted(audits, key=lambda a: a.step):
+    # init (state 0) before step 0: both carry step 0, and the ledger should read in claim order.
+    for audit in sorted(audits, key=lambda a: (a.step, a.subject != INIT)):
         record = attestation_from_audit(audit, identity.public_key, now_ms(), where)
         appended.append((audit.step, store.sign_and_append(identity, record)))
     return Recorded(

@@ -80,3 +80,20 @@ def test_describe_hardware_is_printable_and_bounded():
     text = describe_hardware("NVIDIA H200")
     assert 0 < len(text) <= 256 and text.isascii() and text.isprintable()
     assert text.endswith("NVIDIA H200")
+
+
+def test_recording_a_range_signs_every_outcome_init_first(tmp_path):
+    # The path `verify-range --attest` takes: a data-only mismatch stopped it with exit 2 before v2.
+    from p2paudit.attest.recording import record_audits
+    from p2paudit.attest.store import AttestationStore, origin_for
+
+    audits = [dataclasses.replace(_audit("match"), step=0), _audit("mismatch", ("data",)),
+              dataclasses.replace(_audit("mismatch", ("loss",)), step=4), _audit("match", (), "init")]
+    with AttestationStore.open(tmp_path / "ledger.db", origin_for(ALICE.public_key)) as store:
+        recorded = record_audits(store, ALICE, RUN, 10, "run", audits, hardware="test")
+        assert recorded.new == 4 and recorded.conflicts == ()
+        stored = [store.attestation(i).attestation for i in recorded.indices]
+        assert [(a.subject, a.step, a.findings) for a in stored] == [
+            ("init", 0, ()), ("step", 0, ()), ("step", 3, ("data",)), ("step", 4, ("loss",))]
+        again = record_audits(store, ALICE, RUN, 10, "run", audits, hardware="test")
+        assert again.new == 0 and again.indices == recorded.indices
