@@ -2,12 +2,19 @@
 
 A thin adapter: parse options, call p2paudit.attest, print text or --json.
 The ledger is home_dir()/ledger.db unless --ledger PATH is given.
+
+Commands that only read (coverage, disputes, equivocations, show, proof,
+consistency, verify, export, and checkpoint when the latest one is current)
+open the ledger read-only, so they work in a read-only home. SQLite's
+refusals become one line that says what is wrong (ledger.database).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +38,47 @@ def _path(ledger_path: Path | None) -> Path:
     return ledger_path if ledger_path is not None else home_dir() / "ledger.db"
 
 
+@contextmanager
+def _sqlite_errors(path: Path, action: str) -> Iterator[None]:
+    """Turn a SQLite error escaping a query into one line that says what is wrong with the file."""
+    from ledger.database import describe_error
+
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise describe_error(exc, str(path), action) from None
+
+
+@contextmanager
 def _open_existing(ledger_path: Path | None):
+    """The existing ledger, opened read-only: nothing is created or written."""
     from p2paudit.attest.store import AttestationStore
 
-    return AttestationStore.open(_path(ledger_path))
+    path = _path(ledger_path)
+    with _sqlite_errors(path, "answer the query"), AttestationStore.open_readonly(path) as store:
+        yield store
 
 
+@contextmanager
+def _open_for_writing(ledger_path: Path | None):
+    """The existing ledger, opened for writing; refused (nothing created) when there is none."""
+    from p2paudit.attest.store import AttestationStore
+
+    path = _path(ledger_path)
+    with _sqlite_errors(path, "store it"), AttestationStore.open(path) as store:
+        yield store
+
+
+@contextmanager
 def _open_or_create(ledger_path: Path | None):
     """Open the ledger, creating it under the node's own origin (which needs `p2paudit init`)."""
     from p2paudit.attest.store import AttestationStore, origin_for, read_origin
     from p2paudit.identity import default_key_path, load_identity
 
     path = _path(ledger_path)
-    if read_origin(path) is not None:
-        return AttestationStore.open(path)
-    return AttestationStore.open(path, origin_for(load_identity(default_key_path()).public_key))
+    origin = None if read_origin(path) is not None else origin_for(load_identity(default_key_path()).public_key)
+    with _sqlite_errors(path, "store it"), AttestationStore.open(path, origin) as store:
+        yield store
 
 
 def _echo_json(value: Any) -> None:
@@ -225,16 +258,14 @@ def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None)
     """The RFC 9162 inclusion proof of one entry (checked before it is printed)."""
     from ledger import ProofError, leaf_hash, verify_inclusion
 
-    from p2paudit.errors import MismatchError
-
     with _open_existing(ledger_path) as store:
         size = store.ledger.size if size is None else size
         hashes = store.ledger.inclusion_proof(index, size)
         root, leaf = store.ledger.root(size), leaf_hash(store.ledger.entry(index))
-    try:
-        verify_inclusion(leaf, index, size, hashes, root)
-    except ProofError as exc:
-        raise MismatchError(f"the ledger's own proof does not verify: {exc}") from None
+        try:
+            verify_inclusion(leaf, index, size, hashes, root)
+        except ProofError as exc:
+            _own_proof_failed(store, exc)
     if as_json:
         _echo_json({"index": index, "size": size, "leaf_hash": leaf.hex(), "root": root.hex(),
                     "proof": [h.hex() for h in hashes]})
@@ -242,6 +273,20 @@ def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None)
     click.echo(f"entry {index} in tree of size {size}\nleaf hash {leaf.hex()}\nroot      {root.hex()}")
     for number, item in enumerate(hashes):
         click.echo(f"proof[{number}] {item.hex()}")
+
+
+def _own_proof_failed(store, exc: Exception) -> None:
+    """A proof the ledger just made does not verify: a corrupt file (exit 2) if verify finds one, else our bug (3)."""
+    from ledger import CorruptLedgerError
+
+    from p2paudit.errors import InternalError
+
+    found = store.ledger.verify()
+    if not found.ok:
+        raise CorruptLedgerError(f"the ledger's own proof does not verify ({exc}): the file is corrupt, "
+                                 f"first bad index {found.first_bad_index}: {found.problems[0]}",
+                                 found.first_bad_index)
+    raise InternalError(f"the ledger's own proof does not verify although the ledger does: {exc}")
 
 
 @ledger.command()
@@ -253,15 +298,13 @@ def consistency(old_size: int, new_size: int, as_json: bool, ledger_path: Path |
     """The RFC 9162 proof that the tree of OLD_SIZE entries is a prefix of the tree of NEW_SIZE."""
     from ledger import ProofError, verify_consistency
 
-    from p2paudit.errors import MismatchError
-
     with _open_existing(ledger_path) as store:
         hashes = store.ledger.consistency_proof(old_size, new_size)
         old_root, new_root = store.ledger.root(old_size), store.ledger.root(new_size)
-    try:
-        verify_consistency(old_size, new_size, hashes, old_root, new_root)
-    except ProofError as exc:
-        raise MismatchError(f"the ledger's own proof does not verify: {exc}") from None
+        try:
+            verify_consistency(old_size, new_size, hashes, old_root, new_root)
+        except ProofError as exc:
+            _own_proof_failed(store, exc)
     if as_json:
         _echo_json({"old_size": old_size, "new_size": new_size, "old_root": old_root.hex(),
                     "new_root": new_root.hex(), "proof": [h.hex() for h in hashes]})
@@ -274,13 +317,38 @@ def consistency(old_size: int, new_size: int, as_json: bool, ledger_path: Path |
 @ledger.command()
 @_ledger_option
 def checkpoint(ledger_path: Path | None) -> None:
-    """Sign the current tree head with the node key and print it (a C2SP checkpoint note)."""
+    """Print a checkpoint of the current tree head signed by the node key (a C2SP note), signing one if needed.
+
+    When the latest checkpoint this node signed is of the current size, it is
+    printed as it is, without opening the ledger for writing.
+    """
     from p2paudit.identity import default_key_path, load_identity
 
     identity = load_identity(default_key_path())
+    if _path(ledger_path).exists():
+        with _open_existing(ledger_path) as store:
+            note = _current_checkpoint(store, identity)
+        if note is not None:
+            click.echo(note, nl=False)
+            return
     with _open_or_create(ledger_path) as store:
         note = store.checkpoint(identity)
     click.echo(note, nl=False)
+
+
+def _current_checkpoint(store, identity) -> str | None:
+    """The latest own checkpoint if this key signed it at the current size and root, else None."""
+    from ledger import CheckpointError, NoteSigner, open_checkpoint
+
+    note = store.ledger.latest_checkpoint()
+    if note is None:
+        return None
+    try:
+        cp = open_checkpoint(note, [NoteSigner(store.ledger.origin, identity.private_key).verifier])
+    except CheckpointError:  # signed by another key (the node key changed): sign a new one
+        return None
+    size = store.ledger.size
+    return note if (cp.size, cp.root) == (size, store.ledger.root(size)) else None
 
 
 @ledger.command()
@@ -305,20 +373,30 @@ def verify(as_json: bool, ledger_path: Path | None) -> None:
                    f"root {found.root.hex() if found.root else '-'}")
 
 
+MAX_IMPORT_BYTES = 64 * 1024  # = attest.intoto.MAX_ENVELOPE_SIZE; a signed attestation is far smaller
+
+
 @ledger.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @_ledger_option
 def import_(file: Path, ledger_path: Path | None) -> None:
-    """Verify and store a signed attestation (msgpack) or a DSSE envelope (JSON)."""
-    from p2paudit.attest.intoto import MAX_ENVELOPE_SIZE, import_dsse
-    from p2paudit.errors import InputError
+    """Verify and store a signed attestation (msgpack) or a DSSE envelope (JSON).
 
-    if file.stat().st_size > MAX_ENVELOPE_SIZE:
-        raise InputError(f"{file} has {file.stat().st_size} bytes, more than {MAX_ENVELOPE_SIZE}; not an attestation")
-    data = file.read_bytes()
+    FILE must be a regular file (not a symlink, FIFO or device) of at most
+    MAX_IMPORT_BYTES (64 KiB, the DSSE envelope limit). The ledger must exist
+    and know the run (`ledger add-run`): nothing is created when the input is refused.
+    """
+    from p2paudit.attest.intoto import import_dsse
+    from p2paudit.errors import InputError
+    from p2paudit.regular_files import read_regular
+
+    data = read_regular(file, "attestation file", MAX_IMPORT_BYTES)
     # JSON starts with '{' (maybe after whitespace); a signed attestation is a msgpack array (0x93).
     envelope = import_dsse(data) if data.lstrip()[:1] == b"{" else None
-    with _open_or_create(ledger_path) as store:
+    path = _path(ledger_path)
+    if not path.exists():
+        raise InputError(f"no ledger at {path}: make the run known first (p2paudit ledger add-run)")
+    with _open_for_writing(ledger_path) as store:
         outcome = store.append(envelope.signed.encoded if envelope is not None else data)
     if envelope is not None:
         signers = ", ".join(key.hex()[:16] + "..." for key in envelope.envelope_signers)

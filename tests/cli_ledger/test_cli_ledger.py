@@ -88,7 +88,7 @@ def test_import_refusals(home, filled, tmp_path):
     forged = tmp_path / "forged.json"
     forged.write_text(json.dumps(envelope))
     assert "no valid DSSE signature" in _one_line_error(run(home, "ledger", "import", str(forged)), 2)
-    assert "No such file" in _one_line_error(run(home, "ledger", "import", str(tmp_path / "missing")), 2)
+    assert "missing is missing" in _one_line_error(run(home, "ledger", "import", str(tmp_path / "missing")), 2)
     with AttestationStore.open(home / "ledger.db") as store:
         assert store.ledger.size == len(filled)
 
