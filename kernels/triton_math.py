@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 
 COMPILE_ONLY_ENV = "P2PAUDIT_TRITON_COMPILE_ONLY"
 
@@ -29,8 +31,6 @@ def require_triton_device() -> str:
     """
     if os.environ.get("TRITON_INTERPRET", "") == "1":
         return "interpret"
-    import torch
-
     if torch.cuda.is_available():
         return "cuda"
     if os.environ.get(COMPILE_ONLY_ENV, "") == "1":

@@ -3,13 +3,20 @@
 # torch is pinned and installed first: an unpinned torch would pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v python3.11 >/dev/null 2>&1 && ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "error: Python 3.11 or newer is needed" >&2; exit 2
+# The venv is built with exactly the interpreter checked here.
+PY=""
+for candidate in python3.11 python3.12 python3.13 python3; do
+  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    PY=$(command -v "$candidate"); break
+  fi
+done
+if [ -z "$PY" ]; then
+  echo "error: Python 3.11 or newer is needed (tried python3.11, python3.12, python3.13, python3)" >&2; exit 2
 fi
-if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e '.[test]'

@@ -17,9 +17,7 @@ evidence, so nothing is ever updated or deleted.
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
-from p2paudit.attest.errors import AttestationError
 from p2paudit.identity import peer_id_of
 
 DDL = [
@@ -44,24 +42,6 @@ for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
 def origin_for(public_key: bytes) -> str:
     """The checkpoint origin of a node's ledger: names the log by the node's peer id."""
     return f"p2paudit.dev/ledger/{peer_id_of(public_key)}"
-
-
-def read_origin(path: Path | str) -> str | None:
-    """The origin stored in an existing ledger file, or None if the file does not exist."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT origin FROM ledger_schema").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise AttestationError(f"{path} is not a p2paudit ledger: {exc}") from None
-    if row is None:
-        raise AttestationError(f"{path} is not a p2paudit ledger: it has no origin")
-    return row[0]
 
 
 def create_tables(conn: sqlite3.Connection) -> None:

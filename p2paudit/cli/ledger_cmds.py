@@ -73,10 +73,10 @@ def _open_for_writing(ledger_path: Path | None):
 def _open_or_create(ledger_path: Path | None):
     """Open the ledger, creating it under the node's own origin (which needs `p2paudit init`)."""
     from p2paudit.attest.store import AttestationStore, origin_for, read_origin
-    from p2paudit.identity import default_key_path, load_identity
+    from p2paudit.identity import load_node_identity
 
     path = _path(ledger_path)
-    origin = None if read_origin(path) is not None else origin_for(load_identity(default_key_path()).public_key)
+    origin = None if read_origin(path) is not None else origin_for(load_node_identity().public_key)
     with _sqlite_errors(path, "store it"), AttestationStore.open(path, origin) as store:
         yield store
 
@@ -322,9 +322,9 @@ def checkpoint(ledger_path: Path | None) -> None:
     When the latest checkpoint this node signed is of the current size, it is
     printed as it is, without opening the ledger for writing.
     """
-    from p2paudit.identity import default_key_path, load_identity
+    from p2paudit.identity import load_node_identity
 
-    identity = load_identity(default_key_path())
+    identity = load_node_identity()
     if _path(ledger_path).exists():
         with _open_existing(ledger_path) as store:
             note = _current_checkpoint(store, identity)
@@ -418,9 +418,9 @@ def export(index: int, dsse: bool, output: Path | None, ledger_path: Path | None
         signed = store.attestation(index)
     if dsse:
         from p2paudit.attest.intoto import export_dsse
-        from p2paudit.identity import default_key_path, load_identity
+        from p2paudit.identity import load_node_identity
 
-        data = export_dsse(signed, load_identity(default_key_path())).encode()
+        data = export_dsse(signed, load_node_identity()).encode()
     else:
         data = signed.encoded
     if output is not None:

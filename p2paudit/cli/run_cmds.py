@@ -147,7 +147,7 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
     if as_json:
         return
     where = f"entries {done.first}-{max(done.indices)}" if done.indices else "no entries"
-    click.echo(f"attested {len(done.indices)} step(s) in ledger {path} ({where}, {done.new} new, tree size {size})")
+    click.echo(f"attested {len(done.indices)} check(s) in ledger {path} ({where}, {done.new} new, tree size {size})")
     for step, kind in done.conflicts:
         click.echo(f"step {step}: this attestation is part of a {kind}; see `p2paudit ledger {kind}s`")
 

@@ -30,10 +30,11 @@ def test_attest_records_each_step_once_and_coverage_counts_them(small_run, tmp_p
     home = tmp_path / "home"
     first = _invoke(["verify-range", "0-2", "--run", str(small_run), "--backend", "reference", "--attest"], home)
     assert first.exit_code == 0, first.output
-    assert "attested 3 step(s)" in first.output and "3 new, tree size 3" in first.output
+    # State 0 rebuilt from the recipe, then steps 0-2: four signed checks.
+    assert "attested 4 check(s)" in first.output and "4 new, tree size 4" in first.output
     again = _invoke(["verify-range", "1", "--run", str(small_run), "--backend", "reference", "--attest"], home)
     assert again.exit_code == 0, again.output
-    assert "0 new, tree size 3" in again.output  # the same result is not signed twice
+    assert "0 new, tree size 4" in again.output  # the same result is not signed twice
 
     cov = _invoke(["ledger", "coverage", "--json"], home)
     assert cov.exit_code == 0, cov.output
@@ -42,7 +43,7 @@ def test_attest_records_each_step_once_and_coverage_counts_them(small_run, tmp_p
     assert [s["match"] for s in every["per_step"]] == [1, 1, 1]
     verify = _invoke(["ledger", "verify"], home)
     assert verify.exit_code == 0, verify.output
-    assert "3 entries" in verify.output
+    assert "4 entries" in verify.output
 
 
 def test_attest_records_a_mismatch_verdict(small_run, tmp_path):
@@ -56,6 +57,32 @@ def test_attest_records_a_mismatch_verdict(small_run, tmp_path):
     home = tmp_path / "home"
     result = _invoke(["verify-range", "0", "--run", str(run_dir), "--backend", "reference", "--attest"], home)
     assert result.exit_code == 1, result.output
-    assert "attested 1 step(s)" in result.output
+    assert "attested 2 check(s)" in result.output  # init and step 0
     cov = json.loads(_invoke(["ledger", "coverage", "--json"], home).output)["all_keys"]
     assert [(s["step"], s["mismatch"]) for s in cov["per_step"]] == [(0, 1)]
+
+
+def test_a_data_only_dispute_reaches_the_ledger_with_the_steps_after_it(small_run, tmp_path):
+    """Issue 7 A3: only the claimed data digest of step 1 changed; every outcome is still signed."""
+    from p2paudit.attest.store import AttestationStore
+    from p2paudit.run.manifest import write_manifest
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(small_run, run_dir)
+    body = json.loads((run_dir / "manifest.json").read_bytes())
+    body["steps"][1]["data"] = "sha256:" + "00" * 32
+    write_manifest(run_dir, body, PUBLISHER)
+    home = tmp_path / "home"
+    result = _invoke(["verify-range", "0-2", "--run", str(run_dir), "--backend", "reference", "--attest"], home)
+    assert result.exit_code == 1, result.output
+    assert "attested 4 check(s)" in result.output and "4 new" in result.output
+    with AttestationStore.open(home / "ledger.db") as store:
+        ((_, signed),) = store.step_attestations(bytes.fromhex(_run_id(run_dir)), 1)
+    record = signed.attestation
+    assert (record.verdict, record.findings) == ("mismatch", ("data",))
+    assert record.observed_output_digest == record.claimed_output_digest
+    assert record.observed_data_digest != record.claimed_data_digest
+
+
+def _run_id(run_dir: Path) -> str:
+    return json.loads((run_dir / "manifest.sig.json").read_bytes())["run_id"].removeprefix("sha256:")
