@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ledger import SplitView
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
@@ -85,12 +88,6 @@ def equivocations_dict(found: Equivocations) -> dict[str, Any]:
 def plot_coverage(path: Path | str, everyone: Coverage, trusted: Coverage | None) -> None:
     """Write a PNG: per step, distinct keys that attested a match, a mismatch, an error (stacked bars,
     all keys), the trusted keys' checked count as a line when a trust file was given, and the R line."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; must precede pyplot
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     steps = everyone.run.steps
 
     def dense(cov: Coverage, field: str) -> list[int]:
@@ -99,27 +96,27 @@ def plot_coverage(path: Path | str, everyone: Coverage, trusted: Coverage | None
             counts[item.step] = getattr(item, field)
         return counts
 
-    fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
-    try:
-        bottom = [0] * steps
-        for field, color in (("match", "tab:green"), ("mismatch", "tab:red"), ("error", "tab:orange")):
-            heights = dense(everyone, field)
-            if any(heights):
-                ax.bar(range(steps), heights, bottom=bottom, width=1.0, color=color, label=f"{field} (all keys)")
-                bottom = [b + h for b, h in zip(bottom, heights)]
-        if trusted is not None:
-            ax.step(range(steps), dense(trusted, "checked"), where="mid", color="tab:blue", label="checked (trusted keys)")
-        ax.axhline(everyone.min_count, color="black", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
-        ax.set_ylim(0, max([everyone.min_count, *bottom]) + 1)
-        ax.set_xlim(-0.5, steps - 0.5)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("step")
-        ax.set_ylabel("distinct verifier keys")
-        label = f" ({everyone.run.label})" if everyone.run.label else ""
-        uncovered = steps - everyone.checked_once
-        ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}: {uncovered} of {steps} steps unchecked")
-        ax.legend(loc="upper right", fontsize="small")
-        fig.tight_layout()
-        fig.savefig(path, format="png")
-    finally:
-        plt.close(fig)
+    # A Figure on the Agg canvas directly: no pyplot, so no global backend or figure registry is touched.
+    fig = Figure(figsize=(10, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    bottom = [0] * steps
+    for field, color in (("match", "tab:green"), ("mismatch", "tab:red"), ("error", "tab:orange")):
+        heights = dense(everyone, field)
+        if any(heights):
+            ax.bar(range(steps), heights, bottom=bottom, width=1.0, color=color, label=f"{field} (all keys)")
+            bottom = [b + h for b, h in zip(bottom, heights)]
+    if trusted is not None:
+        ax.step(range(steps), dense(trusted, "checked"), where="mid", color="tab:blue", label="checked (trusted keys)")
+    ax.axhline(everyone.min_count, color="black", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
+    ax.set_ylim(0, max([everyone.min_count, *bottom]) + 1)
+    ax.set_xlim(-0.5, steps - 0.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("distinct verifier keys")
+    label = f" ({everyone.run.label})" if everyone.run.label else ""
+    uncovered = steps - everyone.checked_once
+    ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}: {uncovered} of {steps} steps unchecked")
+    ax.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
