@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
+from safetensors import safe_open
 
 from p2paudit.engine.config import MAX_PARAMS
 from p2paudit.errors import InputError
@@ -107,8 +108,6 @@ def load_checkpoint(run_dir: Path, step: int, expected: StateDigest, names: list
 
 def _read_safetensors(path: Path, names: list[str], shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None
                       ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class StateDigest:
         return {"digest": self.text(), "tensors": {n: format_digest(d) for n, d in self.tensors}}
 
     @staticmethod
-    def from_dict(data: object, where: str, names: "list[str] | None" = None) -> "StateDigest":
+    def from_dict(data: object, where: str, names: list[str] | None = None) -> StateDigest:
         """Parse `to_dict` output strictly; `where` names the source for error messages.
 
         Exactly the keys "digest" and "tensors"; with `names`, the tensors are

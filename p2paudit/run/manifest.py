@@ -119,7 +119,7 @@ class StepRecord:
 
     @staticmethod
     def from_dict(item: object, step: int, names: list[str] | None = None, traces: bool | None = None
-                  ) -> "StepRecord":
+                  ) -> StepRecord:
         """Parse steps[step] strictly: its keys ("trace" exactly when `traces`; either when None),
         `step`, the batch digest, the loss, and the output state (with `names`, exactly those tensors)."""
         where = f"steps[{step}]"
@@ -381,5 +381,5 @@ def _check_steps(value: object, planned: int, complete: bool, names: list[str], 
 def _check_loss_curve(value: object, steps: tuple[StepRecord, ...]) -> None:
     want = [r.loss for r in steps]
     if not isinstance(value, list) or len(value) != len(want) or any(
-            type(x) is not float or x.hex() != w.hex() for x, w in zip(value, want)):
+            type(x) is not float or x.hex() != w.hex() for x, w in zip(value, want, strict=True)):
         raise InputError(f"loss_curve is {_show(value)}, want the steps' losses in order {_show(want)}")

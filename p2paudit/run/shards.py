@@ -66,7 +66,7 @@ class DataSpec:
                 "data_key": format_digest(self.data_key), "shards": [s.to_dict() for s in self.shards]}
 
     @staticmethod
-    def from_dict(data: object) -> "DataSpec":
+    def from_dict(data: object) -> DataSpec:
         """Parse the manifest's "data" object strictly; InputError naming the bad field and value.
 
         Exactly the keys of `to_dict`, exact types, every shard but the last

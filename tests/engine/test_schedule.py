@@ -74,7 +74,7 @@ def test_lr_schedule_values():
     assert lr_at(20, o) == lo and lr_at(10_000, o) == lo
     values = [lr_at(s, o) for s in range(25)]
     assert all(isinstance(v, np.float32) for v in values)
-    assert all(a >= b for a, b in zip(values[1:], values[2:]))
+    assert all(a >= b for a, b in zip(values[1:], values[2:], strict=False))
     assert abs(float(lr_at(19, o)) - (3e-3 - 2.7e-3 * 17 / 18)) < 1e-9
 
 

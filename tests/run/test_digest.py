@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from p2paudit.errors import InputError
-from p2paudit.run.digest import (StateDigest, combine_tensor_digests, digest_batch, digest_state, digest_tensor,
-                                 format_digest, parse_digest)
+from p2paudit.run.digest import (
+    StateDigest,
+    combine_tensor_digests,
+    digest_batch,
+    digest_state,
+    digest_tensor,
+    format_digest,
+    parse_digest,
+)
 
 
 def _by_hand(name: str, dtype: str, shape: tuple, payload: bytes) -> bytes:
@@ -65,7 +72,7 @@ def test_state_digest_is_independent_of_dict_order_and_names_tensors():
     s3 = dict(s1, b=np.array([1, 1, 2], np.float32))
     d3 = digest_state(s3)
     assert d3.digest != d1.digest
-    assert [n for (n, x), (_, y) in zip(d1.tensors, d3.tensors) if x != y] == ["b"]
+    assert [n for (n, x), (_, y) in zip(d1.tensors, d3.tensors, strict=True) if x != y] == ["b"]
 
 
 def test_state_digest_round_trips_and_catches_inconsistency():

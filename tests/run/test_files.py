@@ -93,9 +93,9 @@ def test_signature_of_another_body_fails(run_copy, publisher):
 
 def test_non_canonical_manifest_is_refused(run_copy, publisher):
     body = json.loads((run_copy / MANIFEST_FILE).read_bytes())
-    from p2paudit.run.manifest import SIGNATURE_DOMAIN
     from p2paudit.identity import sign
     from p2paudit.run.digest import digest_bytes, format_digest
+    from p2paudit.run.manifest import SIGNATURE_DOMAIN
 
     pretty = json.dumps(body, indent=1, sort_keys=True).encode()
     (run_copy / MANIFEST_FILE).write_bytes(pretty)

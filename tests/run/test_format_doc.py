@@ -4,14 +4,11 @@ import hashlib
 import json
 import struct
 
-import numpy as np
-
 from p2paudit.engine.config import train_config
 from p2paudit.engine.schedule import batch_for_step, batch_key
 from p2paudit.run.digest import digest_batch
-from p2paudit.run.manifest import MANIFEST_FILE, expected_checkpoints
+from p2paudit.run.manifest import MANIFEST_FILE, expected_checkpoints, read_manifest
 from p2paudit.run.shards import load_tokens
-from p2paudit.run.manifest import read_manifest
 
 
 def test_the_state_digest_folds_raw_tensor_digests(published_run):

@@ -85,8 +85,9 @@ def test_a_checkpoint_larger_than_its_tensors_is_refused_before_reading(traced_c
 
 
 def test_a_checkpoint_with_the_wrong_shape_is_refused_before_reading(traced_copy):
-    from p2paudit.run.checkpoint import save_checkpoint
     import numpy as np
+
+    from p2paudit.run.checkpoint import save_checkpoint
 
     manifest = read_manifest(traced_copy)
     cfg = TrainConfig.from_dict(manifest.config_dict)

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from run_helpers import sign_raw
@@ -21,8 +20,8 @@ from p2paudit.run.digest import digest_bytes
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import publish_run
 from p2paudit.run.storage import parse_json
-from p2paudit.run.training import PROGRESS_FILE, TrainPlan
 from p2paudit.run.traces import load_trace
+from p2paudit.run.training import PROGRESS_FILE, TrainPlan
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from run_helpers import sign_raw
 
 from p2paudit.engine.schedule import SCHEDULE_FUNCTION
