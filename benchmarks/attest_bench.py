@@ -30,13 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ledger import Ledger  # noqa: E402
-
 from p2paudit.attest.record import DOMAIN, Attestation, SignedAttestation, sign_attestation  # noqa: E402
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed, verify_signature  # noqa: E402
 
 RUN = hashlib.sha256(b"benchmark run").digest()
 KEYS = 16  # verifiers; attestation n is key n % KEYS on step n // KEYS
+
+LOSS_BITS = 0x4013_3333_3333_3333  # 4.8 as binary64 bits: every record claims and observes one loss
 
 
 def make_keys() -> list[Identity]:
@@ -51,12 +52,28 @@ def make_attestations(keys: list[Identity], start: int, count: int) -> list[Sign
         claimed = hashlib.sha256(b"state %d" % (step + 1)).digest()
         verdict = "error" if n % 97 == 0 else "mismatch" if n % 89 == 0 else "match"
         observed = {"match": claimed, "error": None}.get(verdict, hashlib.sha256(b"bad %d" % n).digest())
+        data = hashlib.sha256(b"data %d" % step).digest()
+        ran = verdict != "error"
         record = Attestation(
-            run_id=RUN, step=step, input_digest=hashlib.sha256(b"state %d" % step).digest(),
-            data_digest=hashlib.sha256(b"data %d" % step).digest(), claimed_output_digest=claimed,
-            observed_output_digest=observed, verdict=verdict, engine_version="p2paudit 0.1.0",
-            arithmetic_version=1, backend="cpu", hardware="x86_64 AMD EPYC, 2 cores", time_ms=1_764_000_000_000 + n,
-            verifier=identity.public_key)
+            run_id=RUN,
+            subject="step",
+            step=step,
+            input_digest=hashlib.sha256(b"state %d" % step).digest(),
+            claimed_data_digest=data,
+            observed_data_digest=data if ran else None,
+            claimed_output_digest=claimed,
+            observed_output_digest=observed,
+            claimed_loss_bits=LOSS_BITS,
+            observed_loss_bits=LOSS_BITS if ran else None,
+            findings=("state",) if verdict == "mismatch" else (),
+            verdict=verdict,
+            engine_version="p2paudit 0.1.0",
+            arithmetic_version=1,
+            backend="cpu",
+            hardware="x86_64 AMD EPYC, 2 cores",
+            time_ms=1_764_000_000_000 + n,
+            verifier=identity.public_key,
+        )
         out.append(sign_attestation(identity, record))
     return out
 
@@ -68,7 +85,7 @@ def fill(store: AttestationStore, keys: list[Identity], total: int, batch: int) 
         items = [s.encoded for s in make_attestations(keys, done, min(chunk, total - done))]
         began = time.perf_counter()
         for at in range(0, len(items), batch):
-            store.append_many(items[at:at + batch])
+            store.append_many(items[at : at + batch])
         spent += time.perf_counter() - began
         done += len(items)
         if done % 100_000 == 0 or done == total:
@@ -80,7 +97,7 @@ def time_store(store: AttestationStore, items: list[bytes], batch: int) -> tuple
     """(wall seconds, this process's CPU seconds): the machine is shared, so CPU time is the one-core figure."""
     began, cpu = time.perf_counter(), time.process_time()
     for at in range(0, len(items), batch):
-        store.append_many(items[at:at + batch])
+        store.append_many(items[at : at + batch])
     return time.perf_counter() - began, time.process_time() - cpu
 
 
@@ -89,7 +106,7 @@ def time_bare_ledger(path: Path, origin: str, items: list[bytes], batch: int) ->
     with Ledger.open(path, origin) as bare:
         began, cpu = time.perf_counter(), time.process_time()
         for at in range(0, len(items), batch):
-            bare.append_many(items[at:at + batch])
+            bare.append_many(items[at : at + batch])
         return time.perf_counter() - began, time.process_time() - cpu
 
 
@@ -106,10 +123,12 @@ def time_queries(store: AttestationStore) -> dict[str, float]:
     from p2paudit.attest import queries
 
     trusted = frozenset(k.public_key for k in make_keys()[:4])
-    jobs = {"coverage, all keys": lambda: queries.coverage(store, RUN, None, 2),
-            "coverage, 4 trusted keys": lambda: queries.coverage(store, RUN, trusted, 2),
-            "disputes": lambda: queries.disputes(store, RUN),
-            "equivocations": lambda: queries.equivocations(store)}
+    jobs = {
+        "coverage, all keys": lambda: queries.coverage(store, RUN, None, 2),
+        "coverage, 4 trusted keys": lambda: queries.coverage(store, RUN, trusted, 2),
+        "disputes": lambda: queries.disputes(store, RUN),
+        "equivocations": lambda: queries.equivocations(store),
+    }
     out = {}
     for name, job in jobs.items():
         began = time.perf_counter()
@@ -158,8 +177,10 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
     path = workdir / "ledger.db"
     origin = origin_for(keys[0].public_key)
     steps = (args.fill + args.timed) // KEYS + 1
-    print(f"attest_bench: fill {args.fill:,}, time {args.timed:,} in batches of {args.batch:,}, "
-          f"{KEYS} keys, 1 process (pid {os.getpid()}), ledger {path}")
+    print(
+        f"attest_bench: fill {args.fill:,}, time {args.timed:,} in batches of {args.batch:,}, "
+        f"{KEYS} keys, 1 process (pid {os.getpid()}), ledger {path}"
+    )
     with AttestationStore.open(path, origin) as store:
         store.register_run(RUN, steps, "benchmark")
         fill_seconds = fill(store, keys, args.fill, args.batch)
@@ -179,23 +200,34 @@ def run(args: argparse.Namespace, workdir: Path) -> None:
         query_t = time_queries(store)
     load = os.getloadavg()[0]
     print(f"fill: {args.fill:,} appended at {args.fill / fill_seconds:,.0f}/s (wall)")
-    print(f"ledger size at {args.fill:,} entries: {size_bytes:,} bytes = {size_bytes / args.fill:,.0f} bytes per "
-          f"attestation (signed attestation itself: {len(items[0])} bytes)")
+    print(
+        f"ledger size at {args.fill:,} entries: {size_bytes:,} bytes = {size_bytes / args.fill:,.0f} bytes per "
+        f"attestation (signed attestation itself: {len(items[0])} bytes)"
+    )
     for name, nbytes in per_table.items():
         if nbytes / args.fill >= 0.5:
             print(f"  {name:<16} {nbytes / args.fill:>7.1f} bytes per attestation")
-    print(f"timed appends at {args.fill:,} -> {final_size:,} entries (load average {load:.1f} on {os.cpu_count()} CPUs):")
+    print(
+        f"timed appends at {args.fill:,} -> {final_size:,} entries (load average {load:.1f} on {os.cpu_count()} CPUs):"
+    )
     print("                                         wall/s     CPU/s   (CPU/s = per second of one core)")
-    rows = [("store (decode, verify, check, index)", store_t), ("baseline: bare ledger append", bare_t),
-            ("baseline: signature check alone", verify_t)]
+    rows = [
+        ("store (decode, verify, check, index)", store_t),
+        ("baseline: bare ledger append", bare_t),
+        ("baseline: signature check alone", verify_t),
+    ]
     rates = {name: (args.timed / wall, args.timed / cpu) for name, (wall, cpu) in rows}
     for name, (wall, cpu) in rates.items():
         print(f"  {name:<37} {wall:>8,.0f}  {cpu:>8,.0f}")
     store_wall, store_cpu = rates[rows[0][0]]
-    print(f"  store / bare ledger (CPU): {store_cpu / rates[rows[1][0]][1]:.2f}; "
-          f"store / signature check (CPU): {store_cpu / rates[rows[2][0]][1]:.2f}")
-    print(f"  target >= 5,000/s on one core: {'met' if store_cpu >= 5000 else 'NOT met'} (CPU), "
-          f"{'met' if store_wall >= 5000 else 'not met'} (wall, shared machine)")
+    print(
+        f"  store / bare ledger (CPU): {store_cpu / rates[rows[1][0]][1]:.2f}; "
+        f"store / signature check (CPU): {store_cpu / rates[rows[2][0]][1]:.2f}"
+    )
+    print(
+        f"  target >= 5,000/s on one core: {'met' if store_cpu >= 5000 else 'NOT met'} (CPU), "
+        f"{'met' if store_wall >= 5000 else 'not met'} (wall, shared machine)"
+    )
     print(f"queries at {final_size:,} entries (wall seconds):")
     for name, seconds in query_t.items():
         print(f"  {name:<37} {seconds:>8.2f}")

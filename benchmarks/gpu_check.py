@@ -32,9 +32,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -199,8 +199,11 @@ class Report:
 
     def failed(self) -> bool:
         d = self.data
-        return (any(a["problems"] for a in d["audit"].values()) or any(d["cases"].values())
-                or any(not o["equal"] for o in d["ops"]))
+        return (
+            any(a["problems"] for a in d["audit"].values())
+            or any(d["cases"].values())
+            or any(not o["equal"] for o in d["ops"])
+        )
 
 
 def log(msg: str) -> None:
@@ -281,8 +284,13 @@ def _check_op(w: Workload, i: int, size: str, device: str, stored: dict, cpu_liv
     want, source = stored.get(w.name), "prepared"
     if cpu_live or want is None:
         want, source = digest(getattr(cpu, w.op)(*args)), "live"
-    row = {"name": w.name, "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
-           "equal": got == want, "cpu_digest": source, "digest": got[:16]}
+    row = {
+        "name": w.name,
+        "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
+        "equal": got == want,
+        "cpu_digest": source,
+        "digest": got[:16],
+    }
     if not row["equal"]:  # say where: recompute the CPU output here
         cpu_out = getattr(cpu, w.op)(*args)
         if source == "prepared" and digest(cpu_out) == got:
@@ -303,8 +311,10 @@ def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
     for i, w in enumerate(workloads()):
         try:
             row = _check_op(w, i, size, device, stored, cpu_live)
-            log(f"{w.name:24s} equal={row['equal']} ({row['cpu_digest']})  triton {row['triton_ms']:.3f} ms  "
-                f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}")
+            log(
+                f"{w.name:24s} equal={row['equal']} ({row['cpu_digest']})  triton {row['triton_ms']:.3f} ms  "
+                f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}"
+            )
         except Exception as e:  # one failing op must not stop the run
             row = {"name": w.name, "shapes": [], "equal": False, "error": f"{type(e).__name__}: {e}"[:500]}
             log(f"{w.name:24s} ERROR {row['error']}")
@@ -315,21 +325,29 @@ def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
 def markdown(d: dict) -> str:
     """The report as markdown: meta, audit and case summaries, the timing table."""
     m = d["meta"]
-    lines = [f"GPU check on {m['device']} ({m['mode']}), torch {m['torch']}, triton {m['triton']}, "
-             f"sizes `{m['size']}`, {m['when']}.", ""]
+    lines = [
+        f"GPU check on {m['device']} ({m['mode']}), torch {m['torch']}, triton {m['triton']}, "
+        f"sizes `{m['size']}`, {m['when']}.",
+        "",
+    ]
     bad = {k: v["problems"] for k, v in d["audit"].items() if v["problems"]}
     lines.append(f"PTX audit: {len(d['audit'])} kernels, {len(bad)} with forbidden instructions {bad or ''}")
     diff = {k: v for k, v in d["cases"].items() if v}
     lines.append(f"Shared cases against kernels.cpu: {len(d['cases'])} ops, {len(diff)} with differences {diff or ''}")
-    lines += ["", "| op | shapes | bitwise equal to cpu | triton ms | torch fp32 ms | triton / torch |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| op | shapes | bitwise equal to cpu | triton ms | torch fp32 ms | triton / torch |",
+        "|---|---|---|---|---|---|",
+    ]
     for o in d["ops"]:
         shapes = " ".join("x".join(map(str, s)) for s in o["shapes"])
         if "error" in o:
             lines.append(f"| {o['name']} | | ERROR {o['error']} | | | |")
             continue
-        lines.append(f"| {o['name']} | {shapes} | {'yes' if o['equal'] else 'NO'} ({o['cpu_digest']}) | "
-                     f"{o['triton_ms']:.3f} | {o['torch_ms']:.3f} | {o['ratio']:.2f} |")
+        lines.append(
+            f"| {o['name']} | {shapes} | {'yes' if o['equal'] else 'NO'} ({o['cpu_digest']}) | "
+            f"{o['triton_ms']:.3f} | {o['torch_ms']:.3f} | {o['ratio']:.2f} |"
+        )
     lines += [f"- {o['name']}: {o['difference']}" for o in d["ops"] if o.get("difference")]
     return "\n".join(lines) + "\n"
 
@@ -370,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
 
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     if not torch.cuda.is_available() and not (interpret and args.quick):
-        print("gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
-              "(a CPU dry run is TRITON_INTERPRET=1 ... --quick)", file=sys.stderr)
+        print(
+            "gpu_check needs a CUDA GPU: torch.cuda.is_available() is False "
+            "(a CPU dry run is TRITON_INTERPRET=1 ... --quick)",
+            file=sys.stderr,
+        )
         return 2
     device = "cpu" if interpret else "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # torch's baseline in true fp32 too
@@ -380,9 +401,17 @@ def main(argv: list[str] | None = None) -> int:
 
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (TRITON_INTERPRET=1, timings are not GPU figures)"
     size = "quick" if args.quick else "full"
-    report = Report(args.out, {"device": name, "mode": "interpret" if interpret else "cuda", "size": size,
-                               "torch": torch.__version__, "triton": triton.__version__,
-                               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    report = Report(
+        args.out,
+        {
+            "device": name,
+            "mode": "interpret" if interpret else "cuda",
+            "size": size,
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        },
+    )
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability()
         audit_kernels(report, 10 * major + minor)

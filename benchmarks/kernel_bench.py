@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -75,7 +75,9 @@ def _matmul_cases(rng: np.random.Generator) -> list[Case]:
     cases += [
         Case("matmul_nt", "(4096,128)x(512,128)T", lambda: cpu.matmul_nt(x, w), lambda: tx @ tw.T, MATMUL_TARGET, fl),
         Case("matmul", "(4096,512)x(512,128)", lambda: cpu.matmul(dy, w), lambda: tdy @ tw, MATMUL_TARGET, fl),
-        Case("matmul_tn", "(4096,512)Tx(4096,128)", lambda: cpu.matmul_tn(dy, x), lambda: tdy.T @ tx, MATMUL_TARGET, fl),
+        Case(
+            "matmul_tn", "(4096,512)Tx(4096,128)", lambda: cpu.matmul_tn(dy, x), lambda: tdy.T @ tx, MATMUL_TARGET, fl
+        ),
     ]
     q, k = _rand(rng, 32, 128, 32), _rand(rng, 32, 128, 32)
     tq, tk = torch.from_numpy(q), torch.from_numpy(k)
@@ -93,8 +95,13 @@ def _elementwise_cases(rng: np.random.Generator) -> list[Case]:
         Case("exp", shape, lambda: cpu.exp(x), lambda: torch.exp(tx), OTHER_TARGET),
         Case("log", shape, lambda: cpu.log(pos), lambda: torch.log(tpos), OTHER_TARGET),
         Case("silu", shape, lambda: cpu.silu(x), lambda: F.silu(tx), OTHER_TARGET),
-        Case("silu_backward", shape, lambda: cpu.silu_backward(x, dy),
-             lambda: torch.ops.aten.silu_backward(tdy, tx), OTHER_TARGET),  # fmt: skip
+        Case(
+            "silu_backward",
+            shape,
+            lambda: cpu.silu_backward(x, dy),
+            lambda: torch.ops.aten.silu_backward(tdy, tx),
+            OTHER_TARGET,
+        ),  # fmt: skip
     ]
 
 
@@ -132,13 +139,28 @@ def _attention_cases(rng: np.random.Generator) -> list[Case]:
 
     shape = f"BH={bh} T={t} D={d}"
     return [
-        Case("softmax_causal", f"({bh},{t},{t})", lambda: cpu.softmax_causal(s),
-             lambda: torch.softmax(ts.masked_fill(masked, float("-inf")), -1), OTHER_TARGET),  # fmt: skip
-        Case("softmax_causal_backward", f"({bh},{t},{t})", lambda: cpu.softmax_causal_backward(p, dp),
-             lambda: torch._softmax_backward_data(tdp, tp, -1, torch.float32), OTHER_TARGET),  # fmt: skip
+        Case(
+            "softmax_causal",
+            f"({bh},{t},{t})",
+            lambda: cpu.softmax_causal(s),
+            lambda: torch.softmax(ts.masked_fill(masked, float("-inf")), -1),
+            OTHER_TARGET,
+        ),  # fmt: skip
+        Case(
+            "softmax_causal_backward",
+            f"({bh},{t},{t})",
+            lambda: cpu.softmax_causal_backward(p, dp),
+            lambda: torch._softmax_backward_data(tdp, tp, -1, torch.float32),
+            OTHER_TARGET,
+        ),  # fmt: skip
         Case("attention", shape, lambda: cpu.attention(q, k, v), torch_attention, OTHER_TARGET),
-        Case("attention_backward", shape, lambda: cpu.attention_backward(q, k, v, p, do),
-             torch_attention_backward, OTHER_TARGET),  # fmt: skip
+        Case(
+            "attention_backward",
+            shape,
+            lambda: cpu.attention_backward(q, k, v, p, do),
+            torch_attention_backward,
+            OTHER_TARGET,
+        ),  # fmt: skip
     ]
 
 
@@ -217,7 +239,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated op names to run (default: all)")
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
-    print(f"torch {torch.__version__} threads={torch.get_num_threads()} capability={torch.backends.cpu.get_cpu_capability()}")
+    print(
+        f"torch {torch.__version__} threads={torch.get_num_threads()} capability={torch.backends.cpu.get_cpu_capability()}"
+    )
     import numba
 
     print(f"numba {numba.__version__} threads={numba.get_num_threads()} layer={numba.config.THREADING_LAYER}")

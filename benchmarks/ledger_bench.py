@@ -89,7 +89,9 @@ def sustained_rate(lg: Ledger, batches: int, batch: int) -> float:
 def bench_proofs(lg: Ledger, samples: int, rng: random.Random) -> None:
     size = lg.size
     root = lg.root()
-    read = timed(lambda: lg.conn.execute("SELECT data FROM entries WHERE idx = ?", (rng.randrange(size),)).fetchone(), samples)
+    read = timed(
+        lambda: lg.conn.execute("SELECT data FROM entries WHERE idx = ?", (rng.randrange(size),)).fetchone(), samples
+    )
     read_med, _ = summary(read)
     print(f"  baseline: one entry read by primary key     median {read_med * 1e3:7.1f} us")
 
@@ -120,7 +122,9 @@ def bench_proofs(lg: Ledger, samples: int, rng: random.Random) -> None:
         ("consistency proof verify", v_cons, sha_med, 0.2),
     ]:
         med, p99 = summary(times)
-        print(f"  {name:26s} median {med:.3f} ms  p99 {p99:.3f} ms  ({med / base:5.1f}x baseline; target < {target} ms)")
+        print(
+            f"  {name:26s} median {med:.3f} ms  p99 {p99:.3f} ms  ({med / base:5.1f}x baseline; target < {target} ms)"
+        )
     print(f"  baseline: one SHA-256 of 65 bytes          median {sha_med * 1e3:7.2f} us")
     busy = [bytes(65)] * 200
     noise_med, noise_p99 = summary(timed(lambda: [hashlib.sha256(b).digest() for b in busy], samples))
@@ -163,9 +167,13 @@ def main() -> None:
             if not args.skip_verify:
                 t0 = time.perf_counter()
                 report = lg.verify()
-                print(f"  full verify() of {size:,} entries          {time.perf_counter() - t0:.1f} s  (ok={report.ok})")
+                print(
+                    f"  full verify() of {size:,} entries          {time.perf_counter() - t0:.1f} s  (ok={report.ok})"
+                )
         disk = sum(p.stat().st_size for p in directory.glob("bench.db*"))
-        print(f"  on disk: {disk / size:.1f} bytes per entry ({disk / size - ENTRY_BYTES:.1f} beyond the {ENTRY_BYTES}-byte payload)")
+        print(
+            f"  on disk: {disk / size:.1f} bytes per entry ({disk / size - ENTRY_BYTES:.1f} beyond the {ENTRY_BYTES}-byte payload)"
+        )
 
 
 if __name__ == "__main__":

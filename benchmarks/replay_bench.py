@@ -26,11 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from p2paudit.audit.replay import open_run, verify_range
+from p2paudit.audit.replay import StepRange, open_run, verify_range
+from p2paudit.engine.backends import single_process_step
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_state
-from p2paudit.run.publisher import TrainPlan, publish_run, single_process_step
+from p2paudit.run.publisher import TrainPlan, publish_run
 
 KEY = identity_from_seed(b"\x42" * 32)
 
@@ -51,13 +52,15 @@ def bench_digest(config: str, repeats: int) -> None:
     flat = np.concatenate([a.reshape(-1).view(np.uint8) for a in state.values()])
     ours = min(_timed(lambda: digest_state(state))[1] for _ in range(repeats))
     bare = min(_timed(lambda: hashlib.sha256(memoryview(flat)).digest())[1] for _ in range(repeats))
-    print(f"digest  {config} state {size / 1e6:.1f} MB, {len(state)} tensors: "
-          f"digest_state {size / ours / 1e9:.2f} GB/s, bare sha256 {size / bare / 1e9:.2f} GB/s, "
-          f"ratio {bare / ours:.2f} of bare speed (CPU time, best of {repeats})")
+    print(
+        f"digest  {config} state {size / 1e6:.1f} MB, {len(state)} tensors: "
+        f"digest_state {size / ours / 1e9:.2f} GB/s, bare sha256 {size / bare / 1e9:.2f} GB/s, "
+        f"ratio {bare / ours:.2f} of bare speed (CPU time, best of {repeats})"
+    )
 
 
 def _replay_all(run_dir: Path, steps: int, backend: str) -> None:
-    report = verify_range(open_run(run_dir), 0, steps - 1, backend, diagnose=False)
+    report = verify_range(open_run(run_dir), StepRange(False, 0, steps - 1), backend, diagnose=False)
     if not report.all_match:
         raise SystemExit("replay did not match: the benchmark measures a broken build")
 
@@ -83,19 +86,21 @@ def _bare_steps(run_dir: Path, steps: int, backend: str):
 def bench_replay(config: str, steps: int, backend: str, work: Path, attempts: int) -> None:
     warm = work / "warm"  # compiles the backend's kernels outside the timed part
     publish_run(TrainPlan(warm, config, steps=1, backend=backend), KEY)
-    verify_range(open_run(warm), 0, 0, backend, diagnose=False)
+    verify_range(open_run(warm), StepRange(False, 0, 0), backend, diagnose=False)
     times: dict[str, list[tuple[float, float]]] = {"produce": [], "replay": [], "bare": []}
     for attempt in range(attempts):  # interleaved, so that a burst of load hits all three alike
         run_dir = work / f"run{attempt}"
         plan = TrainPlan(run_dir, config, steps=steps, ckpt_every=1, backend=backend)
-        times["produce"].append(_timed(lambda: publish_run(plan, KEY)))
-        times["replay"].append(_timed(lambda: _replay_all(run_dir, steps, backend)))
+        times["produce"].append(_timed(lambda: publish_run(plan, KEY)))  # noqa: B023  (called at once)
+        times["replay"].append(_timed(lambda: _replay_all(run_dir, steps, backend)))  # noqa: B023
         times["bare"].append(_timed(_bare_steps(run_dir, steps, backend)))
     for clock, index in (("cpu", 1), ("wall", 0)):
         p, r, b = (min(t[index] for t in times[k]) / steps for k in ("produce", "replay", "bare"))
-        print(f"replay  {config}, {steps} steps, checkpoint every step, backend {backend}, {clock} time "
-              f"(best of {attempts}): produce {p:.3f} s/step, replay {r:.3f} s/step, ratio {r / p:.2f} "
-              f"(target <= 1.2); bare train_step {b:.3f} s/step, replay/bare {r / b:.2f}")
+        print(
+            f"replay  {config}, {steps} steps, checkpoint every step, backend {backend}, {clock} time "
+            f"(best of {attempts}): produce {p:.3f} s/step, replay {r:.3f} s/step, ratio {r / p:.2f} "
+            f"(target <= 1.2); bare train_step {b:.3f} s/step, replay/bare {r / b:.2f}"
+        )
 
 
 def bench_memory(config: str, backend: str, work: Path) -> None:
@@ -114,13 +119,15 @@ def bench_memory(config: str, backend: str, work: Path) -> None:
     tracemalloc.stop()
     del state
     tracemalloc.start()
-    verify_range(view, 1, 1, backend, diagnose=False)
+    verify_range(view, StepRange(False, 1, 1), backend, diagnose=False)
     _, replay_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     budget = state_bytes + step_peak
-    print(f"memory  {config}: state {state_bytes / 1e6:.2f} MB, bare step peak {step_peak / 1e6:.2f} MB, "
-          f"replay of one step peak {replay_peak / 1e6:.2f} MB, ratio {replay_peak / budget:.2f} of "
-          f"(state + step) (target <= 1.5; tracemalloc)")
+    print(
+        f"memory  {config}: state {state_bytes / 1e6:.2f} MB, bare step peak {step_peak / 1e6:.2f} MB, "
+        f"replay of one step peak {replay_peak / 1e6:.2f} MB, ratio {replay_peak / budget:.2f} of "
+        f"(state + step) (target <= 1.5; tracemalloc)"
+    )
 
 
 def main() -> None:

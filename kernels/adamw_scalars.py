@@ -50,5 +50,13 @@ def adamw_scalars(step: int, lr, beta1, beta2, eps, weight_decay) -> AdamWScalar
     with np.errstate(all="ignore"):  # host scalars: an overflow is a value, not an error
         bc1 = F32(K.ONE - powi(b1, step))
         bc2 = F32(K.ONE - powi(b2, step))
-        return AdamWScalars(b1=b1, omb1=F32(K.ONE - b1), b2=b2, omb2=F32(K.ONE - b2), ss=F32(lr / bc1),
-                            sbc2=F32(np.sqrt(bc2)), eps=eps, decay=F32(K.ONE - lr * wd))
+        return AdamWScalars(
+            b1=b1,
+            omb1=F32(K.ONE - b1),
+            b2=b2,
+            omb2=F32(K.ONE - b2),
+            ss=F32(lr / bc1),
+            sbc2=F32(np.sqrt(bc2)),
+            eps=eps,
+            decay=F32(K.ONE - lr * wd),
+        )

@@ -29,7 +29,6 @@ from numba import njit, prange
 
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 
-
 PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
 ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
 K_BLOCK = 128  # k values of A packed at a time: a tile's panel strip (16 KiB) and the packed A block (16 KiB) share L1

@@ -48,7 +48,9 @@ def _row_tree(kind: str):
             ary = context.make_array(signature.args[0])(context, builder, args[0])
             vec = ir.VectorType(ir.FloatType(), LANES)
             base = builder.bitcast(ary.data, vec.as_pointer())  # layout C: unit stride
-            vals = [builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), m)]), align=4) for m in range(size // LANES)]
+            vals = [
+                builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), m)]), align=4) for m in range(size // LANES)
+            ]
             while len(vals) > 1:  # levels w >= 16: vector m with vector m + L/2
                 half = len(vals) // 2
                 vals = [_combine(builder, kind, vals[m], vals[m + half]) for m in range(half)]
@@ -57,7 +59,9 @@ def _row_tree(kind: str):
             while width > 1:  # levels w = 8, 4, 2, 1 inside the last vector
                 half = width // 2
                 lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
-                hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width))))
+                hi = builder.shuffle_vector(
+                    v, v, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
+                )
                 v = _combine(builder, kind, lo, hi)
                 width = half
             return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
@@ -94,7 +98,10 @@ def col_tree16(typingctx, x, a, g, c0, pad, dst, d0):
 
     def codegen(context, builder, signature, args):
         xv, av, gv, cv, padv, dstv, dv = args
-        av, gv, cv, dv = (context.cast(builder, v, t, types.intp) for v, t in zip((av, gv, cv, dv), signature.args[1:4] + (signature.args[6],)))
+        av, gv, cv, dv = (
+            context.cast(builder, v, t, types.intp)
+            for v, t in zip((av, gv, cv, dv), signature.args[1:4] + (signature.args[6],))
+        )
         xa = context.make_array(signature.args[0])(context, builder, xv)
         pa = context.make_array(signature.args[4])(context, builder, padv)
         da = context.make_array(signature.args[5])(context, builder, dstv)

@@ -61,7 +61,9 @@ def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
         a_arr, p_arr, c_arr, ri0, rj0, rk0, rkw = args
         a_ty, p_ty, c_ty = signature.args[:3]
         intp = context.get_value_type(types.intp)
-        ri0, rj0, rk0, rkw = (context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:]))
+        ri0, rj0, rk0, rkw = (
+            context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:])
+        )
         f32 = ir.FloatType()
         vec = ir.VectorType(f32, LANES)
         i32 = ir.IntType(32)

@@ -33,12 +33,14 @@ if MODE == "compile":
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import KernelInputError  # noqa: E402
+from kernels import (
+    KernelInputError,  # noqa: E402
+    validate,  # noqa: E402
+)
 from kernels import constants as K  # noqa: E402
 from kernels import triton_kernels as tk  # noqa: E402
 from kernels import triton_launch as L  # noqa: E402
 from kernels import triton_rows as tr  # noqa: E402
-from kernels import validate  # noqa: E402
 from kernels.adamw_scalars import adamw_scalars  # noqa: E402
 
 F32 = np.float32
@@ -260,15 +262,28 @@ def rmsnorm(x, w, eps):
     ss = L.reduce_rows(_mul(tx, tx), is_max=False)  # (R,)
     y = torch.empty_like(tx)
     rstd = torch.empty(r, dtype=torch.float32, device=tx.device)
-    L.launch(tr.rmsnorm_forward_kernel, L.flat_grid(r * c), tx, tw, ss, y, rstd, L.device_scalars(F32(c), eps32),
-             r * c, c, BLOCK=L.FLAT_BLOCK)
+    L.launch(
+        tr.rmsnorm_forward_kernel,
+        L.flat_grid(r * c),
+        tx,
+        tw,
+        ss,
+        y,
+        rstd,
+        L.device_scalars(F32(c), eps32),
+        r * c,
+        c,
+        BLOCK=L.FLAT_BLOCK,
+    )
     return _to_caller(y, as_torch), _to_caller(rstd, as_torch)
 
 
 def rmsnorm_backward(x, w, rstd, dy):
     """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
     as_torch = _torch_mode(x, w, rstd, dy)
-    r, c = validate.check_rmsnorm_backward(*(_checkable(a, n) for a, n in ((x, "x"), (w, "w"), (rstd, "rstd"), (dy, "dy"))))
+    r, c = validate.check_rmsnorm_backward(
+        *(_checkable(a, n) for a, n in ((x, "x"), (w, "w"), (rstd, "rstd"), (dy, "dy")))
+    )
     tx, tw, trs, tdy = (_to_device(a) for a in (x, w, rstd, dy))
     dyx, gx = torch.empty_like(tx), torch.empty_like(tx)
     grid = L.flat_grid(r * c)
@@ -276,8 +291,20 @@ def rmsnorm_backward(x, w, rstd, dy):
     dw = L.reduce_cols(dyx)  # (C,)
     t = L.reduce_rows(gx, is_max=False)  # (R,)
     dx = torch.empty_like(tx)
-    L.launch(tr.rmsnorm_backward_dx_kernel, grid, tx, tw, trs, tdy, t, dx, L.device_scalars(F32(c)), r * c, c,
-             BLOCK=L.FLAT_BLOCK)
+    L.launch(
+        tr.rmsnorm_backward_dx_kernel,
+        grid,
+        tx,
+        tw,
+        trs,
+        tdy,
+        t,
+        dx,
+        L.device_scalars(F32(c)),
+        r * c,
+        c,
+        BLOCK=L.FLAT_BLOCK,
+    )
     return _to_caller(dx, as_torch), _to_caller(dw, as_torch)
 
 
@@ -312,8 +339,18 @@ def cross_entropy_backward(logits, targets, dloss):
     tl_, tt = _to_device(logits), _to_device(targets)
     _, e, s = _softmax_parts(tl_)
     dl = torch.empty_like(tl_)
-    L.launch(tr.cross_entropy_grad_kernel, L.flat_grid(n * v), e, s, tt, dl, L.device_scalars(g), n * v, v,
-             BLOCK=L.FLAT_BLOCK)
+    L.launch(
+        tr.cross_entropy_grad_kernel,
+        L.flat_grid(n * v),
+        e,
+        s,
+        tt,
+        dl,
+        L.device_scalars(g),
+        n * v,
+        v,
+        BLOCK=L.FLAT_BLOCK,
+    )
     return _to_caller(dl, as_torch)
 
 
@@ -330,7 +367,9 @@ def embedding(table, idx):
 def embedding_backward(idx, dout, vocab_size):
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
     as_torch = _torch_mode(idx, dout)
-    v, c, n = validate.check_embedding_backward(_checkable(idx, "idx", values=True), _checkable(dout, "dout"), vocab_size)
+    v, c, n = validate.check_embedding_backward(
+        _checkable(idx, "idx", values=True), _checkable(dout, "dout"), vocab_size
+    )
     ti, td = _to_device(idx), _to_device(dout)
     # Integer bookkeeping only: each id's tokens in increasing n (a stable sort),
     # and where each id's run starts; the float sums happen in the kernel.

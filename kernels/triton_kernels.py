@@ -9,16 +9,34 @@ the order docs/arithmetic.md pins, whatever the tile.
 
 from __future__ import annotations
 
-from kernels.triton_math import exp_f32, log_f32, tree_first, tree_last  # noqa: F401  (first: device check)
-
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.triton_math import exp_f32, log_f32, tree_first, tree_last  # noqa: F401  (first: device check)
+
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, scale_ptr, M, N, K,
-                  sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
-                  BM: tl.constexpr, BN: tl.constexpr, HAS_SCALE: tl.constexpr):
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    scale_ptr,
+    M,
+    N,
+    K,
+    sab,
+    sam,
+    sak,
+    sbb,
+    sbk,
+    sbn,
+    scb,
+    scm,
+    scn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+):
     """c[z, i, j] = dot over k of a[z, i, k] * b[z, k, j] as a left fold from +0.0 (section 2.3).
 
     Strides make the three layouts (nn, nt, tn) one kernel. With HAS_SCALE the
@@ -45,8 +63,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, scale_ptr, M, N, K,
 
 
 @triton.jit
-def row_tree_kernel(x_ptr, y_ptr, R, C, stride_r,
-                    BR: tl.constexpr, LOG2W: tl.constexpr, IS_MAX: tl.constexpr):
+def row_tree_kernel(x_ptr, y_ptr, R, C, stride_r, BR: tl.constexpr, LOG2W: tl.constexpr, IS_MAX: tl.constexpr):
     """y[r] = psum or pmax of x[r, 0..C) over a row padded to 2^LOG2W >= C (sections 2.1, 2.2)."""
     BW: tl.constexpr = 1 << LOG2W
     rows = tl.program_id(0) * BR + tl.arange(0, BR)  # (BR,)
@@ -58,8 +75,9 @@ def row_tree_kernel(x_ptr, y_ptr, R, C, stride_r,
 
 
 @triton.jit
-def fold_kernel(x_ptr, y_ptr, W, s_a, s_n, s_w, vn, vw, lim, NOUT,
-                LOG2G: tl.constexpr, BW: tl.constexpr, IS_MAX: tl.constexpr):
+def fold_kernel(
+    x_ptr, y_ptr, W, s_a, s_n, s_w, vn, vw, lim, NOUT, LOG2G: tl.constexpr, BW: tl.constexpr, IS_MAX: tl.constexpr
+):
     """The top LOG2G levels of a halving tree over axis n of a 3-d view (A, N, W).
 
     Element (a, n, w) lives at x_ptr + a*s_a + n*s_n + w*s_w and exists iff

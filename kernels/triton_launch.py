@@ -8,12 +8,11 @@ decide how work is spread, never the order of a reduction.
 
 from __future__ import annotations
 
-from kernels.triton_math import MODE  # first: the device check
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kernels import triton_kernels as tk  # noqa: E402
+from kernels.triton_math import MODE  # first: the device check
 
 DEVICE = torch.device("cuda" if MODE == "cuda" else "cpu")
 
@@ -57,8 +56,9 @@ def device_scalars(*values) -> torch.Tensor:
     return torch.from_numpy(host).to(DEVICE)
 
 
-def _fold(x: torch.Tensor, a: int, n: int, w: int, strides: tuple[int, int, int],
-          valid: tuple[int, int, int], is_max: bool) -> tuple[torch.Tensor, int]:
+def _fold(
+    x: torch.Tensor, a: int, n: int, w: int, strides: tuple[int, int, int], valid: tuple[int, int, int], is_max: bool
+) -> tuple[torch.Tensor, int]:
     """Run fold passes over axis n of the view (a, n, w) until one row is left.
 
     `valid` = (vn, vw, lim): element (a, n, w) exists iff n*vn + w*vw < lim.
@@ -71,8 +71,23 @@ def _fold(x: torch.Tensor, a: int, n: int, w: int, strides: tuple[int, int, int]
         log2g = min(FOLD_LOG2G, log2n)
         nout = 1 << (log2n - log2g)
         y = torch.empty((a, nout, w), dtype=torch.float32, device=x.device)
-        launch(tk.fold_kernel, (a * nout, cdiv(w, FOLD_BW)), x, y, w, s_a, s_n, s_w, vn, vw, lim, nout,
-               LOG2G=log2g, BW=FOLD_BW, IS_MAX=is_max)
+        launch(
+            tk.fold_kernel,
+            (a * nout, cdiv(w, FOLD_BW)),
+            x,
+            y,
+            w,
+            s_a,
+            s_n,
+            s_w,
+            vn,
+            vw,
+            lim,
+            nout,
+            LOG2G=log2g,
+            BW=FOLD_BW,
+            IS_MAX=is_max,
+        )
         x, log2n = y, log2n - log2g
         s_a, s_n, s_w, vn, vw, lim = nout * w, w, 1, 1, 0, nout  # dense from here on
         if log2n == 0:
@@ -127,8 +142,29 @@ def matmul(a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | 
     n = b.shape[2]
     c = torch.empty((z, m, n), dtype=torch.float32, device=a.device)
     s = scale if scale is not None else c  # never read without HAS_SCALE
-    launch(tk.matmul_kernel, (cdiv(m, MM_BM), cdiv(n, MM_BN), z), a, b, c, s, m, n, k,
-           k * m, 1, m, k * n, n, 1, m * n, n, 1, BM=MM_BM, BN=MM_BN, HAS_SCALE=scale is not None)
+    launch(
+        tk.matmul_kernel,
+        (cdiv(m, MM_BM), cdiv(n, MM_BN), z),
+        a,
+        b,
+        c,
+        s,
+        m,
+        n,
+        k,
+        k * m,
+        1,
+        m,
+        k * n,
+        n,
+        1,
+        m * n,
+        n,
+        1,
+        BM=MM_BM,
+        BN=MM_BN,
+        HAS_SCALE=scale is not None,
+    )
     return c
 
 

@@ -17,7 +17,6 @@ import os
 
 import torch
 
-
 COMPILE_ONLY_ENV = "P2PAUDIT_TRITON_COMPILE_ONLY"
 
 
@@ -35,8 +34,9 @@ def require_triton_device() -> str:
         return "cuda"
     if os.environ.get(COMPILE_ONLY_ENV, "") == "1":
         return "compile"
-    raise ImportError("triton backend needs CUDA or TRITON_INTERPRET=1 "
-                      "(no CUDA device found and TRITON_INTERPRET is not 1)")
+    raise ImportError(
+        "triton backend needs CUDA or TRITON_INTERPRET=1 (no CUDA device found and TRITON_INTERPRET is not 1)"
+    )
 
 
 MODE = require_triton_device()

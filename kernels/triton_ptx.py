@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from kernels.triton_math import MODE  # first: the device check
 
 if MODE == "interpret":
-    raise ImportError("kernels.triton_ptx compiles real kernels: unset TRITON_INTERPRET "
-                      "(use CUDA or P2PAUDIT_TRITON_COMPILE_ONLY=1)")
+    raise ImportError(
+        "kernels.triton_ptx compiles real kernels: unset TRITON_INTERPRET (use CUDA or P2PAUDIT_TRITON_COMPILE_ONLY=1)"
+    )
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -78,19 +79,34 @@ def kernel_specs() -> list[KernelSpec]:
     """Every kernel of the backend, with the constexpr variants that change its code."""
     S = KernelSpec
     specs = [S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s}) for s in (False, True)]
-    specs += [S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m})
-              for w in (0, 10) for m in (False, True)]
+    specs += [
+        S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m})
+        for w in (0, 10)
+        for m in (False, True)
+    ]
     specs += [S(tk.fold_kernel, {"LOG2G": 3, "BW": 128, "IS_MAX": m}) for m in (False, True)]
     specs += [S(tk.unary_kernel, {"OP": op, "BLOCK": 1024}) for op in (0, 1, 2)]
     specs += [S(tk.silu_backward_kernel, {"BLOCK": 1024})]
     specs += [S(k, {"BR": 4, "LOG2T": 10}) for k in (tk.softmax_causal_kernel, tk.softmax_causal_backward_kernel)]
     flat = {"BLOCK": 1024}
-    specs += [S(k, flat) for k in (tr.mul_kernel, tr.rmsnorm_forward_kernel, tr.rmsnorm_backward_parts_kernel,
-                                   tr.rmsnorm_backward_dx_kernel, tr.shifted_exp_kernel, tr.divide_kernel,
-                                   tr.adamw_kernel)]
-    specs += [S(tr.row_loss_kernel, flat, ("t_ptr",)), S(tr.cross_entropy_grad_kernel, flat, ("t_ptr",)),
-              S(tr.gather_rows_kernel, flat, ("idx_ptr",)),
-              S(tr.scatter_rows_kernel, {"BC": 128}, ("order_ptr", "start_ptr"))]
+    specs += [
+        S(k, flat)
+        for k in (
+            tr.mul_kernel,
+            tr.rmsnorm_forward_kernel,
+            tr.rmsnorm_backward_parts_kernel,
+            tr.rmsnorm_backward_dx_kernel,
+            tr.shifted_exp_kernel,
+            tr.divide_kernel,
+            tr.adamw_kernel,
+        )
+    ]
+    specs += [
+        S(tr.row_loss_kernel, flat, ("t_ptr",)),
+        S(tr.cross_entropy_grad_kernel, flat, ("t_ptr",)),
+        S(tr.gather_rows_kernel, flat, ("idx_ptr",)),
+        S(tr.scatter_rows_kernel, {"BC": 128}, ("order_ptr", "start_ptr")),
+    ]
     return specs
 
 
@@ -101,8 +117,9 @@ def compile_spec(spec: KernelSpec, arch: int = 90, fusion: bool = False) -> dict
     is only for showing that the audit catches what it allows.
     """
     src = ASTSource(fn=spec.kernel, signature=spec.signature(), constexprs=spec.constexprs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options={"enable_fp_fusion": fusion, "num_warps": 4})
+    compiled = triton.compile(
+        src, target=GPUTarget("cuda", arch, 32), options={"enable_fp_fusion": fusion, "num_warps": 4}
+    )
     return {"ptx": compiled.asm["ptx"], "llir": compiled.asm["llir"]}
 
 

@@ -8,10 +8,10 @@ flat over R*C elements, with r = i // C and c = i % C, in int64.
 
 from __future__ import annotations
 
-from kernels.triton_math import exp_f32, log_f32  # noqa: F401  (first: device check)
-
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from kernels.triton_math import exp_f32, log_f32  # noqa: F401  (first: device check)
 
 
 @triton.jit

@@ -57,8 +57,9 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 
 
 def _open(path: str, mode: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S,
-                           check_same_thread=False)
+    conn = sqlite3.connect(
+        database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+    )
     if mode != "ro":
         return conn
     try:
@@ -68,8 +69,9 @@ def _open(path: str, mode: str) -> sqlite3.Connection:
         conn.close()
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_READONLY_DIRECTORY" or _has_wal_files(path):
             raise
-    conn = sqlite3.connect(database_uri(path, "ro", immutable=True), uri=True, isolation_level=None,
-                           check_same_thread=False)
+    conn = sqlite3.connect(
+        database_uri(path, "ro", immutable=True), uri=True, isolation_level=None, check_same_thread=False
+    )
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn
 
@@ -123,18 +125,24 @@ def describe_error(exc: sqlite3.Error, path: str, action: str) -> LedgerError:
     if _is(exc, _NOTADB):
         return CorruptLedgerError(f"{path} is not a p2paudit ledger: it is not a SQLite database ({name})", None)
     if _is(exc, _CORRUPT):
-        return CorruptLedgerError(f"ledger {path} is corrupt: SQLite reports a malformed database ({name}); "
-                                  "keep the file as evidence and restore a copy", None)
+        return CorruptLedgerError(
+            f"ledger {path} is corrupt: SQLite reports a malformed database ({name}); "
+            "keep the file as evidence and restore a copy",
+            None,
+        )
     if _is(exc, _READONLY):
-        return LedgerError(f"{where}: the file or its directory is read-only ({name}); "
-                           "queries and verify open it read-only, writes need write permission")
+        return LedgerError(
+            f"{where}: the file or its directory is read-only ({name}); "
+            "queries and verify open it read-only, writes need write permission"
+        )
     if _is(exc, _FULL) or (_is(exc, _IOERR) and _free_bytes(path) is not None and _free_bytes(path) < _LOW_DISK_BYTES):
         free = _free_bytes(path)
         left = f", {free} bytes free" if free is not None else ""
         return LedgerError(f"{where}: the disk holding it is full{left} ({name})")
     if _is(exc, _BUSY) or _is(exc, _LOCKED):
-        return LedgerError(f"{where}: the database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s) "
-                           f"({name})")
+        return LedgerError(
+            f"{where}: the database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s) ({name})"
+        )
     if _is(exc, _CANTOPEN) or _is(exc, _PERM):
         return LedgerError(f"{where}: {_why_unopenable(path)} ({name})")
     if _is(exc, _IOERR):

@@ -69,7 +69,11 @@ class NoteVerifier:
     def __post_init__(self) -> None:
         check_key_name(self.name)
         if not isinstance(self.public_key, bytes) or len(self.public_key) != 32:
-            n = len(self.public_key) if isinstance(self.public_key, (bytes, bytearray)) else type(self.public_key).__name__
+            n = (
+                len(self.public_key)
+                if isinstance(self.public_key, (bytes, bytearray))
+                else type(self.public_key).__name__
+            )
             raise CheckpointError(f"Ed25519 public key for {self.name} has {n} bytes, want 32")
 
     @property
@@ -94,7 +98,9 @@ class NoteVerifier:
             raise CheckpointError(f"verifier key id {hex_id!r} is not 8 lowercase hex digits")
         raw = _b64decode_strict(blob, "verifier key")
         if len(raw) != 33 or raw[0] != SIG_TYPE_ED25519:
-            raise CheckpointError(f"verifier key has {len(raw)} bytes of type {raw[:1].hex() or 'none'}, want 33 of type 01")
+            raise CheckpointError(
+                f"verifier key has {len(raw)} bytes of type {raw[:1].hex() or 'none'}, want 33 of type 01"
+            )
         verifier = cls(name, raw[1:])
         if verifier.key_id.hex() != hex_id:
             raise CheckpointError(f"verifier key id {hex_id} does not match its key ({verifier.key_id.hex()})")
@@ -119,7 +125,9 @@ class NoteSigner:
     def __post_init__(self) -> None:
         check_key_name(self.name)
         if not isinstance(self.private_key, Ed25519PrivateKey):
-            raise CheckpointError(f"signer {self.name} needs an Ed25519PrivateKey, got {type(self.private_key).__name__}")
+            raise CheckpointError(
+                f"signer {self.name} needs an Ed25519PrivateKey, got {type(self.private_key).__name__}"
+            )
 
     @property
     def verifier(self) -> NoteVerifier:
@@ -187,7 +195,9 @@ class Checkpoint:
             if not line:
                 raise CheckpointError(f"checkpoint line {i + 1} is empty")
         if not _SIZE_RE.fullmatch(lines[1]):
-            raise CheckpointError(f"checkpoint size line {lines[1][:40]!r} is not a decimal number without leading zeros")
+            raise CheckpointError(
+                f"checkpoint size line {lines[1][:40]!r} is not a decimal number without leading zeros"
+            )
         root = _b64decode_strict(lines[2], "checkpoint root")
         return cls(lines[0], int(lines[1]), root, tuple(lines[3:]))
 

@@ -50,7 +50,9 @@ class SplitView:
     notes: tuple[str, ...]
 
 
-def insert_checkpoint(conn: sqlite3.Connection, kind: str, status: str, cp: Checkpoint, vkey: str, note: str, now: str) -> None:
+def insert_checkpoint(
+    conn: sqlite3.Connection, kind: str, status: str, cp: Checkpoint, vkey: str, note: str, now: str
+) -> None:
     """Store a checkpoint row (append-only: the id is the next one). Precondition: inside a transaction."""
     next_id = conn.execute("SELECT COALESCE(MAX(id) + 1, 1) FROM checkpoints").fetchone()[0]
     conn.execute(
@@ -71,8 +73,10 @@ def add_peer_checkpoint(
     """
     cp = open_checkpoint(note_text, [verifier])
     if cp.size == 0 and cp.root != EMPTY_ROOT:
-        raise CheckpointError(f"checkpoint of {cp.origin} at size 0 has root {cp.root.hex()[:16]}.., "
-                              f"not the empty tree's {EMPTY_ROOT.hex()[:16]}..")
+        raise CheckpointError(
+            f"checkpoint of {cp.origin} at size 0 has root {cp.root.hex()[:16]}.., "
+            f"not the empty tree's {EMPTY_ROOT.hex()[:16]}.."
+        )
     key = (verifier.vkey, cp.origin)
     same_size = conn.execute(
         "SELECT root, note FROM checkpoints WHERE kind = 'peer' AND vkey = ? AND origin = ? AND size = ? ORDER BY id",
@@ -94,8 +98,10 @@ def add_peer_checkpoint(
         held_size, held_root = held
         if min(held_size, cp.size) == 0:  # every tree extends the empty tree: there is nothing to prove
             if len(proof):
-                raise ProofError(f"consistency between sizes {held_size} and {cp.size} takes no proof "
-                                 f"(one is the empty tree), got {len(proof)} hashes")
+                raise ProofError(
+                    f"consistency between sizes {held_size} and {cp.size} takes no proof "
+                    f"(one is the empty tree), got {len(proof)} hashes"
+                )
         elif cp.size > held_size:
             verify_consistency(held_size, cp.size, proof, held_root, cp.root)
         else:
@@ -114,7 +120,8 @@ def read_split_views(conn: sqlite3.Connection) -> list[SplitView]:
     views = []
     for vkey, origin, size in groups:
         rows = conn.execute(
-            "SELECT root, note FROM checkpoints WHERE vkey = ? AND origin = ? AND size = ? ORDER BY id", (vkey, origin, size)
+            "SELECT root, note FROM checkpoints WHERE vkey = ? AND origin = ? AND size = ? ORDER BY id",
+            (vkey, origin, size),
         ).fetchall()
         roots = tuple(dict.fromkeys(root for root, _ in rows))
         views.append(SplitView(vkey, origin, size, roots, tuple(note for _, note in rows)))

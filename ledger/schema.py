@@ -85,10 +85,14 @@ def _create_if_new(conn: sqlite3.Connection, origin: str, path: str) -> None:
         if not exists:
             others = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
             if others:
-                raise LedgerError(f"{path} is a SQLite database of something else (tables {[r[0] for r in others][:5]})")
+                raise LedgerError(
+                    f"{path} is a SQLite database of something else (tables {[r[0] for r in others][:5]})"
+                )
             for statement in DDL:
                 conn.execute(statement)
-            conn.execute("INSERT INTO ledger_schema (magic, version, origin) VALUES (?, ?, ?)", (MAGIC, VERSION, origin))
+            conn.execute(
+                "INSERT INTO ledger_schema (magic, version, origin) VALUES (?, ?, ?)", (MAGIC, VERSION, origin)
+            )
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

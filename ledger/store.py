@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger import database, merkle, peers, schema, verification
@@ -227,8 +227,10 @@ class Ledger:
             tx = Transaction(self.conn, self.path)
             yield tx
             if tx.failed:
-                raise LedgerInvariantError("ledger transaction rolled back: an append in it was refused by the database "
-                                           "and the caller carried on")
+                raise LedgerInvariantError(
+                    "ledger transaction rolled back: an append in it was refused by the database "
+                    "and the caller carried on"
+                )
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
@@ -315,7 +317,9 @@ class Ledger:
         row = self.conn.execute("SELECT note FROM checkpoints WHERE kind = 'own' ORDER BY id DESC LIMIT 1").fetchone()
         return row[0] if row else None
 
-    def add_peer_checkpoint(self, note_text: str, verifier: NoteVerifier, consistency_proof: list[bytes]) -> PeerCheckpointResult:
+    def add_peer_checkpoint(
+        self, note_text: str, verifier: NoteVerifier, consistency_proof: list[bytes]
+    ) -> PeerCheckpointResult:
         """Witness a peer's checkpoint: see ledger.peers.add_peer_checkpoint."""
         with self.transaction() as tx:
             return peers.add_peer_checkpoint(tx.conn, note_text, verifier, consistency_proof, _now())
@@ -332,4 +336,4 @@ class Ledger:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -53,7 +53,9 @@ def _next_node(cursors: dict[int, sqlite3.Cursor], conn: sqlite3.Connection, lev
     return cursors[level].fetchone()
 
 
-def _check_tree(conn: sqlite3.Connection, sizes_wanted: set[int], found: _Findings) -> tuple[int, int, dict[int, bytes]]:
+def _check_tree(
+    conn: sqlite3.Connection, sizes_wanted: set[int], found: _Findings
+) -> tuple[int, int, dict[int, bytes]]:
     """Recompute leaves and nodes; return (entries checked, nodes checked, roots at the wanted sizes and at the end)."""
     frontier: list[tuple[int, bytes]] = []
     cursors: dict[int, sqlite3.Cursor] = {}
@@ -84,7 +86,10 @@ def _check_tree(conn: sqlite3.Connection, sizes_wanted: set[int], found: _Findin
     beyond = conn.execute("SELECT level, idx FROM nodes WHERE ((idx + 1) << level) > ? LIMIT 1", (expected,)).fetchone()
     if beyond is not None:
         level, k = beyond
-        found.add(f"a stored hash covers leaves [{k << level}, {(k + 1) << level}) but only {expected} entries remain", expected)
+        found.add(
+            f"a stored hash covers leaves [{k << level}, {(k + 1) << level}) but only {expected} entries remain",
+            expected,
+        )
     return expected, nodes, roots
 
 
@@ -121,4 +126,3 @@ def verify_ledger(conn: sqlite3.Connection) -> VerifyReport:
             conn.execute("COMMIT")
     problems = tuple(found.problems)
     return VerifyReport(not problems, size, full_root, found.first_bad, problems, checked_entries, nodes, checked)
-

@@ -150,8 +150,10 @@ def _check_key_file(path: Path, info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"key file {path} is not a regular file")
     if info.st_uid != os.geteuid():
-        raise InputError(f"key file {path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); "
-                         f"a node signs only with its own key")
+        raise InputError(
+            f"key file {path} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); "
+            f"a node signs only with its own key"
+        )
     loose = stat.S_IMODE(info.st_mode) & 0o077
     if loose:
         raise InputError(
@@ -316,8 +318,13 @@ def default_config(name: str | None = None, redundancy: int = 3) -> NodeConfig:
     home = home_dir()
     if type(redundancy) is not int or redundancy < 1:
         raise InputError(f"redundancy is {redundancy}, want an integer >= 1")
-    return NodeConfig(node_name=name or os.uname().nodename or "p2paudit-node", listen="/ip4/127.0.0.1/tcp/0",
-                      ledger=str(home / "ledger.db"), redundancy=redundancy, key=str(home / KEY_FILE_NAME))
+    return NodeConfig(
+        node_name=name or os.uname().nodename or "p2paudit-node",
+        listen="/ip4/127.0.0.1/tcp/0",
+        ledger=str(home / "ledger.db"),
+        redundancy=redundancy,
+        key=str(home / KEY_FILE_NAME),
+    )
 
 
 def save_config(config: NodeConfig, path: Path | str) -> None:

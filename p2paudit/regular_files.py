@@ -105,8 +105,17 @@ def open_regular(path: Path, what: str, root: Path | None = None) -> int:
         raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "special"
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "special"
+        )
         raise InputError(f"{what} {path} is {kind}, not a regular file")
     return fd
 

@@ -116,8 +116,11 @@ def forbidden_imports(imports: list[Import], watched: list[str], allowed: dict[s
 
 def lazy_imports(imports: list[Import], exempt: set[str]) -> list[str]:
     """'module:line target' for each import made inside a function, outside the exempt packages."""
-    return [f"{i.module}:{i.line} {i.target}" for i in imports
-            if i.lazy and not any(i.module == e or i.module.startswith(e + ".") for e in exempt)]
+    return [
+        f"{i.module}:{i.line} {i.target}"
+        for i in imports
+        if i.lazy and not any(i.module == e or i.module.startswith(e + ".") for e in exempt)
+    ]
 
 
 def module_cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
@@ -138,7 +141,7 @@ def module_cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 walk(nxt)
         stack.pop()

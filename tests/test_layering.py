@@ -68,7 +68,9 @@ def _owner(module: str) -> str | None:
 def test_package_imports_only_what_lies_below_it(package):
     # The Triton backend imports only where it can run: on CUDA or in the interpreter.
     env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, "-c", PROBE, package, *ENV_GATED], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, package, *ENV_GATED], capture_output=True, text=True, timeout=300, env=env
+    )
     if out.returncode != 0 and f"No module named '{package}'" in out.stderr:
         pytest.fail(f"{package} does not exist")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -84,12 +86,17 @@ DYNAMIC_ALLOWED = {"kernels"}
 
 
 def _check_tree(root: Path) -> dict[str, list]:
-    imports = [i for i in scan_tree(root, ["kernels", "ledger", "p2paudit"])
-               if not (i.target == "?" and i.module in DYNAMIC_ALLOWED)]
+    imports = [
+        i
+        for i in scan_tree(root, ["kernels", "ledger", "p2paudit"])
+        if not (i.target == "?" and i.module in DYNAMIC_ALLOWED)
+    ]
     modules = {module_name(root, p) for d in ("kernels", "ledger", "p2paudit") for p in (root / d).rglob("*.py")}
-    return {"forbidden": forbidden_imports(imports, WATCHED, ALLOWED),
-            "lazy": lazy_imports([i for i in imports if i.module not in DYNAMIC_ALLOWED], LAZY_ALLOWED),
-            "cycles": module_cycles(imports, modules)}
+    return {
+        "forbidden": forbidden_imports(imports, WATCHED, ALLOWED),
+        "lazy": lazy_imports([i for i in imports if i.module not in DYNAMIC_ALLOWED], LAZY_ALLOWED),
+        "cycles": module_cycles(imports, modules),
+    }
 
 
 def test_the_source_tree_is_layered_without_lazy_imports_or_cycles():

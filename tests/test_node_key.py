@@ -10,8 +10,16 @@ from click.testing import CliRunner
 
 from p2paudit.cli import cli
 from p2paudit.errors import InputError
-from p2paudit.identity import (default_config, ensure_node_identity, generate_identity, load_identity,
-                               load_node_identity, node_key_path, save_config, save_identity)
+from p2paudit.identity import (
+    default_config,
+    ensure_node_identity,
+    generate_identity,
+    load_identity,
+    load_node_identity,
+    node_key_path,
+    save_config,
+    save_identity,
+)
 
 
 def _invoke(args, home: Path):
@@ -86,10 +94,14 @@ def test_attest_says_when_it_creates_the_node_key(tmp_path, monkeypatch):
     key = tmp_path / "publisher.pem"
     save_identity(generate_identity(), key)
     run = tmp_path / "run"
-    assert _invoke(["train", str(run), "--steps", "1", "--backend", "reference", "--key", str(key)],
-                   home).exit_code == 0
-    first = CliRunner().invoke(cli, ["verify-range", "0", "--run", str(run), "--backend", "reference",
-                                     "--attest"], env={"P2PAUDIT_HOME": str(home)})
+    assert (
+        _invoke(["train", str(run), "--steps", "1", "--backend", "reference", "--key", str(key)], home).exit_code == 0
+    )
+    first = CliRunner().invoke(
+        cli,
+        ["verify-range", "0", "--run", str(run), "--backend", "reference", "--attest"],
+        env={"P2PAUDIT_HOME": str(home)},
+    )
     assert first.exit_code == 0, first.output
     assert f"created node key {home / 'node.key'}" in first.output
     assert load_node_identity().public_key.hex() in first.output

@@ -57,7 +57,9 @@ def attestation_from_audit(audit: StepAudit, verifier: bytes, time_ms: int, hard
     error = audit.verdict == ERROR
     init = audit.subject == INIT
     return Attestation(
-        run_id=audit.run_id, subject=audit.subject, step=audit.step,
+        run_id=audit.run_id,
+        subject=audit.subject,
+        step=audit.step,
         input_digest=None if init else audit.input_digest,
         claimed_data_digest=None if init else audit.claimed_data,
         observed_data_digest=None if init or error else audit.observed_data,
@@ -65,8 +67,12 @@ def attestation_from_audit(audit: StepAudit, verifier: bytes, time_ms: int, hard
         observed_output_digest=None if error else audit.observed_digest,
         claimed_loss_bits=None if init else _bits(audit.claimed_loss),
         observed_loss_bits=None if init or error else _bits(audit.observed_loss),
-        findings=() if error else tuple(audit.findings), verdict=audit.verdict,
+        findings=() if error else tuple(audit.findings),
+        verdict=audit.verdict,
         engine_version=_printable(audit.engine_version or ENGINE_VERSION, 64) or ENGINE_VERSION,
-        arithmetic_version=audit.arithmetic_version, backend=_printable(audit.backend, 32),
-        hardware=_printable(hardware, _HARDWARE_LIMIT), time_ms=time_ms, verifier=verifier,
+        arithmetic_version=audit.arithmetic_version,
+        backend=_printable(audit.backend, 32),
+        hardware=_printable(hardware, _HARDWARE_LIMIT),
+        time_ms=time_ms,
+        verifier=verifier,
     )

@@ -74,8 +74,16 @@ def unpack(data: bytes, what: str) -> Any:
         raise AttestationError(f"{what} has {len(data)} bytes, more than the limit {MAX_SIGNED_SIZE}")
     try:
         # No maps or ext types in any version, so the parser itself refuses them.
-        return msgpack.unpackb(data, raw=False, use_list=True, max_map_len=0, max_ext_len=0,
-                               max_array_len=64, max_bin_len=MAX_SIGNED_SIZE, max_str_len=MAX_SIGNED_SIZE)
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            max_map_len=0,
+            max_ext_len=0,
+            max_array_len=64,
+            max_bin_len=MAX_SIGNED_SIZE,
+            max_str_len=MAX_SIGNED_SIZE,
+        )
     except msgpack.ExtraData as exc:
         raise AttestationError(f"{what} has {len(exc.extra)} trailing bytes") from None
     except (ValueError, TypeError, OverflowError, UnicodeDecodeError, msgpack.UnpackException) as exc:

@@ -31,8 +31,8 @@ from typing import Any
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import SignedAttestation, attestation_to_dict, decode_signed
-from p2paudit.identity import Identity, parse_public_key_hex, sign, verify_signature
 from p2paudit.errors import InputError
+from p2paudit.identity import Identity, parse_public_key_hex, sign, verify_signature
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -153,8 +153,10 @@ def import_dsse(data: bytes) -> ImportedEnvelope:
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise AttestationError(f"DSSE payload is not an in-toto Statement ({STATEMENT_TYPE})")
     if statement.get("predicateType") not in PREDICATE_TYPES.values():
-        raise AttestationError(f"statement predicateType {str(statement.get('predicateType'))[:80]!r}, "
-                               f"want one of {', '.join(PREDICATE_TYPES.values())}")
+        raise AttestationError(
+            f"statement predicateType {str(statement.get('predicateType'))[:80]!r}, "
+            f"want one of {', '.join(PREDICATE_TYPES.values())}"
+        )
     predicate = statement.get("predicate")
     if not isinstance(predicate, dict):
         raise AttestationError("statement predicate is not an object")

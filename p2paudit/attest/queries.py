@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import SplitView
-
 from p2paudit.attest.record import VERDICTS, decode_signed
 from p2paudit.attest.store import AttestationStore, RunInfo
-from p2paudit.identity import parse_public_key_hex
 from p2paudit.errors import InputError
+from p2paudit.identity import parse_public_key_hex
 
 
 @dataclass(frozen=True)
@@ -94,8 +93,9 @@ def load_trusted_keys(path: Path | str) -> frozenset[bytes]:
     return frozenset(keys)
 
 
-def coverage(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None = None,
-             min_count: int = 1) -> Coverage:
+def coverage(
+    store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None = None, min_count: int = 1
+) -> Coverage:
     """Per-step distinct-key counts for a known run; only `trusted` keys when given."""
     if min_count < 1:
         raise InputError(f"minimum coverage is {min_count}, want >= 1")
@@ -111,7 +111,9 @@ def coverage(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] |
         "SELECT step, COUNT(DISTINCT CASE WHEN verdict = 0 THEN key END), "
         "COUNT(DISTINCT CASE WHEN verdict = 1 THEN key END), COUNT(DISTINCT CASE WHEN verdict = 2 THEN key END), "
         f"COUNT(DISTINCT CASE WHEN verdict IN (0, 1) THEN key END) FROM attest_index {where} "
-        "GROUP BY step ORDER BY step", params).fetchall()
+        "GROUP BY step ORDER BY step",
+        params,
+    ).fetchall()
     keys = store.conn.execute(f"SELECT COUNT(DISTINCT key) FROM attest_index {where}", params).fetchone()[0]
     return Coverage(run, trusted is not None, min_count, tuple(StepCoverage(*row) for row in per_step), keys)
 
@@ -163,9 +165,13 @@ def _evidence(store: AttestationStore, where: str, params: tuple) -> list[Eviden
     """
     rows = store.conn.execute(
         "SELECT i.leaf, k.public_key, i.verdict, i.observed FROM attest_index i JOIN attest_keys k ON k.key = i.key "
-        f"WHERE {where} ORDER BY i.leaf", params).fetchall()
-    return [Evidence(leaf, key, VERDICTS[verdict], observed, store.ledger.entry(leaf))
-            for leaf, key, verdict, observed in rows]
+        f"WHERE {where} ORDER BY i.leaf",
+        params,
+    ).fetchall()
+    return [
+        Evidence(leaf, key, VERDICTS[verdict], observed, store.ledger.entry(leaf))
+        for leaf, key, verdict, observed in rows
+    ]
 
 
 def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispute]:
@@ -180,8 +186,9 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
         where, params = "WHERE run = ?", (store.run_number(run_id),)
     run_ids = dict(store.conn.execute("SELECT run, run_id FROM attest_runs"))
     keys = dict(store.conn.execute("SELECT key, public_key FROM attest_keys"))
-    rows = store.conn.execute(f"SELECT run, step, key, leaf, verdict, observed FROM attest_index {where} "
-                              "ORDER BY run, step", params)
+    rows = store.conn.execute(
+        f"SELECT run, step, key, leaf, verdict, observed FROM attest_index {where} ORDER BY run, step", params
+    )
     found = []
     for (run, step), group in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
         group = list(group)
@@ -200,7 +207,8 @@ def equivocations(store: AttestationStore) -> Equivocations:
     store.check_index_current()
     groups = store.conn.execute(
         "SELECT i.run, r.run_id, i.step, i.key FROM attest_index i JOIN attest_runs r ON r.run = i.run "
-        "GROUP BY i.run, i.step, i.key HAVING COUNT(*) > 1 ORDER BY i.run, i.step, i.key").fetchall()
+        "GROUP BY i.run, i.step, i.key HAVING COUNT(*) > 1 ORDER BY i.run, i.step, i.key"
+    ).fetchall()
     found = []
     for run, run_id, step, key in groups:
         items = _evidence(store, "i.run = ? AND i.step = ? AND i.key = ?", (run, step, key))
@@ -214,8 +222,11 @@ def check_dispute(signed_a: bytes, signed_b: bytes) -> bool:
     """True iff the two signed attestations (verified here) are a dispute: same step, other keys, other outcomes."""
     a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
     same_step = (a.run_id, a.index_step) == (b.run_id, b.index_step)
-    return same_step and a.verifier != b.verifier and \
-        (a.verdict, a.observed_output_digest) != (b.verdict, b.observed_output_digest)
+    return (
+        same_step
+        and a.verifier != b.verifier
+        and (a.verdict, a.observed_output_digest) != (b.verdict, b.observed_output_digest)
+    )
 
 
 def check_equivocation(signed_a: bytes, signed_b: bytes) -> bool:

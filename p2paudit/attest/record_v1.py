@@ -17,9 +17,22 @@ from p2paudit.attest.errors import AttestationError
 VERSION_1 = 1
 DOMAIN_V1 = b"p2paudit/attestation/v1\x00"
 VERDICTS = ("match", "mismatch", "error")
-FIELDS_V1 = ("version", "run_id", "step", "input_digest", "data_digest", "claimed_output_digest",
-             "observed_output_digest", "verdict", "engine_version", "arithmetic_version", "backend",
-             "hardware", "time_ms", "verifier")
+FIELDS_V1 = (
+    "version",
+    "run_id",
+    "step",
+    "input_digest",
+    "data_digest",
+    "claimed_output_digest",
+    "observed_output_digest",
+    "verdict",
+    "engine_version",
+    "arithmetic_version",
+    "backend",
+    "hardware",
+    "time_ms",
+    "verifier",
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,13 @@ class AttestationV1:
 
     def result(self) -> tuple:
         """What the verifier asserts about the step, without time or machine details (unchanged since v1)."""
-        return (self.input_digest, self.data_digest, self.claimed_output_digest, self.verdict,
-                self.observed_output_digest)
+        return (
+            self.input_digest,
+            self.data_digest,
+            self.claimed_output_digest,
+            self.verdict,
+            self.observed_output_digest,
+        )
 
     def result_digest(self) -> bytes:
         """SHA-256 of the canonical msgpack of `result()`."""
@@ -92,13 +110,20 @@ class AttestationV1:
         """The JSON view: digests as "sha256:<hex>", run id and key as hex (exactly as before v2, so
         DSSE envelopes exported from v1 records still import)."""
         return {
-            "version": self.version, "run_id": self.run_id.hex(), "step": self.step,
-            "input_digest": digest_text(self.input_digest), "data_digest": digest_text(self.data_digest),
+            "version": self.version,
+            "run_id": self.run_id.hex(),
+            "step": self.step,
+            "input_digest": digest_text(self.input_digest),
+            "data_digest": digest_text(self.data_digest),
             "claimed_output_digest": digest_text(self.claimed_output_digest),
             "observed_output_digest": digest_text(self.observed_output_digest),
-            "verdict": self.verdict, "engine_version": self.engine_version,
-            "arithmetic_version": self.arithmetic_version, "backend": self.backend, "hardware": self.hardware,
-            "time_ms": self.time_ms, "verifier": self.verifier.hex(),
+            "verdict": self.verdict,
+            "engine_version": self.engine_version,
+            "arithmetic_version": self.arithmetic_version,
+            "backend": self.backend,
+            "hardware": self.hardware,
+            "time_ms": self.time_ms,
+            "verifier": self.verifier.hex(),
         }
 
 

@@ -38,14 +38,34 @@ SUBJECTS = ("step", "init")
 # The wire order of findings; equal to p2paudit.audit.records.FINDINGS (a test holds them equal).
 FINDINGS = ("init", "counter", "data", "state", "loss")
 INIT_INDEX_STEP = -1  # where the store indexes an init record: state 0 is the claim "before" step 0
-FIELDS_V2 = ("version", "run_id", "subject", "step", "input_digest", "claimed_data_digest",
-             "observed_data_digest", "claimed_output_digest", "observed_output_digest", "claimed_loss_bits",
-             "observed_loss_bits", "findings", "verdict", "engine_version", "arithmetic_version", "backend",
-             "hardware", "time_ms", "verifier")
-_OBSERVED_FIELD = {"init": "observed_output_digest", "data": "observed_data_digest",
-                   "state": "observed_output_digest", "loss": "observed_loss_bits"}
-_STEP_PARTS = ("input_digest", "claimed_data_digest", "observed_data_digest", "claimed_loss_bits",
-               "observed_loss_bits")
+FIELDS_V2 = (
+    "version",
+    "run_id",
+    "subject",
+    "step",
+    "input_digest",
+    "claimed_data_digest",
+    "observed_data_digest",
+    "claimed_output_digest",
+    "observed_output_digest",
+    "claimed_loss_bits",
+    "observed_loss_bits",
+    "findings",
+    "verdict",
+    "engine_version",
+    "arithmetic_version",
+    "backend",
+    "hardware",
+    "time_ms",
+    "verifier",
+)
+_OBSERVED_FIELD = {
+    "init": "observed_output_digest",
+    "data": "observed_data_digest",
+    "state": "observed_output_digest",
+    "loss": "observed_loss_bits",
+}
+_STEP_PARTS = ("input_digest", "claimed_data_digest", "observed_data_digest", "claimed_loss_bits", "observed_loss_bits")
 
 
 def _check_loss(name: str, value: Any) -> None:
@@ -126,16 +146,19 @@ class AttestationV2:
                 raise AttestationError(f"attestation finding {item!r} is not one of {', '.join(FINDINGS)}")
             positions.append(FINDINGS.index(item))
         if positions != sorted(set(positions)):
-            raise AttestationError(f"attestation findings {list(self.findings)} are not distinct and in the "
-                                   f"order {', '.join(FINDINGS)}")
+            raise AttestationError(
+                f"attestation findings {list(self.findings)} are not distinct and in the order {', '.join(FINDINGS)}"
+            )
 
     def pairs(self) -> dict[str, tuple[Any, Any]]:
         """The (claimed, observed) pair behind each finding the pairs decide, for this subject."""
         if self.subject == "init":
             return {"init": (self.claimed_output_digest, self.observed_output_digest)}
-        return {"data": (self.claimed_data_digest, self.observed_data_digest),
-                "state": (self.claimed_output_digest, self.observed_output_digest),
-                "loss": (self.claimed_loss_bits, self.observed_loss_bits)}
+        return {
+            "data": (self.claimed_data_digest, self.observed_data_digest),
+            "state": (self.claimed_output_digest, self.observed_output_digest),
+            "loss": (self.claimed_loss_bits, self.observed_loss_bits),
+        }
 
     def _check_verdict(self) -> None:
         if type(self.verdict) is not str or self.verdict not in VERDICTS:
@@ -145,8 +168,10 @@ class AttestationV2:
         if self.verdict == "error":
             observed = [name for name in pairs if name not in unobserved]
             if observed or self.findings:
-                raise AttestationError(f"attestation with verdict error observed {observed} and found "
-                                       f"{list(self.findings)}; want nothing observed and no findings")
+                raise AttestationError(
+                    f"attestation with verdict error observed {observed} and found "
+                    f"{list(self.findings)}; want nothing observed and no findings"
+                )
             return
         if unobserved:
             missing = ", ".join(_OBSERVED_FIELD[name] for name in unobserved)
@@ -154,17 +179,21 @@ class AttestationV2:
         differ = [name for name, (claimed, observed) in pairs.items() if observed != claimed]
         if self.verdict == "match":
             if differ or self.findings:
-                raise AttestationError(f"attestation says match but the pairs {differ} differ and the findings "
-                                       f"are {list(self.findings)}; want neither")
+                raise AttestationError(
+                    f"attestation says match but the pairs {differ} differ and the findings "
+                    f"are {list(self.findings)}; want neither"
+                )
             return
         judged = ("counter",) if self.subject == "step" else ()
         named = [name for name in self.findings if name not in judged]
         if not self.findings:
             raise AttestationError("attestation says mismatch but has no findings")
         if named != [name for name in FINDINGS if name in differ]:
-            raise AttestationError(f"attestation of {self.subject} {self.step} finds {list(self.findings)} but "
-                                   f"the pairs that differ are {differ}; want exactly those"
-                                   + (" (plus counter when judged)" if judged else ""))
+            raise AttestationError(
+                f"attestation of {self.subject} {self.step} finds {list(self.findings)} but "
+                f"the pairs that differ are {differ}; want exactly those"
+                + (" (plus counter when judged)" if judged else "")
+            )
 
     @property
     def index_step(self) -> int:
@@ -175,9 +204,18 @@ class AttestationV2:
     def result(self) -> tuple:
         """What the verifier asserts, without time, machine or version details (hashable: a set of
         results is how the queries find equivocations)."""
-        return (self.subject, self.input_digest, self.claimed_data_digest, self.observed_data_digest,
-                self.claimed_output_digest, self.observed_output_digest, self.claimed_loss_bits,
-                self.observed_loss_bits, self.findings, self.verdict)
+        return (
+            self.subject,
+            self.input_digest,
+            self.claimed_data_digest,
+            self.observed_data_digest,
+            self.claimed_output_digest,
+            self.observed_output_digest,
+            self.claimed_loss_bits,
+            self.observed_loss_bits,
+            self.findings,
+            self.verdict,
+        )
 
     def result_digest(self) -> bytes:
         """SHA-256 of the canonical msgpack of `result()`."""
@@ -190,16 +228,25 @@ class AttestationV2:
             return None if bits is None else f"{bits:016x}"
 
         return {
-            "version": self.version, "run_id": self.run_id.hex(), "subject": self.subject, "step": self.step,
+            "version": self.version,
+            "run_id": self.run_id.hex(),
+            "subject": self.subject,
+            "step": self.step,
             "input_digest": digest_text(self.input_digest),
             "claimed_data_digest": digest_text(self.claimed_data_digest),
             "observed_data_digest": digest_text(self.observed_data_digest),
             "claimed_output_digest": digest_text(self.claimed_output_digest),
             "observed_output_digest": digest_text(self.observed_output_digest),
-            "claimed_loss_bits": loss(self.claimed_loss_bits), "observed_loss_bits": loss(self.observed_loss_bits),
-            "findings": list(self.findings), "verdict": self.verdict, "engine_version": self.engine_version,
-            "arithmetic_version": self.arithmetic_version, "backend": self.backend, "hardware": self.hardware,
-            "time_ms": self.time_ms, "verifier": self.verifier.hex(),
+            "claimed_loss_bits": loss(self.claimed_loss_bits),
+            "observed_loss_bits": loss(self.observed_loss_bits),
+            "findings": list(self.findings),
+            "verdict": self.verdict,
+            "engine_version": self.engine_version,
+            "arithmetic_version": self.arithmetic_version,
+            "backend": self.backend,
+            "hardware": self.hardware,
+            "time_ms": self.time_ms,
+            "verifier": self.verifier.hex(),
         }
 
 

@@ -30,8 +30,15 @@ class Recorded:
         return min(self.indices) if self.indices else None
 
 
-def record_audits(store: AttestationStore, identity: Identity, run_id: bytes, num_steps: int, label: str,
-                  audits: Sequence[StepAudit], hardware: str | None = None) -> Recorded:
+def record_audits(
+    store: AttestationStore,
+    identity: Identity,
+    run_id: bytes,
+    num_steps: int,
+    label: str,
+    audits: Sequence[StepAudit],
+    hardware: str | None = None,
+) -> Recorded:
     """Register the run (idempotent) and sign-and-append one attestation per audit (the initial
     state's included, as a v2 record of subject "init"), in step order, init first.
 

@@ -11,11 +11,11 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from ledger import SplitView
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ledger import SplitView
 from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.errors import InputError
@@ -51,15 +51,21 @@ def coverage_dict(cov: Coverage) -> dict[str, Any]:
         "percent_at_least_once": round(cov.percent(cov.checked_once), 3),
         "percent_at_least_min": round(cov.percent(cov.checked_min), 3),
         "steps_with_mismatch": cov.with_mismatch,
-        "per_step": [{"step": s.step, "checked": s.checked, "match": s.match, "mismatch": s.mismatch,
-                      "error": s.error} for s in cov.per_step],
+        "per_step": [
+            {"step": s.step, "checked": s.checked, "match": s.match, "mismatch": s.mismatch, "error": s.error}
+            for s in cov.per_step
+        ],
     }
 
 
 def evidence_dict(item: Evidence) -> dict[str, Any]:
-    return {"index": item.index, "verifier": item.verifier.hex(), "verdict": item.verdict,
-            "observed_output_digest": digest_text(item.observed),
-            "signed_attestation": base64.b64encode(item.signed).decode("ascii")}
+    return {
+        "index": item.index,
+        "verifier": item.verifier.hex(),
+        "verdict": item.verdict,
+        "observed_output_digest": digest_text(item.observed),
+        "signed_attestation": base64.b64encode(item.signed).decode("ascii"),
+    }
 
 
 def _claim(step: int) -> dict[str, Any]:
@@ -68,19 +74,34 @@ def _claim(step: int) -> dict[str, Any]:
 
 
 def dispute_dict(dispute: Dispute) -> dict[str, Any]:
-    return {"run_id": dispute.run_id.hex(), **_claim(dispute.step),
-            "sides": [[evidence_dict(item) for item in side] for side in dispute.sides]}
+    return {
+        "run_id": dispute.run_id.hex(),
+        **_claim(dispute.step),
+        "sides": [[evidence_dict(item) for item in side] for side in dispute.sides],
+    }
 
 
 def split_view_dict(view: SplitView) -> dict[str, Any]:
-    return {"vkey": view.vkey, "origin": view.origin, "size": view.size,
-            "roots": [base64.b64encode(root).decode("ascii") for root in view.roots], "notes": list(view.notes)}
+    return {
+        "vkey": view.vkey,
+        "origin": view.origin,
+        "size": view.size,
+        "roots": [base64.b64encode(root).decode("ascii") for root in view.roots],
+        "notes": list(view.notes),
+    }
 
 
 def equivocations_dict(found: Equivocations) -> dict[str, Any]:
     return {
-        "keys": [{"run_id": e.run_id.hex(), **_claim(e.step), "verifier": e.verifier.hex(),
-                  "evidence": [evidence_dict(item) for item in e.evidence]} for e in found.keys],
+        "keys": [
+            {
+                "run_id": e.run_id.hex(),
+                **_claim(e.step),
+                "verifier": e.verifier.hex(),
+                "evidence": [evidence_dict(item) for item in e.evidence],
+            }
+            for e in found.keys
+        ],
         "tree_heads": [split_view_dict(view) for view in found.tree_heads],
     }
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import Ledger, LedgerError, NoteSigner, Transaction
-
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
 from p2paudit.attest.tables import create_tables, indexed_size, origin_for  # noqa: F401 (re-exported)
@@ -127,15 +126,19 @@ class AttestationStore:
 
     def _check_tables(self) -> None:
         if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone():
-            raise AttestationError(f"ledger {self.ledger.path} has no attestation index yet: "
-                                   "a write (ledger add-run, ledger import) creates it")
+            raise AttestationError(
+                f"ledger {self.ledger.path} has no attestation index yet: "
+                "a write (ledger add-run, ledger import) creates it"
+            )
 
     def check_index_current(self) -> None:
         """AttestationError unless the index covers every ledger entry (a read-only store cannot catch up)."""
         indexed, size = indexed_size(self.conn), self.ledger.size
         if indexed != size:
-            raise AttestationError(f"the attestation index covers {indexed} of the {size} ledger entries; "
-                                   "a write to the ledger (e.g. ledger add-run) indexes the rest")
+            raise AttestationError(
+                f"the attestation index covers {indexed} of the {size} ledger entries; "
+                "a write to the ledger (e.g. ledger add-run) indexes the rest"
+            )
 
     def close(self) -> None:
         self.ledger.close()
@@ -165,8 +168,9 @@ class AttestationStore:
         with self.ledger.transaction() as tx:
             row = tx.conn.execute("SELECT steps, label FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
-                tx.conn.execute("INSERT INTO attest_runs (run_id, steps, label) VALUES (?, ?, ?)",
-                                (run_id, steps, label))
+                tx.conn.execute(
+                    "INSERT INTO attest_runs (run_id, steps, label) VALUES (?, ?, ?)", (run_id, steps, label)
+                )
                 return RunInfo(run_id, steps, label)
         if row[0] != steps:
             raise AttestationError(f"run {run_id.hex()[:16]}... is registered with {row[0]} steps, not {steps}")
@@ -197,8 +201,10 @@ class AttestationStore:
                 raise AttestationError(f"attestation for unknown run {run_id.hex()}; register the run first")
             cached = self._runs[run_id] = (row[0], row[1])  # runs never change, so caching is safe
         if step >= cached[1]:
-            raise AttestationError(f"attestation for step {step}, but run {run_id.hex()[:16]}... has "
-                                   f"{cached[1]} steps (0..{cached[1] - 1})")
+            raise AttestationError(
+                f"attestation for step {step}, but run {run_id.hex()[:16]}... has "
+                f"{cached[1]} steps (0..{cached[1] - 1})"
+            )
         return cached
 
     def _key(self, conn: sqlite3.Connection, public_key: bytes) -> int:
@@ -279,9 +285,10 @@ class AttestationStore:
         """A stored leaf's bytes, or those of one earlier in this batch (not written yet)."""
         return fresh[leaf - tx.size].encoded if leaf >= tx.size else self.ledger.entry(leaf)
 
-    def _conflict(self, record: Attestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation],
-                  tx: Transaction) -> str | None:
-        """"equivocation" if the key signed another result for the step, "dispute" if another key did."""
+    def _conflict(
+        self, record: Attestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation], tx: Transaction
+    ) -> str | None:
+        """ "equivocation" if the key signed another result for the step, "dispute" if another key did."""
         conflict = None
         for h in held:
             if h.verifier == record.verifier:
@@ -292,8 +299,9 @@ class AttestationStore:
                 conflict = DISPUTE
         return conflict
 
-    def _stored_attestations(self, conn: sqlite3.Connection, runs: Sequence[int],
-                             checked: Sequence[_Checked]) -> dict[tuple[int, int], list[_Held]]:
+    def _stored_attestations(
+        self, conn: sqlite3.Connection, runs: Sequence[int], checked: Sequence[_Checked]
+    ) -> dict[tuple[int, int], list[_Held]]:
         """What is already stored for the (run, step) pairs of a batch: one query per run, not per item."""
         steps: dict[int, set[int]] = {}
         for item, run in zip(checked, runs):
@@ -303,7 +311,9 @@ class AttestationStore:
             rows = conn.execute(
                 "SELECT i.step, i.leaf, k.public_key, i.verdict, i.observed FROM attest_index i "
                 "JOIN attest_keys k ON k.key = i.key WHERE i.run = ? AND i.step IN (SELECT value FROM json_each(?)) "
-                "ORDER BY i.leaf", (run, json.dumps(sorted(wanted))))
+                "ORDER BY i.leaf",
+                (run, json.dumps(sorted(wanted))),
+            )
             for step, leaf, public_key, verdict, observed in rows:
                 found.setdefault((run, step), []).append(_Held(leaf, public_key, VERDICTS[verdict], observed))
         return found
@@ -315,15 +325,26 @@ class AttestationStore:
         self._index_rows(tx.conn, indices, fresh)
         return indices
 
-    def _index_rows(self, conn: sqlite3.Connection, indices: Sequence[int], signed: Sequence[SignedAttestation]) -> None:
+    def _index_rows(
+        self, conn: sqlite3.Connection, indices: Sequence[int], signed: Sequence[SignedAttestation]
+    ) -> None:
         rows = []
         for index, item in zip(indices, signed):
             record = item.attestation
             run, _ = self._run(conn, record.run_id, record.step)
-            rows.append((run, record.index_step, self._key(conn, record.verifier), index, VERDICT_CODE[record.verdict],
-                         record.observed_output_digest))
-        conn.executemany("INSERT INTO attest_index (run, step, key, leaf, verdict, observed) VALUES (?, ?, ?, ?, ?, ?)",
-                         rows)
+            rows.append(
+                (
+                    run,
+                    record.index_step,
+                    self._key(conn, record.verifier),
+                    index,
+                    VERDICT_CODE[record.verdict],
+                    record.observed_output_digest,
+                )
+            )
+        conn.executemany(
+            "INSERT INTO attest_index (run, step, key, leaf, verdict, observed) VALUES (?, ?, ?, ?, ?, ?)", rows
+        )
         conn.execute("INSERT INTO attest_batches (first_leaf, count) VALUES (?, ?)", (indices[0], len(indices)))
 
     def _catch_up(self, tx: Transaction) -> None:
@@ -365,7 +386,9 @@ class AttestationStore:
                 )
             return self._store(tx, [_Checked(sign_attestation(identity, attestation), 0)])[0]
 
-    def _own_attestations(self, conn: sqlite3.Connection, run: int, record: Attestation) -> list[tuple[int, SignedAttestation]]:
+    def _own_attestations(
+        self, conn: sqlite3.Connection, run: int, record: Attestation
+    ) -> list[tuple[int, SignedAttestation]]:
         rows = conn.execute(
             "SELECT i.leaf FROM attest_index i JOIN attest_keys k ON k.key = i.key "
             "WHERE i.run = ? AND i.step = ? AND k.public_key = ? ORDER BY i.leaf",
@@ -386,8 +409,9 @@ class AttestationStore:
         """Every (index, attestation) stored for one step of one run, in ledger order."""
         self.check_index_current()
         run = self.run_number(run_id)
-        rows = self.conn.execute("SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf",
-                                 (run, step)).fetchall()
+        rows = self.conn.execute(
+            "SELECT leaf FROM attest_index WHERE run = ? AND step = ? ORDER BY leaf", (run, step)
+        ).fetchall()
         return [(leaf, self.attestation(leaf)) for (leaf,) in rows]
 
     def checkpoint(self, identity: Identity) -> str:

@@ -52,7 +52,8 @@ def _check_attestations(store: AttestationStore, size: int) -> tuple[int, list[s
     indexed = min(indexed_size(store.conn), size)
     rows = store.conn.execute(
         "SELECT i.leaf, r.run_id, i.step, k.public_key, i.verdict, i.observed FROM attest_index i "
-        "JOIN attest_runs r ON r.run = i.run JOIN attest_keys k ON k.key = i.key ORDER BY i.leaf")
+        "JOIN attest_runs r ON r.run = i.run JOIN attest_keys k ON k.key = i.key ORDER BY i.leaf"
+    )
     problems: list[str] = []
     bad: list[int] = []
     row = rows.fetchone()
@@ -67,8 +68,14 @@ def _check_attestations(store: AttestationStore, size: int) -> tuple[int, list[s
         checked += 1
         if index >= indexed:
             continue
-        want = (index, record.run_id, record.index_step, record.verifier, VERDICT_CODE[record.verdict],
-                record.observed_output_digest)
+        want = (
+            index,
+            record.run_id,
+            record.index_step,
+            record.verifier,
+            VERDICT_CODE[record.verdict],
+            record.observed_output_digest,
+        )
         if row is None or tuple(row) != want:
             problems.append(f"entry {index}: its index row does not match the signed attestation")
             bad.append(index)

@@ -49,8 +49,13 @@ class Divergence:
     compared: int
 
     def to_dict(self) -> dict:
-        return {"a": self.source_a, "b": self.source_b, "index": self.index, "op": self.op_name,
-                "compared": self.compared}
+        return {
+            "a": self.source_a,
+            "b": self.source_b,
+            "index": self.index,
+            "op": self.op_name,
+            "compared": self.compared,
+        }
 
     def line(self) -> str:
         if self.index is None:
@@ -69,8 +74,13 @@ class Diagnosis:
     conclusion: str
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "tensors": list(self.tensors), "diffs": [d.to_dict() for d in self.diffs],
-                "divergences": [d.to_dict() for d in self.divergences], "conclusion": self.conclusion}
+        return {
+            "step": self.step,
+            "tensors": list(self.tensors),
+            "diffs": [d.to_dict() for d in self.diffs],
+            "divergences": [d.to_dict() for d in self.divergences],
+            "conclusion": self.conclusion,
+        }
 
     def lines(self) -> list[str]:
         shown = ", ".join(self.tensors[:MAX_NAMES_SHOWN])
@@ -108,7 +118,9 @@ def compare_tensor(name: str, claimed: np.ndarray, observed: np.ndarray) -> Tens
     return TensorDiff(name, differing, int(a.size), max_ulps)
 
 
-def compare_states(claimed: dict[str, np.ndarray], observed: dict[str, np.ndarray], names: list[str]) -> tuple[TensorDiff, ...]:
+def compare_states(
+    claimed: dict[str, np.ndarray], observed: dict[str, np.ndarray], names: list[str]
+) -> tuple[TensorDiff, ...]:
     """TensorDiff for each name in `names` (the tensors whose digests differ)."""
     return tuple(compare_tensor(n, claimed[n], observed[n]) for n in names if n in claimed and n in observed)
 
@@ -119,8 +131,9 @@ def differing_names(claimed: StateDigest, observed: StateDigest) -> tuple[str, .
     return tuple(sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n)))
 
 
-def first_divergence(name_a: str, ops_a: list[tuple[str, bytes]], name_b: str,
-                     ops_b: list[tuple[str, bytes]]) -> Divergence:
+def first_divergence(
+    name_a: str, ops_a: list[tuple[str, bytes]], name_b: str, ops_b: list[tuple[str, bytes]]
+) -> Divergence:
     """The first index where the two traces differ in op name or digest (or where one ends early)."""
     for i, (op_a, op_b) in enumerate(zip(ops_a, ops_b)):
         if op_a != op_b:
@@ -129,7 +142,9 @@ def first_divergence(name_a: str, ops_a: list[tuple[str, bytes]], name_b: str,
     if len(ops_a) != len(ops_b):
         i = min(len(ops_a), len(ops_b))
         longer = ops_a if len(ops_a) > len(ops_b) else ops_b
-        return Divergence(name_a, name_b, i, f"{longer[i][0]} (one trace has {len(ops_a)} ops, the other {len(ops_b)})", i)
+        return Divergence(
+            name_a, name_b, i, f"{longer[i][0]} (one trace has {len(ops_a)} ops, the other {len(ops_b)})", i
+        )
     return Divergence(name_a, name_b, None, None, len(ops_a))
 
 
@@ -137,11 +152,15 @@ def conclude(divergences: tuple[Divergence, ...], backends: tuple[str, str]) -> 
     """The verdict on where the fault lies, from the backend-vs-backend and vs-published comparisons."""
     between = divergences[0]
     if between.index is not None:
-        return (f"backends {backends[0]} and {backends[1]} disagree from operation {between.op_name}: "
-                f"a backend departs from the canonical arithmetic; the verifier cannot judge the claim")
+        return (
+            f"backends {backends[0]} and {backends[1]} disagree from operation {between.op_name}: "
+            f"a backend departs from the canonical arithmetic; the verifier cannot judge the claim"
+        )
     agree = f"backends {backends[0]} and {backends[1]} agree on all {between.compared} operations"
     published = [d for d in divergences[1:] if d.index is not None]
     if published:
-        return (f"{agree}, the published trace departs at operation {published[0].op_name}: "
-                f"the fault is in the claim, not the verifier")
+        return (
+            f"{agree}, the published trace departs at operation {published[0].op_name}: "
+            f"the fault is in the claim, not the verifier"
+        )
     return f"{agree} but not with the published state: the fault is in the claim, not the verifier"

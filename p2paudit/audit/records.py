@@ -83,12 +83,21 @@ class StepAudit:
             return None if value is None else format_digest(value)
 
         return {
-            "run_id": format_digest(self.run_id), "subject": self.subject, "step": self.step,
+            "run_id": format_digest(self.run_id),
+            "subject": self.subject,
+            "step": self.step,
             "input_digest": digest(self.input_digest),
-            "claimed_data": digest(self.claimed_data), "observed_data": digest(self.observed_data),
-            "claimed_digest": digest(self.claimed_digest), "observed_digest": digest(self.observed_digest),
-            "claimed_loss": self.claimed_loss, "observed_loss": self.observed_loss,
-            "findings": list(self.findings), "verdict": self.verdict, "backend": self.backend,
-            "seconds": self.seconds, "note": self.note,
-            "engine_version": self.engine_version, "arithmetic_version": self.arithmetic_version,
+            "claimed_data": digest(self.claimed_data),
+            "observed_data": digest(self.observed_data),
+            "claimed_digest": digest(self.claimed_digest),
+            "observed_digest": digest(self.observed_digest),
+            "claimed_loss": self.claimed_loss,
+            "observed_loss": self.observed_loss,
+            "findings": list(self.findings),
+            "verdict": self.verdict,
+            "backend": self.backend,
+            "seconds": self.seconds,
+            "note": self.note,
+            "engine_version": self.engine_version,
+            "arithmetic_version": self.arithmetic_version,
         }

@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from kernels import ARITHMETIC_VERSION
-from p2paudit.audit.diagnosis import (Diagnosis, compare_states, conclude, differing_names, first_divergence)
+from p2paudit.audit.diagnosis import Diagnosis, compare_states, conclude, differing_names, first_divergence
 from p2paudit.audit.records import ERROR, INIT, MATCH, MISMATCH, StepAudit, same_loss
 from p2paudit.engine import ENGINE_VERSION
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.schedule import batch_for_step
-from p2paudit.engine.state import init_state, state_names
-from p2paudit.errors import InputError
+from p2paudit.engine.state import init_state, state_names, state_shapes
+from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import parse_public_key_hex
 from p2paudit.run.checkpoint import load_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
@@ -55,6 +55,10 @@ class RunView:
     tokens: np.ndarray
     names: tuple[str, ...]
 
+    def load_state(self, n: int) -> dict[str, np.ndarray]:
+        """The published checkpoint of state n, every tensor's dtype and shape checked before it is read."""
+        return load_checkpoint(self.run_dir, n, self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg))
+
 
 @dataclass(frozen=True)
 class RangeReport:
@@ -77,10 +81,9 @@ def open_run(run_dir: Path) -> RunView:
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist")
     manifest = read_manifest(run_dir)
-    try:
-        cfg = TrainConfig.from_dict(manifest.config_dict)
-    except InputError as exc:
-        raise InputError(f"{run_dir / 'manifest.json'}: {exc}") from None
+    cfg = manifest.config  # parsed and checked with the manifest
+    if cfg is None:
+        raise InternalError(f"read_manifest returned no config for {run_dir}")
     tokens = load_tokens(run_dir, manifest.data)
     return RunView(run_dir, manifest, cfg, tokens, tuple(state_names(cfg)))
 
@@ -89,8 +92,10 @@ def check_publisher(view: RunView, key_hex: str) -> None:
     """InputError unless the run's manifest is signed by the public key `key_hex` (64 hex digits)."""
     want = parse_public_key_hex(key_hex)
     if view.manifest.public_key != want:
-        raise InputError(f"manifest {view.run_dir / 'manifest.json'} is signed by {view.manifest.public_key.hex()}, "
-                         f"not by the expected publisher {want.hex()}")
+        raise InputError(
+            f"manifest {view.run_dir / 'manifest.json'} is signed by {view.manifest.public_key.hex()}, "
+            f"not by the expected publisher {want.hex()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ class StepRange:
 
 
 def parse_step_range(text: str, num_steps: int) -> StepRange:
-    """"init", "A-B" (inclusive) or "A" -> StepRange; InputError unless 0 <= A <= B < num_steps.
+    """ "init", "A-B" (inclusive) or "A" -> StepRange; InputError unless 0 <= A <= B < num_steps.
 
     A range that includes step 0 includes the initial state's check.
     """
@@ -132,7 +137,7 @@ def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[
     first = {}
     for c in view.manifest.checkpoints:
         if first_state <= c <= last_state:
-            state = load_checkpoint(view.run_dir, c, view.manifest.state_digest(c), list(view.names))
+            state = view.load_state(c)
             first = state if c == first_state else first
     return first
 
@@ -151,16 +156,35 @@ def audit_initial_state(view: RunView) -> StepAudit:
     claimed = m.initial_state.digest
     same = observed == claimed
     note = "" if same else "the claimed state 0 is not what the recipe (config, seed) builds"
-    return StepAudit(run_id=m.run_id, step=0, input_digest=None, claimed_data=None, observed_data=None,
-                     claimed_digest=claimed, observed_digest=observed, claimed_loss=None, observed_loss=None,
-                     findings=() if same else ("init",), verdict=MATCH if same else MISMATCH, backend="recipe",
-                     seconds=time.perf_counter() - began, note=note, engine_version=ENGINE_VERSION,
-                     arithmetic_version=ARITHMETIC_VERSION, subject=INIT)
+    return StepAudit(
+        run_id=m.run_id,
+        step=0,
+        input_digest=None,
+        claimed_data=None,
+        observed_data=None,
+        claimed_digest=claimed,
+        observed_digest=observed,
+        claimed_loss=None,
+        observed_loss=None,
+        findings=() if same else ("init",),
+        verdict=MATCH if same else MISMATCH,
+        backend="recipe",
+        seconds=time.perf_counter() - began,
+        note=note,
+        engine_version=ENGINE_VERSION,
+        arithmetic_version=ARITHMETIC_VERSION,
+        subject=INIT,
+    )
 
 
-def verify_range(view: RunView, steps: StepRange, backend: str,
-                 on_audit: Callable[[StepAudit], None] | None = None, diagnose: bool = True,
-                 against: str | None = None) -> RangeReport:
+def verify_range(
+    view: RunView,
+    steps: StepRange,
+    backend: str,
+    on_audit: Callable[[StepAudit], None] | None = None,
+    diagnose: bool = True,
+    against: str | None = None,
+) -> RangeReport:
     """Check `steps` with `backend`: the initial state if steps.init, then one StepAudit per step.
 
     A mismatching step is diagnosed (unless `diagnose` is false) by tracing it
@@ -189,10 +213,11 @@ def verify_range(view: RunView, steps: StepRange, backend: str,
     diagnoses = []
     for n in range(start, b + 1):
         if anchored_note and n in m.checkpoints:
-            state, anchored_note = load_checkpoint(view.run_dir, n, m.state_digest(n), list(view.names)), ""
+            state, anchored_note = view.load_state(n), ""
         began = time.perf_counter()
-        audit, state, diagnosis = _replay_one(view, n, state, step_fn, backend, anchored_note,
-                                              (against or second_backend(backend)) if diagnose else None)
+        audit, state, diagnosis = _replay_one(
+            view, n, state, step_fn, backend, anchored_note, (against or second_backend(backend)) if diagnose else None
+        )
         audit = replace(audit, seconds=time.perf_counter() - began)
         if not anchored_note and audit.observed_digest != audit.claimed_digest:
             anchored_note = f"input is not the published state {n + 1} (step {n} mismatched)"
@@ -205,23 +230,50 @@ def verify_range(view: RunView, steps: StepRange, backend: str,
     return RangeReport(tuple(audits), tuple(diagnoses))
 
 
-def _replay_one(view: RunView, n: int, state: dict, step_fn, backend: str, unanchored: str,
-                against: str | None) -> tuple[StepAudit, dict, Diagnosis | None]:
+def _replay_one(
+    view: RunView, n: int, state: dict, step_fn, backend: str, unanchored: str, against: str | None
+) -> tuple[StepAudit, dict, Diagnosis | None]:
     """Run step n from `state`; the audit (seconds filled in by the caller), new state, diagnosis."""
     m = view.manifest
     record = m.steps[n]
-    base = dict(run_id=m.run_id, step=n, input_digest=m.state_digest(n).digest, claimed_data=record.data_digest,
-                claimed_digest=record.output.digest, claimed_loss=record.loss, backend=backend, seconds=0.0,
-                engine_version=ENGINE_VERSION, arithmetic_version=ARITHMETIC_VERSION)
+    base = dict(
+        run_id=m.run_id,
+        step=n,
+        input_digest=m.state_digest(n).digest,
+        claimed_data=record.data_digest,
+        claimed_digest=record.output.digest,
+        claimed_loss=record.loss,
+        backend=backend,
+        seconds=0.0,
+        engine_version=ENGINE_VERSION,
+        arithmetic_version=ARITHMETIC_VERSION,
+    )
     if unanchored:  # running it would check nothing: its input is not the claimed one
-        return StepAudit(**base, observed_data=None, observed_digest=None, observed_loss=None, findings=(),
-                         verdict=ERROR, note=unanchored), state, None
+        return (
+            StepAudit(
+                **base,
+                observed_data=None,
+                observed_digest=None,
+                observed_loss=None,
+                findings=(),
+                verdict=ERROR,
+                note=unanchored,
+            ),
+            state,
+            None,
+        )
     batch = batch_for_step(view.tokens, m.data.data_key, view.cfg, n)  # (M, B, T+1)
     counter = int(state["step"])
     result = step_fn(state, batch)
     observed = digest_state(result.state)
-    audit = StepAudit(**base, observed_data=digest_batch(batch), observed_digest=observed.digest,
-                      observed_loss=float(result.loss), findings=(), verdict=MATCH)
+    audit = StepAudit(
+        **base,
+        observed_data=digest_batch(batch),
+        observed_digest=observed.digest,
+        observed_loss=float(result.loss),
+        findings=(),
+        verdict=MATCH,
+    )
     findings, notes = _compare_step(audit, counter, len(differing_names(record.output, observed)))
     diagnosis = None
     if "state" in findings and against:
@@ -238,8 +290,10 @@ def _compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tup
         notes.append(f"the input state's step counter is {counter}, not {audit.step}")
     if audit.observed_data != audit.claimed_data:
         findings.append("data")
-        notes.append(f"data digest {format_digest(audit.observed_data)} is not the claimed "
-                     f"{format_digest(audit.claimed_data)}: the claim used another slice of data")
+        notes.append(
+            f"data digest {format_digest(audit.observed_data)} is not the claimed "
+            f"{format_digest(audit.claimed_data)}: the claim used another slice of data"
+        )
     if audit.observed_digest != audit.claimed_digest:
         findings.append("state")
         notes.append(f"{tensors_differing} tensor(s) differ")
@@ -249,8 +303,9 @@ def _compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tup
     return tuple(findings), notes
 
 
-def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict,
-                  backend: str, other: str) -> Diagnosis:
+def diagnose_step(
+    view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict, backend: str, other: str
+) -> Diagnosis:
     """Name the differing tensors, measure them against the claimed checkpoint if there is one,
     and bisect the step's trace on two backends (and against the published trace, if any).
 
@@ -261,7 +316,7 @@ def diagnose_step(view: RunView, n: int, state: dict, batch: np.ndarray, observe
     names = differing_names(claimed, digest_state(observed_state))
     diffs = ()
     if n + 1 in m.checkpoints:
-        claimed_state = load_checkpoint(view.run_dir, n + 1, claimed, list(view.names))
+        claimed_state = view.load_state(n + 1)
         diffs = compare_states(claimed_state, observed_state, list(names))
     traces = {b: _trace_step(view, state, batch, b) for b in (backend, other)}
     divergences = [first_divergence(backend, traces[backend], other, traces[other])]

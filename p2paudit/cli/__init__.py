@@ -55,8 +55,10 @@ class AuditGroup(click.Group):
                 raise LibraryError(_one_line(str(exc)), code) from exc
             if ctx.meta.get("p2paudit.debug"):
                 traceback.print_exc()
-            message = (f"internal error (a bug in p2paudit, not a finding about the run): "
-                       f"{type(exc).__name__}: {_one_line(str(exc))[:300]}; rerun with --debug for the traceback")
+            message = (
+                f"internal error (a bug in p2paudit, not a finding about the run): "
+                f"{type(exc).__name__}: {_one_line(str(exc))[:300]}; rerun with --debug for the traceback"
+            )
             raise LibraryError(message, EXIT_INTERNAL) from exc
 
 

@@ -12,16 +12,28 @@ from p2paudit.cli import cli
 
 @cli.command()
 @click.option("--name", default=None, help="Node name (default: the host name).")
-@click.option("--redundancy", type=click.IntRange(min=1), default=3, show_default=True,
-              help="How many volunteers should replay each step.")
+@click.option(
+    "--redundancy",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="How many volunteers should replay each step.",
+)
 def init(name: str | None, redundancy: int) -> None:
     """Create the node key and config under $P2PAUDIT_HOME (default ~/.p2paudit).
 
     Refuses to overwrite an existing key or config.
     """
-    from p2paudit.identity import (CONFIG_FILE_NAME, default_config, generate_identity, home_dir, peer_id_of,
-                                   save_config, save_identity)
     from p2paudit.errors import InputError
+    from p2paudit.identity import (
+        CONFIG_FILE_NAME,
+        default_config,
+        generate_identity,
+        home_dir,
+        peer_id_of,
+        save_config,
+        save_identity,
+    )
 
     config = default_config(name, redundancy)
     config_path = home_dir() / CONFIG_FILE_NAME

@@ -24,8 +24,13 @@ from p2paudit.cli import cli
 
 
 def _ledger_option(func: Callable) -> Callable:
-    return click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                        help="Ledger file (default: $P2PAUDIT_HOME/ledger.db).")(func)
+    return click.option(
+        "--ledger",
+        "ledger_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Ledger file (default: $P2PAUDIT_HOME/ledger.db).",
+    )(func)
 
 
 def _json_option(func: Callable) -> Callable:
@@ -108,8 +113,9 @@ def ledger() -> None:
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Number of steps, with --id.")
 @click.option("--label", default=None, help="A name for the run.")
 @_ledger_option
-def add_run(run_dir: Path | None, run_hex: str | None, steps: int | None, label: str | None,
-            ledger_path: Path | None) -> None:
+def add_run(
+    run_dir: Path | None, run_hex: str | None, steps: int | None, label: str | None, ledger_path: Path | None
+) -> None:
     """Make a run known, from its signed manifest (RUN_DIR) or from --id and --steps."""
     from p2paudit.attest.report import parse_run_id
     from p2paudit.errors import InputError
@@ -132,15 +138,26 @@ def add_run(run_dir: Path | None, run_hex: str | None, steps: int | None, label:
 
 @ledger.command()
 @click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
-@click.option("--trusted", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File of trusted verifier keys, one hex key per line ('#' comments).")
-@click.option("--min", "min_count", type=click.IntRange(min=1), default=1, show_default=True,
-              help="R: report steps checked by at least R distinct keys.")
+@click.option(
+    "--trusted",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File of trusted verifier keys, one hex key per line ('#' comments).",
+)
+@click.option(
+    "--min",
+    "min_count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="R: report steps checked by at least R distinct keys.",
+)
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a coverage plot.")
 @_json_option
 @_ledger_option
-def coverage(run: str | None, trusted: Path | None, min_count: int, png: Path | None, as_json: bool,
-             ledger_path: Path | None) -> None:
+def coverage(
+    run: str | None, trusted: Path | None, min_count: int, png: Path | None, as_json: bool, ledger_path: Path | None
+) -> None:
     """Per step, how many distinct keys attested a match, a mismatch, an error."""
     from p2paudit.attest import queries, report
 
@@ -153,16 +170,24 @@ def coverage(run: str | None, trusted: Path | None, min_count: int, png: Path | 
         report.plot_coverage(png, everyone, chosen)
     tables = [everyone] + ([chosen] if chosen is not None else [])
     if as_json:
-        _echo_json({"run_id": run_id.hex(), "label": everyone.run.label, "steps": everyone.run.steps,
-                    "all_keys": report.coverage_dict(everyone),
-                    "trusted_keys": report.coverage_dict(chosen) if chosen is not None else None})
+        _echo_json(
+            {
+                "run_id": run_id.hex(),
+                "label": everyone.run.label,
+                "steps": everyone.run.steps,
+                "all_keys": report.coverage_dict(everyone),
+                "trusted_keys": report.coverage_dict(chosen) if chosen is not None else None,
+            }
+        )
         return
     click.echo(f"run {run_id.hex()} {everyone.run.label!r}: {everyone.run.steps} steps, R = {min_count}")
     for cov in tables:
         view = report.coverage_dict(cov)
-        click.echo(f"{view['label']}, {cov.keys} keys: checked >= 1: {cov.checked_once} steps "
-                   f"({view['percent_at_least_once']:.1f}%), >= {min_count}: {cov.checked_min} steps "
-                   f"({view['percent_at_least_min']:.1f}%), steps with a mismatch: {cov.with_mismatch}")
+        click.echo(
+            f"{view['label']}, {cov.keys} keys: checked >= 1: {cov.checked_once} steps "
+            f"({view['percent_at_least_once']:.1f}%), >= {min_count}: {cov.checked_min} steps "
+            f"({view['percent_at_least_min']:.1f}%), steps with a mismatch: {cov.with_mismatch}"
+        )
     if trusted_keys is None:
         click.echo("no --trusted file: every figure above counts untrusted keys")
     click.echo("step  checked  match  mismatch  error   (all keys)")
@@ -212,11 +237,14 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
     click.echo(f"{len(found.keys)} key equivocations, {len(found.tree_heads)} tree-head split views")
     for item in found.keys:
         indices = ", ".join(str(e.index) for e in item.evidence)
-        click.echo(f"key {item.verifier.hex()[:16]}... run {item.run_id.hex()[:16]}... step {item.step}: "
-                   f"{len(item.evidence)} signed entries (indices {indices})")
+        click.echo(
+            f"key {item.verifier.hex()[:16]}... run {item.run_id.hex()[:16]}... step {item.step}: "
+            f"{len(item.evidence)} signed entries (indices {indices})"
+        )
     for view in found.tree_heads:
-        click.echo(f"log {view.origin} key {view.vkey.split('+')[0]}: size {view.size} signed with "
-                   f"{len(view.roots)} roots")
+        click.echo(
+            f"log {view.origin} key {view.vkey.split('+')[0]}: size {view.size} signed with {len(view.roots)} roots"
+        )
 
 
 @ledger.command()
@@ -233,8 +261,9 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
         run_id = _pick_run(store, run)
         info = store.run_info(run_id)
         if step >= info.steps:
-            raise InputError(f"step {step} is not in run {run_id.hex()[:16]}..., which has {info.steps} steps "
-                             f"(0..{info.steps - 1})")
+            raise InputError(
+                f"step {step} is not in run {run_id.hex()[:16]}..., which has {info.steps} steps (0..{info.steps - 1})"
+            )
         found = store.step_attestations(run_id, step)
     if as_json:
         _echo_json([{"index": index, **attestation_to_dict(s.attestation)} for index, s in found])
@@ -243,10 +272,10 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
     for index, signed in found:
         a = signed.attestation
         observed = a.observed_output_digest.hex()[:16] + "..." if a.observed_output_digest else "none"
-        click.echo(f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
-                   f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms")
-
-
+        click.echo(
+            f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
+            f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms"
+        )
 
 
 @ledger.command()
@@ -267,8 +296,15 @@ def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None)
         except ProofError as exc:
             _own_proof_failed(store, exc)
     if as_json:
-        _echo_json({"index": index, "size": size, "leaf_hash": leaf.hex(), "root": root.hex(),
-                    "proof": [h.hex() for h in hashes]})
+        _echo_json(
+            {
+                "index": index,
+                "size": size,
+                "leaf_hash": leaf.hex(),
+                "root": root.hex(),
+                "proof": [h.hex() for h in hashes],
+            }
+        )
         return
     click.echo(f"entry {index} in tree of size {size}\nleaf hash {leaf.hex()}\nroot      {root.hex()}")
     for number, item in enumerate(hashes):
@@ -278,14 +314,15 @@ def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None)
 def _own_proof_failed(store, exc: Exception) -> None:
     """A proof the ledger just made does not verify: a corrupt file (exit 2) if verify finds one, else our bug (3)."""
     from ledger import CorruptLedgerError
-
     from p2paudit.errors import InternalError
 
     found = store.ledger.verify()
     if not found.ok:
-        raise CorruptLedgerError(f"the ledger's own proof does not verify ({exc}): the file is corrupt, "
-                                 f"first bad index {found.first_bad_index}: {found.problems[0]}",
-                                 found.first_bad_index)
+        raise CorruptLedgerError(
+            f"the ledger's own proof does not verify ({exc}): the file is corrupt, "
+            f"first bad index {found.first_bad_index}: {found.problems[0]}",
+            found.first_bad_index,
+        )
     raise InternalError(f"the ledger's own proof does not verify although the ledger does: {exc}")
 
 
@@ -306,8 +343,15 @@ def consistency(old_size: int, new_size: int, as_json: bool, ledger_path: Path |
         except ProofError as exc:
             _own_proof_failed(store, exc)
     if as_json:
-        _echo_json({"old_size": old_size, "new_size": new_size, "old_root": old_root.hex(),
-                    "new_root": new_root.hex(), "proof": [h.hex() for h in hashes]})
+        _echo_json(
+            {
+                "old_size": old_size,
+                "new_size": new_size,
+                "old_root": old_root.hex(),
+                "new_root": new_root.hex(),
+                "proof": [h.hex() for h in hashes],
+            }
+        )
         return
     click.echo(f"size {old_size} root {old_root.hex()}\nsize {new_size} root {new_root.hex()}")
     for number, item in enumerate(hashes):
@@ -362,15 +406,24 @@ def verify(as_json: bool, ledger_path: Path | None) -> None:
     with _open_existing(ledger_path) as store:
         found = verify_store(store)
     if as_json:
-        _echo_json({"ok": found.ok, "size": found.size, "root": found.root.hex() if found.root else None,
-                    "first_bad_index": found.first_bad_index, "problems": list(found.problems),
-                    "attestations_checked": found.attestations_checked})
+        _echo_json(
+            {
+                "ok": found.ok,
+                "size": found.size,
+                "root": found.root.hex() if found.root else None,
+                "first_bad_index": found.first_bad_index,
+                "problems": list(found.problems),
+                "attestations_checked": found.attestations_checked,
+            }
+        )
     if not found.ok:
         where = f"first bad index {found.first_bad_index}: " if found.first_bad_index is not None else ""
         raise MismatchError(f"ledger does not verify: {where}{found.first_problem()}")
     if not as_json:
-        click.echo(f"ok: {found.size} entries, {found.attestations_checked} signed attestations, "
-                   f"root {found.root.hex() if found.root else '-'}")
+        click.echo(
+            f"ok: {found.size} entries, {found.attestations_checked} signed attestations, "
+            f"root {found.root.hex() if found.root else '-'}"
+        )
 
 
 MAX_IMPORT_BYTES = 64 * 1024  # = attest.intoto.MAX_ENVELOPE_SIZE; a signed attestation is far smaller
@@ -407,10 +460,18 @@ def import_(file: Path, ledger_path: Path | None) -> None:
 
 @ledger.command()
 @click.option("--index", "index", type=click.IntRange(min=0), required=True, help="Entry index.")
-@click.option("--dsse", is_flag=True, help="An in-toto statement in a DSSE envelope signed by this node "
-                                           "(default: the raw signed attestation bytes).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file (default: stdout).")
+@click.option(
+    "--dsse",
+    is_flag=True,
+    help="An in-toto statement in a DSSE envelope signed by this node (default: the raw signed attestation bytes).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file (default: stdout).",
+)
 @_ledger_option
 def export(index: int, dsse: bool, output: Path | None, ledger_path: Path | None) -> None:
     """Export one stored attestation."""

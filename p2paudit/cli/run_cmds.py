@@ -35,8 +35,14 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity) -> PublishResult
     from p2paudit.run.publisher import publish_run
 
     started = time.perf_counter()
-    columns = (TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("loss {task.fields[loss]}"),
-               TextColumn("{task.fields[rate]} steps/s"), TimeElapsedColumn())
+    columns = (
+        TextColumn("step"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task("train", total=plan.steps, loss="-", rate="-")
 
@@ -59,10 +65,25 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity) -> PublishResult
 @click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--traces", is_flag=True, help="Also publish every step's operation trace (world size 1).")
-@click.option("--key", "key_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Publisher key (default: the node key, created if missing).")
-def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None, ckpt_every: int,
-          world_size: int, backend: str, seed: int, traces: bool, key_path: Path | None) -> None:
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Publisher key (default: the node key, created if missing).",
+)
+def train(
+    run_dir: Path,
+    config_name: str,
+    steps: int,
+    micro_batches: int | None,
+    ckpt_every: int,
+    world_size: int,
+    backend: str,
+    seed: int,
+    traces: bool,
+    key_path: Path | None,
+) -> None:
     """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
     from p2paudit.identity import load_identity
     from p2paudit.run.digest import format_digest
@@ -73,8 +94,11 @@ def train(run_dir: Path, config_name: str, steps: int, micro_batches: int | None
     check_plan(plan)
     identity = load_identity(key_path) if key_path is not None else _node_identity()
     result = _publish_with_progress(plan, identity)
-    state = "already complete" if result.already_complete else (
-        f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
+    state = (
+        "already complete"
+        if result.already_complete
+        else (f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
+    )
     click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")
 
 
@@ -84,8 +108,11 @@ def _node_identity() -> Identity:
 
     identity, created = ensure_node_identity()
     if created:
-        click.echo(f"created node key {node_key_path()} (mode 0600), public key {identity.public_key.hex()}, "
-                   f"peer id {peer_id_of(identity.public_key)}", err=True)
+        click.echo(
+            f"created node key {node_key_path()} (mode 0600), public key {identity.public_key.hex()}, "
+            f"peer id {peer_id_of(identity.public_key)}",
+            err=True,
+        )
     return identity
 
 
@@ -102,12 +129,18 @@ def _summary(report: RangeReport, manifest: Manifest) -> dict:
     from p2paudit.run.digest import format_digest
 
     counts = {v: sum(1 for a in report.audits if a.verdict == v) for v in VERDICTS}
-    return {"run_id": format_digest(manifest.run_id), "publisher": manifest.public_key.hex(),
-            "steps": len(report.audits), **counts, "seconds": sum(a.seconds for a in report.audits)}
+    return {
+        "run_id": format_digest(manifest.run_id),
+        "publisher": manifest.public_key.hex(),
+        "steps": len(report.audits),
+        **counts,
+        "seconds": sum(a.seconds for a in report.audits),
+    }
 
 
-def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None,
-            publisher: str | None = None) -> RangeReport:
+def _verify(
+    run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None, publisher: str | None = None
+) -> RangeReport:
     """Open and check the run, replay the range, print; returns the report."""
     from p2paudit.audit.replay import check_publisher, open_run, parse_step_range, verify_range
 
@@ -118,15 +151,25 @@ def _verify(run_dir: Path, steps: str, backend: str, as_json: bool, against: str
     report = verify_range(view, step_range, backend, on_audit=None if as_json else _echo_audit, against=against)
     summary = _summary(report, view.manifest)
     if as_json:
-        click.echo(json.dumps({"summary": summary, "audits": [x.to_dict() for x in report.audits],
-                               "diagnoses": [d.to_dict() for d in report.diagnoses]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "summary": summary,
+                    "audits": [x.to_dict() for x in report.audits],
+                    "diagnoses": [d.to_dict() for d in report.diagnoses],
+                },
+                indent=2,
+            )
+        )
         return report
     for diagnosis in report.diagnoses:
         for line in diagnosis.lines():
             click.echo(line)
-    click.echo(f"{summary['steps']} check(s) of run {summary['run_id']}: {summary['match']} match, "
-               f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s); "
-               f"signed by publisher key {summary['publisher']}")
+    click.echo(
+        f"{summary['steps']} check(s) of run {summary['run_id']}: {summary['match']} match, "
+        f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s); "
+        f"signed by publisher key {summary['publisher']}"
+    )
     return report
 
 
@@ -156,16 +199,37 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
 @click.argument("steps")
 @click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
-@click.option("--against", type=BACKEND_CHOICE, default=None,
-              help="Backend to bisect a mismatch against (default: reference, or cpu when --backend reference).")
-@click.option("--publisher", default=None, metavar="KEYHEX",
-              help="Refuse the run unless its manifest is signed by this Ed25519 public key (64 hex digits).")
+@click.option(
+    "--against",
+    type=BACKEND_CHOICE,
+    default=None,
+    help="Backend to bisect a mismatch against (default: reference, or cpu when --backend reference).",
+)
+@click.option(
+    "--publisher",
+    default=None,
+    metavar="KEYHEX",
+    help="Refuse the run unless its manifest is signed by this Ed25519 public key (64 hex digits).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
 @click.option("--attest", is_flag=True, help="Sign each step's result with the node key into the node's ledger.")
-@click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Ledger file for --attest (default: $P2PAUDIT_HOME/ledger.db).")
-def verify_range_cmd(steps: str, run_dir: Path, backend: str, against: str | None,
-                     publisher: str | None, as_json: bool, attest: bool, ledger_path: Path | None) -> None:
+@click.option(
+    "--ledger",
+    "ledger_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Ledger file for --attest (default: $P2PAUDIT_HOME/ledger.db).",
+)
+def verify_range_cmd(
+    steps: str,
+    run_dir: Path,
+    backend: str,
+    against: str | None,
+    publisher: str | None,
+    as_json: bool,
+    attest: bool,
+    ledger_path: Path | None,
+) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
     Steps are 0-based: step n turns state n into state n+1, and the digest
@@ -191,14 +255,24 @@ def _fail_unless_all_match(report: RangeReport) -> None:
 
 
 @cli.command()
-@click.option("--dir", "run_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("p2paudit-demo"), show_default=True)
-@click.option("--backend", type=BACKEND_CHOICE, default="reference", show_default=True,
-              help="reference needs no compilation, so the demo stays short.")
+@click.option(
+    "--dir",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("p2paudit-demo"),
+    show_default=True,
+)
+@click.option(
+    "--backend",
+    type=BACKEND_CHOICE,
+    default="reference",
+    show_default=True,
+    help="reference needs no compilation, so the demo stays short.",
+)
 def demo(run_dir: Path, backend: str) -> None:
     """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, attest it, check the golden digest."""
-    from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.errors import InternalError
+    from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.run.manifest import read_manifest
     from p2paudit.run.publisher import check_plan
     from p2paudit.run.training import TrainPlan
@@ -214,11 +288,16 @@ def demo(run_dir: Path, backend: str) -> None:
     _attest(run_dir, report, None)
     final = read_manifest(run_dir).state_digest(GOLDEN_TINY_STEPS).text()
     golden_ok = final == GOLDEN_TINY_DIGEST
-    click.echo(f"golden digest after {GOLDEN_TINY_STEPS} steps: {final} "
-               f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}")
-    click.echo("next: `p2paudit ledger coverage`, `p2paudit ledger disputes`, `p2paudit verify-range 2-5 --run "
-               f"{run_dir}`")
+    click.echo(
+        f"golden digest after {GOLDEN_TINY_STEPS} steps: {final} "
+        f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}"
+    )
+    click.echo(
+        f"next: `p2paudit ledger coverage`, `p2paudit ledger disputes`, `p2paudit verify-range 2-5 --run {run_dir}`"
+    )
     _fail_unless_all_match(report)
     if not golden_ok:
-        raise InternalError(f"the digest after {GOLDEN_TINY_STEPS} steps is not the golden digest: "
-                            f"determinism is broken on this machine; please report it")
+        raise InternalError(
+            f"the digest after {GOLDEN_TINY_STEPS} steps is not the golden digest: "
+            f"determinism is broken on this machine; please report it"
+        )

@@ -173,11 +173,18 @@ def count_parameters(m: ModelConfig) -> int:
 
 
 def _check_model(m: ModelConfig) -> None:
-    if not (1 <= len(m.name) <= MAX_NAME_CHARS and m.name.isascii() and m.name.isprintable()
-            and m.name.strip() == m.name):
+    if not (
+        1 <= len(m.name) <= MAX_NAME_CHARS and m.name.isascii() and m.name.isprintable() and m.name.strip() == m.name
+    ):
         raise InputError(f"model name {m.name[:80]!r} must be 1..{MAX_NAME_CHARS} printable ASCII characters")
-    for key, high in (("vocab_size", MAX_VOCAB), ("seq_len", MAX_SEQ_LEN), ("n_layer", MAX_LAYERS),
-                      ("n_head", MAX_HEADS), ("n_embd", MAX_EMBD), ("mlp_mult", MAX_MLP_MULT)):
+    for key, high in (
+        ("vocab_size", MAX_VOCAB),
+        ("seq_len", MAX_SEQ_LEN),
+        ("n_layer", MAX_LAYERS),
+        ("n_head", MAX_HEADS),
+        ("n_embd", MAX_EMBD),
+        ("mlp_mult", MAX_MLP_MULT),
+    ):
         _check_range(getattr(m, key), 1, high, f"model {key}")
     if m.n_embd % m.n_head:
         raise InputError(f"model n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
@@ -192,8 +199,10 @@ def _check_optim(o: OptimConfig) -> None:
     if not (0.0 <= o.beta1 < 1.0 and 0.0 <= o.beta2 < 1.0):
         raise InputError(f"optim betas ({o.beta1}, {o.beta2}) must lie in [0, 1)")
     if not (0.0 <= o.lr <= 1.0 and 0.0 <= o.min_lr <= 1.0 and 0.0 < o.eps <= 1.0 and 0.0 <= o.weight_decay <= 1.0):
-        raise InputError(f"optim lr {o.lr}, min_lr {o.min_lr}, weight_decay {o.weight_decay} must lie in [0, 1] "
-                         f"and eps {o.eps} in (0, 1]")
+        raise InputError(
+            f"optim lr {o.lr}, min_lr {o.min_lr}, weight_decay {o.weight_decay} must lie in [0, 1] "
+            f"and eps {o.eps} in (0, 1]"
+        )
 
 
 def check_sizes(t: TrainConfig) -> None:
@@ -209,8 +218,10 @@ def check_sizes(t: TrainConfig) -> None:
         raise InputError(f"micro_batches is {t.micro_batches}, want a power of two")
     tokens = t.micro_batches * t.batch_size * t.model.seq_len
     if tokens > MAX_TOKENS_PER_STEP:
-        raise InputError(f"a step reads micro_batches {t.micro_batches} x batch_size {t.batch_size} x seq_len "
-                         f"{t.model.seq_len} = {tokens} tokens, more than the {MAX_TOKENS_PER_STEP} allowed")
+        raise InputError(
+            f"a step reads micro_batches {t.micro_batches} x batch_size {t.batch_size} x seq_len "
+            f"{t.model.seq_len} = {tokens} tokens, more than the {MAX_TOKENS_PER_STEP} allowed"
+        )
 
 
 def _check_train(t: TrainConfig) -> None:

@@ -42,8 +42,12 @@ def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateD
     padded with spaces to a multiple of 8 bytes; tensors laid out in name
     order, C-contiguous little-endian.
     """
-    metadata = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step),
-                "state_digest": digest.text()}
+    metadata = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "step": str(step),
+        "state_digest": digest.text(),
+    }
     header: dict[str, object] = {"__metadata__": metadata}
     blobs, offset = [], 0
     for name in sorted(state):
@@ -52,8 +56,11 @@ def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateD
             raise InputError(f"tensor {name}: dtype {array.dtype} cannot go into a checkpoint")
         # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
         data = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False).tobytes(order="C")
-        header[name] = {"dtype": _DTYPES[array.dtype.name], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": _DTYPES[array.dtype.name],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
@@ -77,8 +84,13 @@ def checkpoint_bound(shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | No
     return 8 + HEADER_ALLOWANCE + 256 * count + data
 
 
-def load_checkpoint(run_dir: Path, step: int, expected: StateDigest, names: list[str],
-                    shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> dict[str, np.ndarray]:
+def load_checkpoint(
+    run_dir: Path,
+    step: int,
+    expected: StateDigest,
+    names: list[str],
+    shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
+) -> dict[str, np.ndarray]:
     """Load the checkpoint of `step`, tensors in the order of `names`, checked against `expected`.
 
     The file must be a regular file inside `run_dir` (no link, FIFO or device)
@@ -92,8 +104,12 @@ def load_checkpoint(run_dir: Path, step: int, expected: StateDigest, names: list
     path = run_dir / checkpoint_path(step)
     regular_size(path, "checkpoint", run_dir, checkpoint_bound(shapes, len(names)))
     state, metadata = _read_safetensors(path, names, shapes)
-    want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(step),
-            "state_digest": expected.text()}
+    want = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "step": str(step),
+        "state_digest": expected.text(),
+    }
     got = {k: metadata.get(k) for k in want}
     if got != want:
         raise InputError(f"checkpoint {path}: metadata {got} is not {want}")
@@ -101,13 +117,16 @@ def load_checkpoint(run_dir: Path, step: int, expected: StateDigest, names: list
     observed = digest_state(state)
     if observed.digest != expected.digest:
         differ = differing_tensors(expected, observed)
-        raise InputError(f"checkpoint {path}: state digest {observed.text()} is not the manifest's "
-                         f"{expected.text()} (tensors differ: {', '.join(differ) or 'none; names or order'})")
+        raise InputError(
+            f"checkpoint {path}: state digest {observed.text()} is not the manifest's "
+            f"{expected.text()} (tensors differ: {', '.join(differ) or 'none; names or order'})"
+        )
     return state
 
 
-def _read_safetensors(path: Path, names: list[str], shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None
-                      ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _read_safetensors(
+    path: Path, names: list[str], shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     try:
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}
@@ -120,8 +139,10 @@ def _read_safetensors(path: Path, names: list[str], shapes: Mapping[str, tuple[t
                 found = handle.get_slice(name)
                 got = (tuple(found.get_shape()), found.get_dtype())
                 if got != (tuple(shape), _DTYPES[np.dtype(dtype).name]):
-                    raise InputError(f"checkpoint {path}: tensor {name} is {got[1]} {list(got[0])}, want "
-                                     f"{_DTYPES[np.dtype(dtype).name]} {list(shape)}")
+                    raise InputError(
+                        f"checkpoint {path}: tensor {name} is {got[1]} {list(got[0])}, want "
+                        f"{_DTYPES[np.dtype(dtype).name]} {list(shape)}"
+                    )
             state = {name: handle.get_tensor(name) for name in names}
     except InputError:
         raise
@@ -135,4 +156,3 @@ def differing_tensors(expected: StateDigest, observed: StateDigest) -> list[str]
     """Names whose tensor digests differ, or that only one of the two states has."""
     a, b = expected.tensor_map(), observed.tensor_map()
     return sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-

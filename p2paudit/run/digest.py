@@ -70,14 +70,15 @@ class StateDigest:
         if names is not None and set(data["tensors"]) != set(names):
             missing = sorted(set(names) - set(data["tensors"]))[:3]
             extra = sorted(set(data["tensors"]) - set(names))[:3]
-            raise InputError(f"{where}: tensors are not the config's state tensors (missing {missing}, "
-                             f"unexpected {[n[:80] for n in extra]})")
+            raise InputError(
+                f"{where}: tensors are not the config's state tensors (missing {missing}, "
+                f"unexpected {[n[:80] for n in extra]})"
+            )
         pairs = [(n, parse_digest(d, f"{where} tensor {n[:80]}")) for n, d in data["tensors"].items()]
         tensors = tuple(sorted(pairs, key=lambda pair: pair[0].encode("utf-8", "surrogatepass")))
         state = StateDigest(parse_digest(data["digest"], f"{where}.digest"), tensors)
         if combine_tensor_digests(tensors) != state.digest:
-            raise InputError(f"{where}: state digest {state.text()} does not match its {len(tensors)} "
-                             f"tensor digests")
+            raise InputError(f"{where}: state digest {state.text()} does not match its {len(tensors)} tensor digests")
         return state
 
 
@@ -90,7 +91,7 @@ def parse_digest(text: object, where: str = "digest") -> bytes:
     """`sha256:<64 hex digits>` -> 32 raw bytes; InputError naming `where` otherwise."""
     if not isinstance(text, str) or not text.startswith(DIGEST_PREFIX):
         raise InputError(f"{where}: expected 'sha256:<64 hex digits>', got {str(text)[:80]!r}")
-    hexpart = text[len(DIGEST_PREFIX):]
+    hexpart = text[len(DIGEST_PREFIX) :]
     if len(hexpart) != 64:
         raise InputError(f"{where}: digest has {len(hexpart)} hex digits, want 64")
     if hexpart != hexpart.lower():
@@ -129,15 +130,26 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
 
     Precondition: a numpy array of float32, float64, integers or bools.
     """
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in _ALLOWED_KINDS or (
-            array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8)):
-        raise InputError(f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}")
+    if (
+        not isinstance(array, np.ndarray)
+        or array.dtype.kind not in _ALLOWED_KINDS
+        or (array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8))
+    ):
+        raise InputError(
+            f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}"
+        )
     data = _canonical_buffer(array)
     name_bytes = name.encode("utf-8")
     dtype_bytes = data.dtype.name.encode("ascii")
-    header = [TENSOR_DOMAIN, struct.pack("<I", len(name_bytes)), name_bytes,
-              struct.pack("<I", len(dtype_bytes)), dtype_bytes,
-              struct.pack("<I", data.ndim), struct.pack(f"<{data.ndim}Q", *data.shape)]
+    header = [
+        TENSOR_DOMAIN,
+        struct.pack("<I", len(name_bytes)),
+        name_bytes,
+        struct.pack("<I", len(dtype_bytes)),
+        dtype_bytes,
+        struct.pack("<I", data.ndim),
+        struct.pack(f"<{data.ndim}Q", *data.shape),
+    ]
     h = hashlib.sha256(b"".join(header))
     if data.size:
         h.update(memoryview(data).cast("B"))  # the array's own buffer: no copy

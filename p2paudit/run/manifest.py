@@ -47,9 +47,23 @@ SIGNATURE_FILE = "manifest.sig.json"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 4096
 MAX_STEPS = MAX_SCHEDULE_STEPS  # steps_planned; the schedule counts steps below 2^32
-BODY_KEYS = ("arithmetic_version", "checkpoint_every", "checkpoints", "config", "created_by", "data",
-             "engine_version", "format", "initial_state", "loss_curve", "schedule", "steps", "steps_planned",
-             "traces", "version")
+BODY_KEYS = (
+    "arithmetic_version",
+    "checkpoint_every",
+    "checkpoints",
+    "config",
+    "created_by",
+    "data",
+    "engine_version",
+    "format",
+    "initial_state",
+    "loss_curve",
+    "schedule",
+    "steps",
+    "steps_planned",
+    "traces",
+    "version",
+)
 SCHEDULE_KEYS = ("batch_size", "data_key", "function", "micro_batches", "seed", "seq_len")
 STEP_KEYS = ("data", "loss", "output", "step")  # and "trace" exactly when the body's "traces" is true
 CREATED_BY = re.compile(r"p2paudit [0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
@@ -58,8 +72,9 @@ CREATED_BY = re.compile(r"p2paudit [0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
 def canonical_json(value: object) -> bytes:
     """Sorted keys, no whitespace, UTF-8, NaN and infinities refused."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode("utf-8")
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+            "utf-8"
+        )
     except ValueError as exc:
         raise InputError(f"manifest body cannot be canonical JSON: {exc}") from None
 
@@ -111,27 +126,36 @@ class StepRecord:
     trace: bytes | None = None  # SHA-256 of the published trace file, if the publisher wrote one
 
     def to_dict(self) -> dict:
-        out = {"step": self.step, "data": format_digest(self.data_digest), "loss": self.loss,
-               "output": self.output.to_dict()}
+        out = {
+            "step": self.step,
+            "data": format_digest(self.data_digest),
+            "loss": self.loss,
+            "output": self.output.to_dict(),
+        }
         if self.trace is not None:
             out["trace"] = format_digest(self.trace)
         return out
 
     @staticmethod
-    def from_dict(item: object, step: int, names: list[str] | None = None, traces: bool | None = None
-                  ) -> StepRecord:
+    def from_dict(item: object, step: int, names: list[str] | None = None, traces: bool | None = None) -> StepRecord:
         """Parse steps[step] strictly: its keys ("trace" exactly when `traces`; either when None),
         `step`, the batch digest, the loss, and the output state (with `names`, exactly those tensors)."""
         where = f"steps[{step}]"
         has_trace = isinstance(item, dict) and "trace" in item
         if traces is not None and has_trace != traces:
-            raise InputError(f"{where} {'has' if has_trace else 'lacks'} a trace digest but traces is "
-                             f"{str(traces).lower()}")
+            raise InputError(
+                f"{where} {'has' if has_trace else 'lacks'} a trace digest but traces is {str(traces).lower()}"
+            )
         item = _keys(item, STEP_KEYS + (("trace",) if has_trace else ()), where)
         _equal(item["step"], step, f"{where}.step")
         trace = parse_digest(item["trace"], f"{where}.trace") if has_trace else None
-        return StepRecord(step, parse_digest(item["data"], f"{where}.data"), _loss(item["loss"], f"{where}.loss"),
-                          StateDigest.from_dict(item["output"], f"{where}.output", names), trace)
+        return StepRecord(
+            step,
+            parse_digest(item["data"], f"{where}.data"),
+            _loss(item["loss"], f"{where}.loss"),
+            StateDigest.from_dict(item["output"], f"{where}.output", names),
+            trace,
+        )
 
 
 @dataclass(frozen=True)
@@ -151,19 +175,34 @@ class Body:
     def to_dict(self) -> dict:
         """The body as the publisher writes it; canonical_json of this is the one encoding."""
         return {
-            "format": RUN_FORMAT, "version": RUN_VERSION, "arithmetic_version": kernels.ARITHMETIC_VERSION,
-            "engine_version": ENGINE_VERSION, "created_by": self.created_by, "config": self.config.to_dict(),
-            "steps_planned": self.steps_planned, "checkpoint_every": self.checkpoint_every,
-            "data": self.data.to_dict(), "schedule": schedule_object(self.config, self.data),
-            "initial_state": self.initial_state.to_dict(), "steps": [r.to_dict() for r in self.steps],
-            "loss_curve": [r.loss for r in self.steps], "checkpoints": list(self.checkpoints), "traces": self.traces,
+            "format": RUN_FORMAT,
+            "version": RUN_VERSION,
+            "arithmetic_version": kernels.ARITHMETIC_VERSION,
+            "engine_version": ENGINE_VERSION,
+            "created_by": self.created_by,
+            "config": self.config.to_dict(),
+            "steps_planned": self.steps_planned,
+            "checkpoint_every": self.checkpoint_every,
+            "data": self.data.to_dict(),
+            "schedule": schedule_object(self.config, self.data),
+            "initial_state": self.initial_state.to_dict(),
+            "steps": [r.to_dict() for r in self.steps],
+            "loss_curve": [r.loss for r in self.steps],
+            "checkpoints": list(self.checkpoints),
+            "traces": self.traces,
         }
 
 
 def schedule_object(cfg: TrainConfig, data: DataSpec) -> dict:
     """The manifest's "schedule": what batch_for_step reads, each value a copy of the config's or data's."""
-    return {"function": SCHEDULE_FUNCTION, "data_key": format_digest(data.data_key), "seed": cfg.seed,
-            "micro_batches": cfg.micro_batches, "batch_size": cfg.batch_size, "seq_len": cfg.model.seq_len}
+    return {
+        "function": SCHEDULE_FUNCTION,
+        "data_key": format_digest(data.data_key),
+        "seed": cfg.seed,
+        "micro_batches": cfg.micro_batches,
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.model.seq_len,
+    }
 
 
 def expected_checkpoints(done: int, steps_planned: int, every: int) -> list[int]:
@@ -207,8 +246,14 @@ def sign_body(body: dict, identity: Identity) -> tuple[bytes, dict]:
     """(canonical body bytes, signature file object) for `body` signed by `identity`."""
     body_bytes = canonical_json(body)
     signature = sign(identity, SIGNATURE_DOMAIN + body_bytes)
-    envelope = {"format": SIGNATURE_FORMAT, "version": RUN_VERSION, "run_id": format_digest(digest_bytes(body_bytes)),
-                "scheme": "ed25519", "public_key": identity.public_key.hex(), "signature": signature.hex()}
+    envelope = {
+        "format": SIGNATURE_FORMAT,
+        "version": RUN_VERSION,
+        "run_id": format_digest(digest_bytes(body_bytes)),
+        "scheme": "ed25519",
+        "public_key": identity.public_key.hex(),
+        "signature": signature.hex(),
+    }
     return body_bytes, envelope
 
 
@@ -232,11 +277,14 @@ def read_manifest(run_dir: Path) -> Manifest:
     body_bytes = read_file(body_path, "manifest", MAX_MANIFEST_BYTES, run_dir)
     run_id, public_key, signature = _read_signature(sig_path, run_dir)
     if digest_bytes(body_bytes) != run_id:
-        raise InputError(f"manifest {body_path}: its digest {format_digest(digest_bytes(body_bytes))} "
-                         f"is not the run id {format_digest(run_id)} in {sig_path}")
+        raise InputError(
+            f"manifest {body_path}: its digest {format_digest(digest_bytes(body_bytes))} "
+            f"is not the run id {format_digest(run_id)} in {sig_path}"
+        )
     if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
-        raise InputError(f"manifest {body_path}: the signature in {sig_path} does not verify "
-                         f"for public key {public_key.hex()}")
+        raise InputError(
+            f"manifest {body_path}: the signature in {sig_path} does not verify for public key {public_key.hex()}"
+        )
     body = _parse_object(body_bytes, body_path)
     if canonical_json(body) != body_bytes:
         raise InputError(f"manifest {body_path} is not canonical JSON (sorted keys, no whitespace)")
@@ -244,8 +292,18 @@ def read_manifest(run_dir: Path) -> Manifest:
         parsed = check_body(body, complete=True)
     except InputError as exc:
         raise InputError(f"{body_path}: {exc}") from None
-    return Manifest(body, body_bytes, run_id, public_key, signature, parsed.data, parsed.initial_state,
-                    parsed.steps, parsed.checkpoints, parsed.config)
+    return Manifest(
+        body,
+        body_bytes,
+        run_id,
+        public_key,
+        signature,
+        parsed.data,
+        parsed.initial_state,
+        parsed.steps,
+        parsed.checkpoints,
+        parsed.config,
+    )
 
 
 def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict, Body]:
@@ -271,18 +329,29 @@ def _parse_object(data: bytes, path: Path) -> dict:
 def _read_signature(path: Path, run_dir: Path) -> tuple[bytes, bytes, bytes]:
     blob = read_file(path, "manifest signature", MAX_SIGNATURE_BYTES, run_dir)
     envelope = _parse_object(blob, path)
-    if envelope.get("format") != SIGNATURE_FORMAT or type(envelope.get("version")) is not int \
-            or envelope.get("version") != RUN_VERSION:
-        raise InputError(f"{path}: format {_show(envelope.get('format'))} version {_show(envelope.get('version'))}, "
-                         f"want {SIGNATURE_FORMAT!r} version {RUN_VERSION}")
+    if (
+        envelope.get("format") != SIGNATURE_FORMAT
+        or type(envelope.get("version")) is not int
+        or envelope.get("version") != RUN_VERSION
+    ):
+        raise InputError(
+            f"{path}: format {_show(envelope.get('format'))} version {_show(envelope.get('version'))}, "
+            f"want {SIGNATURE_FORMAT!r} version {RUN_VERSION}"
+        )
     if envelope.get("scheme") != "ed25519":
         raise InputError(f"{path}: scheme {_show(envelope.get('scheme'))}, want 'ed25519'")
     run_id = parse_digest(envelope.get("run_id"), f"{path} run_id")
     public_key = _parse_hex(envelope.get("public_key"), 32, f"{path} public_key")
     signature = _parse_hex(envelope.get("signature"), 64, f"{path} signature")
     # One encoding only (e.g. lower-case hex), so that no changed byte can leave the file valid.
-    canonical = {"format": SIGNATURE_FORMAT, "version": RUN_VERSION, "run_id": format_digest(run_id),
-                 "scheme": "ed25519", "public_key": public_key.hex(), "signature": signature.hex()}
+    canonical = {
+        "format": SIGNATURE_FORMAT,
+        "version": RUN_VERSION,
+        "run_id": format_digest(run_id),
+        "scheme": "ed25519",
+        "public_key": public_key.hex(),
+        "signature": signature.hex(),
+    }
     if canonical_json(canonical) != blob:
         raise InputError(f"{path} is not in canonical form (sorted keys, no whitespace, lower-case hex, no extra keys)")
     return run_id, public_key, signature
@@ -308,8 +377,11 @@ def check_body(body: object, complete: bool = True) -> Body:
     body = _keys(body, BODY_KEYS, "manifest body")
     _equal(body["format"], RUN_FORMAT, "format")
     _equal(body["version"], RUN_VERSION, "version")
-    _equal(body["arithmetic_version"], kernels.ARITHMETIC_VERSION, "arithmetic_version (the version this "
-                                                                   "verifier implements)")
+    _equal(
+        body["arithmetic_version"],
+        kernels.ARITHMETIC_VERSION,
+        "arithmetic_version (the version this verifier implements)",
+    )
     _equal(body["engine_version"], ENGINE_VERSION, "engine_version (the version this verifier runs)")
     created_by = body["created_by"]
     if not isinstance(created_by, str) or not CREATED_BY.fullmatch(created_by):
@@ -329,11 +401,15 @@ def check_body(body: object, complete: bool = True) -> Body:
     checkpoints = body["checkpoints"]
     want = expected_checkpoints(len(steps), planned, every)
     if not isinstance(checkpoints, list) or any(type(c) is not int for c in checkpoints) or checkpoints != want:
-        raise InputError(f"checkpoints is {_show(checkpoints)}, want {_show(want)} (state 0, every "
-                         f"{every}-th state, and state {planned})")
+        raise InputError(
+            f"checkpoints is {_show(checkpoints)}, want {_show(want)} (state 0, every "
+            f"{every}-th state, and state {planned})"
+        )
     if want[-1] != len(steps):  # only a progress body can end between checkpoints, and it must not
-        raise InputError(f"steps has {len(steps)} records, but its last checkpoint is state {want[-1]}: "
-                         f"progress is saved only at a checkpoint")
+        raise InputError(
+            f"steps has {len(steps)} records, but its last checkpoint is state {want[-1]}: "
+            f"progress is saved only at a checkpoint"
+        )
     parsed = Body(created_by, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
     if canonical_json(parsed.to_dict()) != canonical_json(body):
         raise InputError("manifest body does not re-encode to the same bytes (a value in a second encoding)")
@@ -360,15 +436,19 @@ def _check_data(value: object, cfg: TrainConfig) -> DataSpec:
 def _check_schedule(value: object, cfg: TrainConfig, data: DataSpec) -> None:
     schedule = _keys(value, SCHEDULE_KEYS, "schedule")
     for key, want in schedule_object(cfg, data).items():
-        source = {"function": "this verifier's schedule", "data_key": "data.data_key", "seed": "config.seed",
-                  "micro_batches": "config.micro_batches", "batch_size": "config.batch_size",
-                  "seq_len": "config.model.seq_len"}[key]
+        source = {
+            "function": "this verifier's schedule",
+            "data_key": "data.data_key",
+            "seed": "config.seed",
+            "micro_batches": "config.micro_batches",
+            "batch_size": "config.batch_size",
+            "seq_len": "config.model.seq_len",
+        }[key]
         if type(schedule[key]) is not type(want) or schedule[key] != want:
             raise InputError(f"schedule.{key} is {_show(schedule[key])}, want {_show(want)} ({source})")
 
 
-def _check_steps(value: object, planned: int, complete: bool, names: list[str], traces: bool
-                 ) -> tuple[StepRecord, ...]:
+def _check_steps(value: object, planned: int, complete: bool, names: list[str], traces: bool) -> tuple[StepRecord, ...]:
     if not isinstance(value, list):
         raise InputError(f"steps is {_show(value)}, want a list")
     if complete and len(value) != planned:
@@ -380,6 +460,9 @@ def _check_steps(value: object, planned: int, complete: bool, names: list[str], 
 
 def _check_loss_curve(value: object, steps: tuple[StepRecord, ...]) -> None:
     want = [r.loss for r in steps]
-    if not isinstance(value, list) or len(value) != len(want) or any(
-            type(x) is not float or x.hex() != w.hex() for x, w in zip(value, want, strict=True)):
+    if (
+        not isinstance(value, list)
+        or len(value) != len(want)
+        or any(type(x) is not float or x.hex() != w.hex() for x, w in zip(value, want, strict=True))
+    ):
         raise InputError(f"loss_curve is {_show(value)}, want the steps' losses in order {_show(want)}")

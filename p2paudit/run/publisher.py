@@ -23,13 +23,21 @@ from p2paudit import __version__, engine
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig, train_config
 from p2paudit.engine.distributed import rank_share
-from p2paudit.engine.state import init_state, state_names
+from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
-from p2paudit.run.manifest import (MANIFEST_FILE, RUN_FORMAT, RUN_VERSION, SIGNATURE_FILE, canonical_json,
-                                   read_manifest, read_progress, write_manifest)
+from p2paudit.run.manifest import (
+    MANIFEST_FILE,
+    RUN_FORMAT,
+    RUN_VERSION,
+    SIGNATURE_FILE,
+    canonical_json,
+    read_manifest,
+    read_progress,
+    write_manifest,
+)
 from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
 from p2paudit.run.storage import lock_directory, remove_temp_files, write_atomic
 from p2paudit.run.training import PROGRESS_FILE, StepDone, TrainPlan, train_steps
@@ -59,8 +67,9 @@ def check_plan(plan: TrainPlan) -> TrainConfig:
         raise InputError(f"--steps is {plan.steps}, want >= 1")
     if not 1 <= plan.ckpt_every <= plan.steps:
         # One encoding per run: K > N would checkpoint exactly the states K = N does.
-        raise InputError(f"--ckpt-every is {plan.ckpt_every}, want 1..--steps ({plan.steps}); "
-                         f"the last state is always checkpointed")
+        raise InputError(
+            f"--ckpt-every is {plan.ckpt_every}, want 1..--steps ({plan.steps}); the last state is always checkpointed"
+        )
     if plan.world_size < 1:
         raise InputError(f"--world-size is {plan.world_size}, want >= 1")
     if plan.traces and plan.world_size != 1:
@@ -76,35 +85,58 @@ def check_plan(plan: TrainPlan) -> TrainConfig:
 def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
     """The manifest body before any step: everything but the step records."""
     return {
-        "format": RUN_FORMAT, "version": RUN_VERSION, "arithmetic_version": kernels.ARITHMETIC_VERSION,
-        "engine_version": engine.ENGINE_VERSION, "created_by": f"p2paudit {__version__}",
-        "config": cfg.to_dict(), "steps_planned": plan.steps, "checkpoint_every": plan.ckpt_every,
+        "format": RUN_FORMAT,
+        "version": RUN_VERSION,
+        "arithmetic_version": kernels.ARITHMETIC_VERSION,
+        "engine_version": engine.ENGINE_VERSION,
+        "created_by": f"p2paudit {__version__}",
+        "config": cfg.to_dict(),
+        "steps_planned": plan.steps,
+        "checkpoint_every": plan.ckpt_every,
         "data": data.to_dict(),
-        "schedule": {"function": SCHEDULE_NAME, "data_key": format_digest(data.data_key), "seed": cfg.seed,
-                     "micro_batches": cfg.micro_batches, "batch_size": cfg.batch_size,
-                     "seq_len": cfg.model.seq_len},
-        "initial_state": initial.to_dict(), "steps": [], "loss_curve": [], "checkpoints": [0],
+        "schedule": {
+            "function": SCHEDULE_NAME,
+            "data_key": format_digest(data.data_key),
+            "seed": cfg.seed,
+            "micro_batches": cfg.micro_batches,
+            "batch_size": cfg.batch_size,
+            "seq_len": cfg.model.seq_len,
+        },
+        "initial_state": initial.to_dict(),
+        "steps": [],
+        "loss_curve": [],
+        "checkpoints": [0],
         "traces": plan.traces,
     }
 
 
 def _same_plan(body: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
-    return (body.get("config") == json.loads(canonical_json(cfg.to_dict()))
-            and body.get("steps_planned") == plan.steps and body.get("checkpoint_every") == plan.ckpt_every
-            and body.get("traces", False) == plan.traces)
+    return (
+        body.get("config") == json.loads(canonical_json(cfg.to_dict()))
+        and body.get("steps_planned") == plan.steps
+        and body.get("checkpoint_every") == plan.ckpt_every
+        and body.get("traces", False) == plan.traces
+    )
 
 
 def _check_directory(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} is a file")
-    strangers = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.endswith(".tmp")) \
-        if run_dir.is_dir() else []
+    strangers = (
+        sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.endswith(".tmp"))
+        if run_dir.is_dir()
+        else []
+    )
     if strangers:
-        raise InputError(f"run directory {run_dir} holds {strangers[0]} (and {len(strangers) - 1} more), "
-                         f"not a p2paudit run; choose an empty or new directory")
+        raise InputError(
+            f"run directory {run_dir} holds {strangers[0]} (and {len(strangers) - 1} more), "
+            f"not a p2paudit run; choose an empty or new directory"
+        )
 
 
-def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone], None] | None = None) -> PublishResult:
+def publish_run(
+    plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone], None] | None = None
+) -> PublishResult:
     """Train `plan` into plan.run_dir (resuming if interrupted), sign and write the manifest.
 
     Returns at once if the directory already holds the finished run of this
@@ -115,8 +147,9 @@ def publish_run(plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
         manifest = read_manifest(run_dir)
         if not _same_plan(manifest.body, cfg, plan):
-            raise InputError(f"run directory {run_dir} already holds a finished run with another config, "
-                             f"--steps or --ckpt-every")
+            raise InputError(
+                f"run directory {run_dir} already holds a finished run with another config, --steps or --ckpt-every"
+            )
         return PublishResult(manifest.run_id, run_dir, manifest.num_steps, True, manifest.num_steps)
     run_dir.mkdir(parents=True, exist_ok=True)
     with lock_directory(run_dir):
@@ -141,7 +174,7 @@ def _start_or_resume(run_dir: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[
     if progress.exists():
         body, data, claimed = _read_progress(progress, cfg, plan)
         tokens = load_tokens(run_dir, data)
-        state = load_checkpoint(run_dir, len(body["steps"]), claimed, state_names(cfg))
+        state = load_checkpoint(run_dir, len(body["steps"]), claimed, state_names(cfg), state_shapes(cfg))
         return body, tokens, state
     data = write_shards(run_dir, corpus_tokens())
     tokens = load_tokens(run_dir, data)
@@ -162,9 +195,9 @@ def _read_progress(progress: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[d
     except InputError as exc:
         raise InputError(f"{progress} is damaged ({exc}); remove the run directory and train again") from None
     if not _same_plan(body, cfg, plan):
-        raise InputError(f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
-                         f"resume it with the same flags or use another directory")
+        raise InputError(
+            f"{progress} belongs to a run with another config, --steps or --ckpt-every; "
+            f"resume it with the same flags or use another directory"
+        )
     claimed = parsed.steps[-1].output if parsed.steps else parsed.initial_state
     return body, parsed.data, claimed
-
-

@@ -62,8 +62,13 @@ class DataSpec:
     shards: tuple[ShardInfo, ...]
 
     def to_dict(self) -> dict:
-        return {"tokenizer": self.tokenizer, "corpus": self.corpus, "tokens": self.tokens,
-                "data_key": format_digest(self.data_key), "shards": [s.to_dict() for s in self.shards]}
+        return {
+            "tokenizer": self.tokenizer,
+            "corpus": self.corpus,
+            "tokens": self.tokens,
+            "data_key": format_digest(self.data_key),
+            "shards": [s.to_dict() for s in self.shards],
+        }
 
     @staticmethod
     def from_dict(data: object) -> DataSpec:
@@ -90,11 +95,16 @@ class DataSpec:
         spec = DataSpec(TOKENIZER, corpus, tokens, parse_digest(data["data_key"], "manifest data.data_key"), infos)
         expected = describe_corpus(corpus)
         if spec != expected:
-            raise InputError(f"manifest data does not describe corpus {corpus!r}: it has {spec.tokens} tokens in "
-                             f"{len(spec.shards)} shards with data key {format_digest(spec.data_key)}, the corpus has "
-                             f"{expected.tokens} in {len(expected.shards)} with {format_digest(expected.data_key)}"
-                             + ("" if spec.data_key != expected.data_key or spec.tokens != expected.tokens else
-                                " (a shard digest differs)"))
+            raise InputError(
+                f"manifest data does not describe corpus {corpus!r}: it has {spec.tokens} tokens in "
+                f"{len(spec.shards)} shards with data key {format_digest(spec.data_key)}, the corpus has "
+                f"{expected.tokens} in {len(expected.shards)} with {format_digest(expected.data_key)}"
+                + (
+                    ""
+                    if spec.data_key != expected.data_key or spec.tokens != expected.tokens
+                    else " (a shard digest differs)"
+                )
+            )
         return spec
 
 
@@ -103,8 +113,9 @@ def _check_keys(value: object, keys: tuple[str, ...], where: str) -> dict:
         raise InputError(f"{where} is a {type(value).__name__}, want an object")
     if set(value) != set(keys):
         unknown, missing = sorted(set(value) - set(keys)), sorted(set(keys) - set(value))
-        raise InputError(f"{where} has unknown keys {[k[:80] for k in unknown[:4]]} and lacks {missing}, "
-                         f"want exactly {list(keys)}")
+        raise InputError(
+            f"{where} has unknown keys {[k[:80] for k in unknown[:4]]} and lacks {missing}, want exactly {list(keys)}"
+        )
     return value
 
 
@@ -138,9 +149,14 @@ def encode_shard(index: int, offset: int, tokens: np.ndarray) -> bytes:
 
 def _shard_blobs(tokens: np.ndarray, shard_tokens: int = SHARD_TOKENS) -> list[tuple[str, int, bytes]]:
     """(relative path, token count, file bytes) of every shard of `tokens`."""
-    return [(shard_path(index), min(shard_tokens, tokens.size - start),
-             encode_shard(index, start, tokens[start:start + shard_tokens]))
-            for index, start in enumerate(range(0, tokens.size, shard_tokens))]
+    return [
+        (
+            shard_path(index),
+            min(shard_tokens, tokens.size - start),
+            encode_shard(index, start, tokens[start : start + shard_tokens]),
+        )
+        for index, start in enumerate(range(0, tokens.size, shard_tokens))
+    ]
 
 
 def _describe(tokens: np.ndarray, corpus: str, blobs: list[tuple[str, int, bytes]]) -> DataSpec:
@@ -178,7 +194,9 @@ def load_tokens(run_dir: Path, spec: DataSpec) -> np.ndarray:
         path = run_dir / info.path
         blob = read_file(path, "shard", SHARD_HEADER.size + info.tokens, run_dir)
         if digest_bytes(blob) != info.digest:
-            raise InputError(f"shard {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's {format_digest(info.digest)}")
+            raise InputError(
+                f"shard {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's {format_digest(info.digest)}"
+            )
         parts.append(_decode_shard(path, blob, index, offset, info.tokens))
         offset += info.tokens
     tokens = np.concatenate(parts)
@@ -192,8 +210,12 @@ def _decode_shard(path: Path, blob: bytes, index: int, offset: int, count: int) 
         raise InputError(f"shard {path} has {len(blob)} bytes, shorter than its {SHARD_HEADER.size}-byte header")
     magic, version, got_index, got_offset, got_count = SHARD_HEADER.unpack_from(blob)
     if magic != SHARD_MAGIC or version != SHARD_VERSION:
-        raise InputError(f"shard {path} has magic {magic!r} version {version}, want {SHARD_MAGIC!r} version {SHARD_VERSION}")
+        raise InputError(
+            f"shard {path} has magic {magic!r} version {version}, want {SHARD_MAGIC!r} version {SHARD_VERSION}"
+        )
     if (got_index, got_offset, got_count) != (index, offset, count) or len(blob) != SHARD_HEADER.size + count:
-        raise InputError(f"shard {path} header says index {got_index} offset {got_offset} count {got_count}, "
-                         f"want {index} {offset} {count}")
+        raise InputError(
+            f"shard {path} header says index {got_index} offset {got_offset} count {got_count}, "
+            f"want {index} {offset} {count}"
+        )
     return np.frombuffer(blob, dtype=np.uint8, offset=SHARD_HEADER.size)

@@ -78,8 +78,13 @@ def parse_json(data: bytes, what: str) -> object:
     nesting deeper than the interpreter's recursion limit.
     """
     try:
-        return json.loads(data.decode("utf-8"), parse_float=_parse_float, parse_int=_parse_int,
-                          parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        return json.loads(
+            data.decode("utf-8"),
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_unique_keys,
+        )
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:

@@ -40,8 +40,12 @@ class TraceRecorder:
 
 def encode_trace(step: int, ops: list[tuple[str, bytes]]) -> bytes:
     """Canonical JSON bytes of a trace file."""
-    body = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "step": step,
-            "ops": [[name, format_digest(d)] for name, d in ops]}
+    body = {
+        "format": TRACE_FORMAT,
+        "version": TRACE_VERSION,
+        "step": step,
+        "ops": [[name, format_digest(d)] for name, d in ops],
+    }
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -53,12 +57,21 @@ def load_trace(run_dir: Path, step: int, expected_digest: bytes) -> list[tuple[s
     path = run_dir / trace_path(step)
     blob = read_file(path, "trace", MAX_TRACE_BYTES, run_dir)
     if digest_bytes(blob) != expected_digest:
-        raise InputError(f"trace {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's "
-                         f"{format_digest(expected_digest)}")
+        raise InputError(
+            f"trace {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's "
+            f"{format_digest(expected_digest)}"
+        )
     body = parse_json(blob, f"trace {path}")
-    if not isinstance(body, dict) or set(body) != {"format", "version", "step", "ops"} \
-            or body["format"] != TRACE_FORMAT or type(body["version"]) is not int or body["version"] != TRACE_VERSION \
-            or type(body["step"]) is not int or body["step"] != step or not isinstance(body["ops"], list):
+    if (
+        not isinstance(body, dict)
+        or set(body) != {"format", "version", "step", "ops"}
+        or body["format"] != TRACE_FORMAT
+        or type(body["version"]) is not int
+        or body["version"] != TRACE_VERSION
+        or type(body["step"]) is not int
+        or body["step"] != step
+        or not isinstance(body["ops"], list)
+    ):
         raise InputError(f"trace {path} is not a {TRACE_FORMAT} v{TRACE_VERSION} file for step {step}")
     ops = []
     for i, item in enumerate(body["ops"]):

@@ -15,9 +15,9 @@ import numpy as np
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.step import StepResult
+from p2paudit.run.checkpoint import save_checkpoint
 from p2paudit.run.digest import digest_batch, digest_bytes, digest_state
 from p2paudit.run.manifest import StepRecord, canonical_json
-from p2paudit.run.checkpoint import save_checkpoint
 from p2paudit.run.shards import DataSpec
 from p2paudit.run.storage import write_atomic
 from p2paudit.run.traces import TraceRecorder, encode_trace, trace_path
@@ -50,9 +50,16 @@ class StepDone:
     resumed_from: int  # the state index this session started from
 
 
-
-def train_steps(run_dir: Path | None, body: dict, tokens: np.ndarray, state: dict, cfg: TrainConfig,
-                plan: TrainPlan, step_fn: Callable[..., StepResult], on_step: Callable[[StepDone], None] | None) -> None:
+def train_steps(
+    run_dir: Path | None,
+    body: dict,
+    tokens: np.ndarray,
+    state: dict,
+    cfg: TrainConfig,
+    plan: TrainPlan,
+    step_fn: Callable[..., StepResult],
+    on_step: Callable[[StepDone], None] | None,
+) -> None:
     """Run the steps after those in `body`, recording each; checkpoint and save progress every K-th.
 
     `run_dir` None means "do not write" (ranks other than 0 of a distributed run).

@@ -21,8 +21,17 @@ from p2paudit.engine.distributed import distributed_train_step, spawn_workers
 from p2paudit.run.training import StepDone, TrainPlan, train_steps
 
 
-def _rank_main(rank: int, world_size: int, run_dir: Path, body: dict, tokens: np.ndarray, state: dict,
-               cfg_dict: dict, plan: TrainPlan, progress: Any) -> dict | None:
+def _rank_main(
+    rank: int,
+    world_size: int,
+    run_dir: Path,
+    body: dict,
+    tokens: np.ndarray,
+    state: dict,
+    cfg_dict: dict,
+    plan: TrainPlan,
+    progress: Any,
+) -> dict | None:
     """One rank's loop; returns the finished body on rank 0, None elsewhere."""
     cfg = TrainConfig.from_dict(cfg_dict)
     backend = load_backend(plan.backend)
@@ -35,8 +44,15 @@ def _rank_main(rank: int, world_size: int, run_dir: Path, body: dict, tokens: np
     return body if rank == 0 else None
 
 
-def train_distributed(run_dir: Path, body: dict, tokens: np.ndarray, state: dict, cfg: TrainConfig, plan: TrainPlan,
-                      on_step: Callable[[StepDone], None] | None) -> None:
+def train_distributed(
+    run_dir: Path,
+    body: dict,
+    tokens: np.ndarray,
+    state: dict,
+    cfg: TrainConfig,
+    plan: TrainPlan,
+    on_step: Callable[[StepDone], None] | None,
+) -> None:
     """Run the remaining steps of `body` on plan.world_size processes; `body` is updated in place.
 
     Progress from rank 0 comes back over a queue and is handed to `on_step`
@@ -47,8 +63,9 @@ def train_distributed(run_dir: Path, body: dict, tokens: np.ndarray, state: dict
 
     def run() -> None:
         try:
-            outcome["results"] = spawn_workers(plan.world_size, _rank_main, run_dir, body, tokens, state,
-                                               cfg.to_dict(), plan, progress)
+            outcome["results"] = spawn_workers(
+                plan.world_size, _rank_main, run_dir, body, tokens, state, cfg.to_dict(), plan, progress
+            )
         except BaseException as exc:  # re-raised in the calling thread below
             outcome["error"] = exc
 

@@ -26,9 +26,17 @@ def digest(label: str) -> bytes:
     return hashlib.sha256(label.encode()).digest()
 
 
-def make_record(identity: Identity, step: int = 0, verdict: str = "match", run: bytes = RUN,
-                observed: str | None = None, time_ms: int = 1_700_000_000_000, backend: str = "cpu",
-                findings: tuple[str, ...] | None = None, subject: str = "step") -> Attestation:
+def make_record(
+    identity: Identity,
+    step: int = 0,
+    verdict: str = "match",
+    run: bytes = RUN,
+    observed: str | None = None,
+    time_ms: int = 1_700_000_000_000,
+    backend: str = "cpu",
+    findings: tuple[str, ...] | None = None,
+    subject: str = "step",
+) -> Attestation:
     """A valid v2 record. A mismatch finds ("state",) unless `findings` says otherwise (("init",)
     for subject init); each of data/state/loss/init in the findings gets an observed value that
     differs from the claim (`observed` names the observed state), the others equal it."""
@@ -46,27 +54,53 @@ def make_record(identity: Identity, step: int = 0, verdict: str = "match", run: 
         seen_loss = loss_bits(CLAIMED_LOSS + 1)
     if verdict == "error":
         seen_state = seen_data = seen_loss = None
-    return Attestation(run_id=run, subject=subject, step=step, input_digest=None if init else digest(f"state {step}"),
-                       claimed_data_digest=claimed_data, observed_data_digest=seen_data,
-                       claimed_output_digest=claimed_state, observed_output_digest=seen_state,
-                       claimed_loss_bits=claimed_loss, observed_loss_bits=seen_loss, findings=tuple(findings),
-                       verdict=verdict, engine_version="p2paudit 0.2.0", arithmetic_version=1, backend=backend,
-                       hardware="x86_64 test", time_ms=time_ms, verifier=identity.public_key)
+    return Attestation(
+        run_id=run,
+        subject=subject,
+        step=step,
+        input_digest=None if init else digest(f"state {step}"),
+        claimed_data_digest=claimed_data,
+        observed_data_digest=seen_data,
+        claimed_output_digest=claimed_state,
+        observed_output_digest=seen_state,
+        claimed_loss_bits=claimed_loss,
+        observed_loss_bits=seen_loss,
+        findings=tuple(findings),
+        verdict=verdict,
+        engine_version="p2paudit 0.2.0",
+        arithmetic_version=1,
+        backend=backend,
+        hardware="x86_64 test",
+        time_ms=time_ms,
+        verifier=identity.public_key,
+    )
 
 
 def make_signed(identity: Identity, **kwargs) -> SignedAttestation:
     return sign_attestation(identity, make_record(identity, **kwargs))
 
 
-def make_v1(identity: Identity, step: int = 0, verdict: str = "match", run: bytes = RUN,
-            time_ms: int = 1_700_000_000_000) -> AttestationV1:
+def make_v1(
+    identity: Identity, step: int = 0, verdict: str = "match", run: bytes = RUN, time_ms: int = 1_700_000_000_000
+) -> AttestationV1:
     """A version-1 record, as the v1 code built them (see vectors_v1)."""
     claimed = digest(f"state {step + 1}")
     seen = {"match": claimed, "mismatch": digest(f"bad {step + 1}"), "error": None}[verdict]
-    return AttestationV1(run_id=run, step=step, input_digest=digest(f"state {step}"), data_digest=digest(f"data {step}"),
-                         claimed_output_digest=claimed, observed_output_digest=seen, verdict=verdict,
-                         engine_version="p2paudit 0.1.0", arithmetic_version=1, backend="cpu",
-                         hardware="x86_64 test", time_ms=time_ms, verifier=identity.public_key)
+    return AttestationV1(
+        run_id=run,
+        step=step,
+        input_digest=digest(f"state {step}"),
+        data_digest=digest(f"data {step}"),
+        claimed_output_digest=claimed,
+        observed_output_digest=seen,
+        verdict=verdict,
+        engine_version="p2paudit 0.1.0",
+        arithmetic_version=1,
+        backend="cpu",
+        hardware="x86_64 test",
+        time_ms=time_ms,
+        verifier=identity.public_key,
+    )
 
 
 def make_signed_v1(identity: Identity, **kwargs) -> SignedAttestation:

@@ -138,7 +138,7 @@ def test_verify_agrees_with_openssl_on_random_messages():
         message = os.urandom(n * 7)
         sig = sign(ident, message)
         if n % 2:
-            sig = sig[: n % 64] + bytes([sig[n % 64] ^ (1 << (n % 8))]) + sig[n % 64 + 1:]
+            sig = sig[: n % 64] + bytes([sig[n % 64] ^ (1 << (n % 8))]) + sig[n % 64 + 1 :]
         try:
             Ed25519PublicKey.from_public_bytes(ident.public_key).verify(sig, message)
             openssl = True

@@ -13,23 +13,26 @@ import base64
 import json
 
 import pytest
+from attest_helpers import key, make_signed
 from google.protobuf import json_format
 from in_toto_attestation.v1 import statement_pb2
 from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
+from vectors_v1 import V1_DSSE_EXPORT
 
 from p2paudit.attest.intoto import PAYLOAD_TYPE, PREDICATE_TYPE, PREDICATE_TYPE_V1, export_dsse
 from p2paudit.attest.record import decode_signed
 
-from attest_helpers import key, make_signed
-from vectors_v1 import V1_DSSE_EXPORT
-
 ALICE, BOB = key(1), key(2)
-CASES = [dict(step=4), dict(step=4, verdict="mismatch", findings=("data",)),
-         dict(step=4, verdict="mismatch", findings=("loss",)), dict(step=4, verdict="error"),
-         dict(subject="init", verdict="mismatch")]
+CASES = [
+    dict(step=4),
+    dict(step=4, verdict="mismatch", findings=("data",)),
+    dict(step=4, verdict="mismatch", findings=("loss",)),
+    dict(step=4, verdict="error"),
+    dict(subject="init", verdict="mismatch"),
+]
 
 
 def sslib_key(public_key: bytes) -> SSlibKey:
@@ -56,8 +59,9 @@ def test_securesystemslib_verifies_the_exported_envelope(case):
     # the verifier's own key did not sign the envelope; a key under another keyid is never tried
     with pytest.raises(VerificationError):
         envelope.verify([sslib_key(ALICE.public_key)], threshold=1)
-    impostor = SSlibKey(keyid=BOB.public_key.hex(), keytype="ed25519", scheme="ed25519",
-                        keyval={"public": ALICE.public_key.hex()})
+    impostor = SSlibKey(
+        keyid=BOB.public_key.hex(), keytype="ed25519", scheme="ed25519", keyval={"public": ALICE.public_key.hex()}
+    )
     with pytest.raises(VerificationError):
         envelope.verify([impostor], threshold=1)
 

@@ -6,12 +6,14 @@ import base64
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from attest_helpers import key, make_signed
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vectors_v1 import V1_DSSE_EXPORT, V1_SIGNED_HEX
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.intoto import (
@@ -25,14 +27,14 @@ from p2paudit.attest.intoto import (
 )
 from p2paudit.identity import sign
 
-from attest_helpers import key, make_signed
-from vectors_v1 import V1_DSSE_EXPORT, V1_SIGNED_HEX
-
 ALICE, BOB = key(1), key(2)
 
 
 def test_pae_matches_the_dsse_spec_example():
-    assert pae("http://example.com/HelloWorld", b"hello world") == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert (
+        pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
     assert pae("", b"") == b"DSSEv1 0  0 "
 
 
@@ -48,10 +50,17 @@ def test_pae_checks_the_spec_signature():
         public.verify(der, pae("http://example.com/HelloWorld", b"hello world!"), ec.ECDSA(hashes.SHA256()))
 
 
-RECORDS = [dict(verdict="match"), dict(verdict="error"), dict(verdict="mismatch"),
-           dict(verdict="mismatch", findings=("data",)), dict(verdict="mismatch", findings=("loss",)),
-           dict(verdict="mismatch", findings=("counter", "data", "state", "loss")),
-           dict(subject="init"), dict(subject="init", verdict="mismatch"), dict(subject="init", verdict="error")]
+RECORDS = [
+    dict(verdict="match"),
+    dict(verdict="error"),
+    dict(verdict="mismatch"),
+    dict(verdict="mismatch", findings=("data",)),
+    dict(verdict="mismatch", findings=("loss",)),
+    dict(verdict="mismatch", findings=("counter", "data", "state", "loss")),
+    dict(subject="init"),
+    dict(subject="init", verdict="mismatch"),
+    dict(subject="init", verdict="error"),
+]
 
 
 def _signed(case):
@@ -74,8 +83,11 @@ def test_export_import_round_trip(case):
     state = record.observed_output_digest or record.claimed_output_digest
     assert subject["digest"]["sha256"] == state.hex()
     predicate = statement["predicate"]
-    assert (predicate["subject"], predicate["findings"], predicate["verdict"]) == \
-        (record.subject, list(record.findings), record.verdict)
+    assert (predicate["subject"], predicate["findings"], predicate["verdict"]) == (
+        record.subject,
+        list(record.findings),
+        record.verdict,
+    )
     for side in ("claimed", "observed"):
         bits = getattr(record, f"{side}_loss_bits")
         assert predicate[f"{side}_loss_bits"] == (None if bits is None else f"{bits:016x}")
@@ -104,8 +116,13 @@ def _reseal(statement, signer=ALICE, urlsafe=False):
     payload = json.dumps(statement).encode()
     sig = sign(signer, pae(PAYLOAD_TYPE, payload))
     enc = base64.urlsafe_b64encode if urlsafe else base64.b64encode
-    return json.dumps({"payloadType": PAYLOAD_TYPE, "payload": enc(payload).decode(),
-                       "signatures": [{"keyid": signer.public_key.hex(), "sig": enc(sig).decode()}]}).encode()
+    return json.dumps(
+        {
+            "payloadType": PAYLOAD_TYPE,
+            "payload": enc(payload).decode(),
+            "signatures": [{"keyid": signer.public_key.hex(), "sig": enc(sig).decode()}],
+        }
+    ).encode()
 
 
 def test_url_safe_base64_is_accepted():
@@ -155,9 +172,11 @@ def test_tampering_is_refused():
             import_dsse(blob)
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
-                           max_leaves=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+    max_leaves=20,
+)
 
 
 @given(st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))

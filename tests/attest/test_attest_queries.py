@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from attest_helpers import RUN, digest, key, make_signed
 
 from ledger import Checkpoint, NoteSigner, NoteVerifier, sign_checkpoint
-
 from p2paudit.attest.queries import (
     check_dispute,
     check_equivocation,
@@ -16,8 +16,6 @@ from p2paudit.attest.queries import (
 )
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.errors import InputError
-
-from attest_helpers import RUN, digest, key, make_signed
 
 A, B, C, D = key(1), key(2), key(3), key(4)
 OTHER_RUN = digest("run two")
@@ -33,13 +31,21 @@ def store(tmp_path):
 
 def _fill(store):
     items = [
-        make_signed(A, step=0), make_signed(B, step=0), make_signed(C, step=0),
-        make_signed(A, step=1), make_signed(B, step=1, verdict="mismatch"),  # dispute
-        make_signed(A, step=2), make_signed(A, step=2, time_ms=9),  # same key, same result twice
-        make_signed(C, step=3, verdict="error"), make_signed(D, step=3),  # dispute (error vs match)
-        make_signed(D, step=4, verdict="mismatch", observed="x"), make_signed(C, step=4, verdict="mismatch", observed="x"),
-        make_signed(D, step=5), make_signed(D, step=5, verdict="mismatch"),  # D equivocates; one key: no dispute
-        make_signed(A, step=0, run=OTHER_RUN), make_signed(B, step=0, run=OTHER_RUN, verdict="error"),
+        make_signed(A, step=0),
+        make_signed(B, step=0),
+        make_signed(C, step=0),
+        make_signed(A, step=1),
+        make_signed(B, step=1, verdict="mismatch"),  # dispute
+        make_signed(A, step=2),
+        make_signed(A, step=2, time_ms=9),  # same key, same result twice
+        make_signed(C, step=3, verdict="error"),
+        make_signed(D, step=3),  # dispute (error vs match)
+        make_signed(D, step=4, verdict="mismatch", observed="x"),
+        make_signed(C, step=4, verdict="mismatch", observed="x"),
+        make_signed(D, step=5),
+        make_signed(D, step=5, verdict="mismatch"),  # D equivocates; one key: no dispute
+        make_signed(A, step=0, run=OTHER_RUN),
+        make_signed(B, step=0, run=OTHER_RUN, verdict="error"),
     ]
     store.append_many([s.encoded for s in items])
     return items
@@ -121,8 +127,13 @@ def test_tree_head_split_views_are_reported(store):
 def test_init_claims_are_queried_apart_from_step_zero(store):
     from p2paudit.attest.report import dispute_dict, equivocations_dict
 
-    items = [make_signed(A, step=0), make_signed(A, subject="init"), make_signed(B, subject="init", verdict="mismatch"),
-             make_signed(C, subject="init"), make_signed(C, subject="init", verdict="error")]
+    items = [
+        make_signed(A, step=0),
+        make_signed(A, subject="init"),
+        make_signed(B, subject="init", verdict="mismatch"),
+        make_signed(C, subject="init"),
+        make_signed(C, subject="init", verdict="error"),
+    ]
     store.append_many([s.encoded for s in items])
     # A's init match and step-0 match are two claims: neither a dispute nor an equivocation
     assert not check_dispute(items[0].encoded, items[2].encoded)

@@ -6,6 +6,7 @@ import dataclasses
 
 import msgpack
 import pytest
+from attest_helpers import RUN, digest, key, make_record, make_signed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,8 +24,6 @@ from p2paudit.attest.record import (
 from p2paudit.attest.record_v2 import FIELDS_V2
 from p2paudit.audit.records import loss_bits
 from p2paudit.identity import sign
-
-from attest_helpers import RUN, digest, key, make_record, make_signed
 
 ALICE = key(1)
 ascii_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=64)
@@ -53,8 +52,13 @@ def records(draw):
     observed_out = None if verdict == "error" else claimed_out
     if "state" in findings or "init" in findings:
         observed_out = _other(draw, digests, claimed_out)
-    step_fields = dict(input_digest=None, claimed_data_digest=None, observed_data_digest=None,
-                       claimed_loss_bits=None, observed_loss_bits=None)
+    step_fields = dict(
+        input_digest=None,
+        claimed_data_digest=None,
+        observed_data_digest=None,
+        claimed_loss_bits=None,
+        observed_loss_bits=None,
+    )
     if subject == "step":
         claimed_data, claimed_loss = draw(digests), draw(losses)
         seen_data = None if verdict == "error" else claimed_data
@@ -63,16 +67,29 @@ def records(draw):
             seen_data = _other(draw, digests, claimed_data)
         if "loss" in findings:
             seen_loss = _other(draw, losses, claimed_loss)
-        step_fields = dict(input_digest=draw(digests), claimed_data_digest=claimed_data,
-                           observed_data_digest=seen_data, claimed_loss_bits=claimed_loss,
-                           observed_loss_bits=seen_loss)
+        step_fields = dict(
+            input_digest=draw(digests),
+            claimed_data_digest=claimed_data,
+            observed_data_digest=seen_data,
+            claimed_loss_bits=claimed_loss,
+            observed_loss_bits=seen_loss,
+        )
     return Attestation(
-        run_id=draw(digests), subject=subject, step=0 if subject == "init" else draw(st.integers(0, 2**63 - 1)),
-        claimed_output_digest=claimed_out, observed_output_digest=observed_out, findings=findings,
-        verdict=verdict, engine_version=draw(ascii_text.filter(bool)),
+        run_id=draw(digests),
+        subject=subject,
+        step=0 if subject == "init" else draw(st.integers(0, 2**63 - 1)),
+        claimed_output_digest=claimed_out,
+        observed_output_digest=observed_out,
+        findings=findings,
+        verdict=verdict,
+        engine_version=draw(ascii_text.filter(bool)),
         arithmetic_version=draw(st.integers(0, 2**32 - 1)),
-        backend=draw(ascii_text.filter(lambda s: 0 < len(s) <= 32)), hardware=draw(ascii_text),
-        time_ms=draw(st.integers(0, 2**63 - 1)), verifier=ALICE.public_key, **step_fields)
+        backend=draw(ascii_text.filter(lambda s: 0 < len(s) <= 32)),
+        hardware=draw(ascii_text),
+        time_ms=draw(st.integers(0, 2**63 - 1)),
+        verifier=ALICE.public_key,
+        **step_fields,
+    )
 
 
 @given(records())
@@ -106,8 +123,12 @@ def test_decode_never_crashes_on_arbitrary_bytes(data):
 @given(st.data())
 @settings(max_examples=150, deadline=None)
 def test_every_single_byte_mutation_is_rejected(data):
-    signed = make_signed(ALICE, step=data.draw(st.integers(0, 1000)), verdict="mismatch",
-                         findings=data.draw(st.sampled_from([("data",), ("loss",), ("counter", "state")])))
+    signed = make_signed(
+        ALICE,
+        step=data.draw(st.integers(0, 1000)),
+        verdict="mismatch",
+        findings=data.draw(st.sampled_from([("data",), ("loss",), ("counter", "state")])),
+    )
     blob = bytearray(signed.encoded)
     where = data.draw(st.integers(0, len(blob) - 1))
     blob[where] ^= data.draw(st.integers(1, 255))
@@ -192,7 +213,7 @@ def test_non_canonical_encodings_are_rejected():
     values = _fields(good.attestation)
     # step 3 written as uint64 instead of a positive fixint
     step_at = 3 + 1 + 34 + 5  # array16 header (19 fields), version, bin8 run id, "step"
-    wide = good.body[:step_at] + b"\xcf" + (3).to_bytes(8, "big") + good.body[step_at + 1:]
+    wide = good.body[:step_at] + b"\xcf" + (3).to_bytes(8, "big") + good.body[step_at + 1 :]
     assert msgpack.unpackb(wide) == values
     with pytest.raises(AttestationError, match="not canonically encoded"):
         decode_signed(_envelope(wide))
@@ -221,8 +242,9 @@ def test_records_validate_on_construction():
     with pytest.raises(AttestationError, match="findings is list"):
         dataclasses.replace(record, findings=[])
     with pytest.raises(AttestationError, match="not distinct and in the order"):
-        dataclasses.replace(make_record(ALICE, verdict="mismatch", findings=("data", "state")),
-                            findings=("state", "data"))
+        dataclasses.replace(
+            make_record(ALICE, verdict="mismatch", findings=("data", "state")), findings=("state", "data")
+        )
     with pytest.raises(AttestationError, match="not distinct"):
         dataclasses.replace(record, verdict="mismatch", findings=("counter", "counter"))
     with pytest.raises(AttestationError, match="backend has 33 characters"):
@@ -240,8 +262,9 @@ def test_losses_are_compared_as_bits():
     nan = loss_bits(float("nan"))
     same_nan = dataclasses.replace(record, claimed_loss_bits=nan, observed_loss_bits=nan)
     assert decode_signed(sign_attestation(ALICE, same_nan).encoded).attestation == same_nan
-    signed = sign_attestation(ALICE, dataclasses.replace(zero, observed_loss_bits=loss_bits(-0.0),
-                                                         verdict="mismatch", findings=("loss",)))
+    signed = sign_attestation(
+        ALICE, dataclasses.replace(zero, observed_loss_bits=loss_bits(-0.0), verdict="mismatch", findings=("loss",))
+    )
     assert decode_signed(signed.encoded).attestation.observed_loss_bits == 1 << 63
 
 
@@ -270,10 +293,15 @@ def test_json_view():
 
 
 msgpack_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.binary(max_size=40)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.binary(max_size=40)
     | st.text(max_size=20),
     lambda children: st.lists(children, max_size=20) | st.dictionaries(st.text(max_size=5), children, max_size=3),
-    max_leaves=30)
+    max_leaves=30,
+)
 
 
 @given(msgpack_values, st.booleans())
@@ -285,13 +313,21 @@ def test_decode_never_crashes_on_arbitrary_msgpack(value, as_body):
         decode_signed(blob)
 
 
-flat_values = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.binary(max_size=40)
-               | st.text(max_size=20) | st.lists(st.sampled_from(["init", "counter", "data", "state", "loss", 3]),
-                                                 max_size=4))
+flat_values = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.binary(max_size=40)
+    | st.text(max_size=20)
+    | st.lists(st.sampled_from(["init", "counter", "data", "state", "loss", 3]), max_size=4)
+)
 
 
-@given(st.dictionaries(st.integers(0, 18), flat_values, min_size=1, max_size=3),
-       st.sampled_from(["match", "mismatch", "error"]))
+@given(
+    st.dictionaries(st.integers(0, 18), flat_values, min_size=1, max_size=3),
+    st.sampled_from(["match", "mismatch", "error"]),
+)
 @settings(max_examples=300, deadline=None)
 def test_decode_never_crashes_on_a_valid_body_with_fields_replaced(replaced, verdict):
     values = _fields(make_record(ALICE, step=5, verdict=verdict))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from attest_helpers import RUN, digest, key, make_signed, make_v1
+from vectors_v1 import V1_SIGNED_HEX
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import DOMAIN, attestation_to_dict, decode_attestation, decode_signed, sign_attestation
 from p2paudit.attest.record_v1 import DOMAIN_V1, AttestationV1, encode_v1
 from p2paudit.identity import sign
-
-from attest_helpers import RUN, digest, key, make_signed, make_v1
-from vectors_v1 import V1_SIGNED_HEX
 
 ALICE = key(1)
 
@@ -26,8 +25,13 @@ def test_committed_v1_bytes_decode_and_verify(verdict):
     assert (record.run_id, record.step, record.index_step, record.verdict) == (RUN, 7, 7, verdict)
     assert signed.encoded == data and encode_v1(record) == signed.body
     # what v1 results always were: (input, data, claimed, verdict, observed)
-    assert record.result() == (digest("state 7"), digest("data 7"), digest("state 8"), verdict,
-                               record.observed_output_digest)
+    assert record.result() == (
+        digest("state 7"),
+        digest("data 7"),
+        digest("state 8"),
+        verdict,
+        record.observed_output_digest,
+    )
     view = attestation_to_dict(record)
     assert view["version"] == 1 and view["data_digest"] == "sha256:" + digest("data 7").hex()
 
@@ -68,7 +72,7 @@ def test_v1_rules_and_canonical_form_still_hold():
         decode_attestation(msgpack.packb(fields[:6] + [digest("x")] + fields[7:], use_bin_type=True))
     with pytest.raises(AttestationError, match="15 fields, want 14 .version 1."):
         decode_attestation(msgpack.packb(fields + [0], use_bin_type=True))
-    wide = values[:1 + 1 + 34] + b"\xcf" + (7).to_bytes(8, "big") + values[1 + 1 + 34 + 1:]
+    wide = values[: 1 + 1 + 34] + b"\xcf" + (7).to_bytes(8, "big") + values[1 + 1 + 34 + 1 :]
     assert msgpack.unpackb(wide) == fields
     with pytest.raises(AttestationError, match="not canonically encoded"):
         decode_attestation(wide)

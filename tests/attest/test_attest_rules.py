@@ -7,13 +7,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from attest_helpers import digest, key
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import FINDINGS, SUBJECTS, VERDICTS, Attestation, decode_signed, sign_attestation
 from p2paudit.audit import records as audit_records
 from p2paudit.audit.records import loss_bits
-
-from attest_helpers import digest, key
 
 ALICE = key(1)
 PAIRS = {"step": ("data", "state", "loss"), "init": ("init",)}
@@ -44,19 +43,35 @@ def _record(subject, verdict, findings, differ, observed):
 
     state = seen("init" if init else "state", claimed_state, digest("other out"))
     return Attestation(
-        run_id=digest("run"), subject=subject, step=0, input_digest=None if init else digest("in"),
+        run_id=digest("run"),
+        subject=subject,
+        step=0,
+        input_digest=None if init else digest("in"),
         claimed_data_digest=None if init else claimed_data,
         observed_data_digest=None if init else seen("data", claimed_data, digest("other data")),
-        claimed_output_digest=claimed_state, observed_output_digest=state,
+        claimed_output_digest=claimed_state,
+        observed_output_digest=state,
         claimed_loss_bits=None if init else claimed_loss,
         observed_loss_bits=None if init else seen("loss", claimed_loss, loss_bits(1.5)),
-        findings=findings, verdict=verdict, engine_version="e", arithmetic_version=1, backend="cpu",
-        hardware="", time_ms=0, verifier=ALICE.public_key)
+        findings=findings,
+        verdict=verdict,
+        engine_version="e",
+        arithmetic_version=1,
+        backend="cpu",
+        hardware="",
+        time_ms=0,
+        verifier=ALICE.public_key,
+    )
 
 
-CASES = [(subject, verdict, findings, differ, observed)
-         for subject in SUBJECTS for verdict in VERDICTS for findings in _subsets(FINDINGS)
-         for differ in _subsets(PAIRS[subject]) for observed in (True, False)]
+CASES = [
+    (subject, verdict, findings, differ, observed)
+    for subject in SUBJECTS
+    for verdict in VERDICTS
+    for findings in _subsets(FINDINGS)
+    for differ in _subsets(PAIRS[subject])
+    for observed in (True, False)
+]
 
 
 def test_the_format_names_what_the_audit_names():

@@ -8,16 +8,14 @@ import threading
 
 import msgpack
 import pytest
+from attest_helpers import RUN, digest, key, make_record, make_signed, make_signed_v1
 
 from ledger import Ledger
-
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import DOMAIN, MAX_SIGNED_SIZE
 from p2paudit.attest.store import AttestationStore, origin_for, read_origin
 from p2paudit.attest.verification import verify_store
 from p2paudit.identity import sign
-
-from attest_helpers import RUN, digest, key, make_record, make_signed, make_signed_v1
 
 ALICE, BOB = key(1), key(2)
 ORIGIN = origin_for(ALICE.public_key)
@@ -62,7 +60,7 @@ def _forgeries():
     body = msgpack.unpackb(good.body)
     unknown_run = make_signed(ALICE, run=digest("other run"))
     at = 3 + 1 + 34 + 5  # array16 header (19 fields), version, bin8 run id, "step": then the step, a fixint
-    wide_step = good.body[:at] + b"\xcf" + (2).to_bytes(8, "big") + good.body[at + 1:]
+    wide_step = good.body[:at] + b"\xcf" + (2).to_bytes(8, "big") + good.body[at + 1 :]
     assert msgpack.unpackb(wide_step) == body
     return {
         "bad signature": (msgpack.packb([1, good.body, bytes(64)]), "bad signature"),
@@ -126,8 +124,9 @@ def test_two_threads_racing_to_sign_different_results(tmp_path, store):
     for _ in range(3):
         results: list = []
         barrier = threading.Barrier(2)
-        threads = [threading.Thread(target=_race, args=(store.ledger.path, v, barrier, results))
-                   for v in ("match", "mismatch")]
+        threads = [
+            threading.Thread(target=_race, args=(store.ledger.path, v, barrier, results)) for v in ("match", "mismatch")
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -147,8 +146,7 @@ def _race_process(path, verdict, barrier, queue):
 def test_two_processes_racing_to_sign_different_results(store):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_race_process, args=(store.ledger.path, v, barrier, queue))
-             for v in ("match", "error")]
+    procs = [ctx.Process(target=_race_process, args=(store.ledger.path, v, barrier, queue)) for v in ("match", "error")]
     for p in procs:
         p.start()
     results = [queue.get(timeout=120) for _ in procs]
@@ -183,8 +181,12 @@ def test_index_tables_are_append_only(store):
     store.append(make_signed(ALICE).encoded)
     import sqlite3
 
-    for statement in ("UPDATE attest_index SET verdict = 1", "DELETE FROM attest_index",
-                      "DELETE FROM attest_runs", "UPDATE attest_keys SET public_key = zeroblob(32)"):
+    for statement in (
+        "UPDATE attest_index SET verdict = 1",
+        "DELETE FROM attest_index",
+        "DELETE FROM attest_runs",
+        "UPDATE attest_keys SET public_key = zeroblob(32)",
+    ):
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             store.conn.execute(statement)
 
@@ -218,8 +220,13 @@ def test_append_reports_conflicts(store):
     assert store.append(make_signed(key(3), step=2, verdict="mismatch").encoded).conflict == "dispute"
     assert store.append(make_signed(BOB, step=2, verdict="error").encoded).conflict == "equivocation"
     # inside one batch, later items see earlier ones
-    batch = store.append_many([make_signed(ALICE, step=3).encoded, make_signed(ALICE, step=3, verdict="error").encoded,
-                               make_signed(BOB, step=3, verdict="error").encoded])
+    batch = store.append_many(
+        [
+            make_signed(ALICE, step=3).encoded,
+            make_signed(ALICE, step=3, verdict="error").encoded,
+            make_signed(BOB, step=3, verdict="error").encoded,
+        ]
+    )
     assert [o.conflict for o in batch] == [None, "equivocation", "dispute"]
     # the node's own signing reports a dispute with others too
     assert store.sign_and_append(BOB, make_record(BOB, step=4)).conflict is None

@@ -29,4 +29,3 @@ def traced_copy(traced_run, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def audit_publisher():
     return AUDIT_PUBLISHER
-

@@ -8,12 +8,12 @@ import pytest
 
 from p2paudit.audit.records import ERROR, MATCH, MISMATCH
 from p2paudit.audit.replay import StepRange, open_run, parse_step_range, verify_range
+from p2paudit.engine.backends import single_process_step
+from p2paudit.engine.schedule import batch_for_step
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import digest_bytes, digest_state, format_digest
 from p2paudit.run.manifest import write_manifest
-from p2paudit.engine.backends import single_process_step
-from p2paudit.engine.schedule import batch_for_step
 from p2paudit.run.traces import encode_trace, load_trace, trace_path
 
 WTE_INDEX = (3, 5)
@@ -57,20 +57,37 @@ def test_a_range_inside_the_run_starts_at_the_nearest_checkpoint(traced_run):
     assert [(a.step, a.verdict) for a in report.audits] == [(3, MATCH)]
 
 
-@pytest.mark.parametrize("text, expected", [("0-3", (True, 0, 3)), ("2", (False, 2, 2)),
-                                            (" 1 - 2 ", (False, 1, 2)), ("init", (True, None, None)),
-                                            ("0", (True, 0, 0))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("0-3", (True, 0, 3)),
+        ("2", (False, 2, 2)),
+        (" 1 - 2 ", (False, 1, 2)),
+        ("init", (True, None, None)),
+        ("0", (True, 0, 0)),
+    ],
+)
 def test_parse_step_range(text, expected):
     assert parse_step_range(text, 4) == StepRange(*expected)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("3-1", "runs backwards"), ("0-4", "step 4 is outside the run: it has steps 0-3"),
-    ("a-b", "is not 'init', 'A-B'"), ("-1", "is not 'init', 'A-B'"), ("1-2-3", "is not 'init', 'A-B'"),
-    ("", "is not 'init', 'A-B'"),
-    ("\u0663", "ASCII decimal"), ("1-\u0662", "ASCII decimal"), ("\uff11", "ASCII decimal"),  # Arabic-Indic, fullwidth
-    ("9" * 5000, "5000 characters"), ("1" * 19, "ASCII decimal"), ("INIT", "is not 'init'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("3-1", "runs backwards"),
+        ("0-4", "step 4 is outside the run: it has steps 0-3"),
+        ("a-b", "is not 'init', 'A-B'"),
+        ("-1", "is not 'init', 'A-B'"),
+        ("1-2-3", "is not 'init', 'A-B'"),
+        ("", "is not 'init', 'A-B'"),
+        ("\u0663", "ASCII decimal"),
+        ("1-\u0662", "ASCII decimal"),
+        ("\uff11", "ASCII decimal"),  # Arabic-Indic, fullwidth
+        ("9" * 5000, "5000 characters"),
+        ("1" * 19, "ASCII decimal"),
+        ("INIT", "is not 'init'"),
+    ],
+)
 def test_bad_step_ranges(text, message):
     with pytest.raises(InputError, match=message):
         parse_step_range(text, 4)

@@ -28,8 +28,18 @@ def _env(spec: dict) -> dict:
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
 @pytest.mark.parametrize("where", list(ENVIRONMENTS))
 def test_every_step_replays_bit_for_bit(traced_run, backend, where):
-    cmd = [sys.executable, "-m", "p2paudit", "verify-range", "0-3", "--run", str(traced_run),
-           "--backend", backend, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "p2paudit",
+        "verify-range",
+        "0-3",
+        "--run",
+        str(traced_run),
+        "--backend",
+        backend,
+        "--json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=_env(ENVIRONMENTS[where]), timeout=900)
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
     report = json.loads(out.stdout)

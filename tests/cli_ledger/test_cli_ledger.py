@@ -13,7 +13,6 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import NoteVerifier, leaf_hash, open_checkpoint, verify_consistency, verify_inclusion
-
 from p2paudit.attest.intoto import export_dsse, import_dsse
 from p2paudit.attest.queries import check_dispute, check_equivocation
 from p2paudit.attest.record import decode_signed
@@ -51,9 +50,15 @@ def _one_line_error(result, code):
 def filled(home, tmp_path):
     """A ledger with a dispute (step 1), an equivocation (B, step 2) and coverage of steps 0-3 of 5."""
     assert run(home, "ledger", "add-run", "--id", RUN.hex(), "--steps", "5", "--label", "demo").exit_code == 0
-    items = [make_signed(A, step=0), make_signed(B, step=0), make_signed(A, step=1),
-             make_signed(C, step=1, verdict="mismatch"), make_signed(B, step=2),
-             make_signed(B, step=2, verdict="error"), make_signed(C, step=3, verdict="error")]
+    items = [
+        make_signed(A, step=0),
+        make_signed(B, step=0),
+        make_signed(A, step=1),
+        make_signed(C, step=1, verdict="mismatch"),
+        make_signed(B, step=2),
+        make_signed(B, step=2, verdict="error"),
+        make_signed(C, step=3, verdict="error"),
+    ]
     for n, item in enumerate(items):
         path = tmp_path / f"a{n}.bin"
         path.write_bytes(item.encoded)
@@ -106,8 +111,20 @@ def test_coverage_text_json_trusted_and_png(home, filled, tmp_path):
     trust = tmp_path / "trust.txt"
     trust.write_text(f"# only A\n{A.public_key.hex()}\n")
     png = tmp_path / "cov.png"
-    result = run(home, "ledger", "coverage", "--run", RUN.hex(), "--trusted", str(trust), "--min", "2",
-                 "--png", str(png), "--json")
+    result = run(
+        home,
+        "ledger",
+        "coverage",
+        "--run",
+        RUN.hex(),
+        "--trusted",
+        str(trust),
+        "--min",
+        "2",
+        "--png",
+        str(png),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["trusted_keys"]["keys"] == 1 and data["trusted_keys"]["checked_at_least_once"] == 2
@@ -123,8 +140,9 @@ def test_coverage_errors(home, filled, tmp_path):
     trust.write_text("1234\n")
     assert "line 1" in _one_line_error(run(home, "ledger", "coverage", "--run", RUN.hex(), "--trusted", str(trust)), 2)
     assert run(home, "ledger", "coverage", "--run", RUN.hex(), "--min", "0").exit_code == 2
-    assert "no ledger" in _one_line_error(run(home, "ledger", "coverage", "--run", RUN.hex(), "--ledger",
-                                              str(tmp_path / "none.db")), 2)
+    assert "no ledger" in _one_line_error(
+        run(home, "ledger", "coverage", "--run", RUN.hex(), "--ledger", str(tmp_path / "none.db")), 2
+    )
 
 
 def test_disputes_and_equivocations(home, filled):
@@ -133,8 +151,9 @@ def test_disputes_and_equivocations(home, filled):
     found = json.loads(result.output)
     assert [(d["step"], len(d["sides"])) for d in found] == [(1, 2)]
     sides = found[0]["sides"]
-    assert check_dispute(base64.b64decode(sides[0][0]["signed_attestation"]),
-                         base64.b64decode(sides[1][0]["signed_attestation"]))
+    assert check_dispute(
+        base64.b64decode(sides[0][0]["signed_attestation"]), base64.b64decode(sides[1][0]["signed_attestation"])
+    )
     assert "1 disputed steps" in run(home, "ledger", "disputes", "--run", RUN.hex()).output
     result = run(home, "ledger", "equivocations", "--json")
     data = json.loads(result.output)
@@ -156,14 +175,20 @@ def test_show(home, filled):
 
 def test_proof_consistency_checkpoint(home, filled):
     data = json.loads(run(home, "ledger", "proof", "--index", "3", "--json").output)
-    verify_inclusion(bytes.fromhex(data["leaf_hash"]), 3, 7, [bytes.fromhex(h) for h in data["proof"]],
-                     bytes.fromhex(data["root"]))
+    verify_inclusion(
+        bytes.fromhex(data["leaf_hash"]), 3, 7, [bytes.fromhex(h) for h in data["proof"]], bytes.fromhex(data["root"])
+    )
     assert data["leaf_hash"] == leaf_hash(filled[3].encoded).hex()
     assert run(home, "ledger", "proof", "--index", "3", "--size", "5").exit_code == 0
     assert "not in a tree of size 3" in _one_line_error(run(home, "ledger", "proof", "--index", "3", "--size", "3"), 2)
     data = json.loads(run(home, "ledger", "consistency", "3", "7", "--json").output)
-    verify_consistency(3, 7, [bytes.fromhex(h) for h in data["proof"]], bytes.fromhex(data["old_root"]),
-                       bytes.fromhex(data["new_root"]))
+    verify_consistency(
+        3,
+        7,
+        [bytes.fromhex(h) for h in data["proof"]],
+        bytes.fromhex(data["old_root"]),
+        bytes.fromhex(data["new_root"]),
+    )
     assert run(home, "ledger", "consistency", "5", "3").exit_code == 2
     note = run(home, "ledger", "checkpoint").output
     cp = open_checkpoint(note, NoteVerifier(origin_for(NODE.public_key), NODE.public_key))

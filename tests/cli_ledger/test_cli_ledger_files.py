@@ -47,6 +47,7 @@ def one_line_error(result, code: int) -> str:
 @contextmanager
 def returns_within(seconds: int):
     """Fail instead of hanging when a command blocks (a FIFO opened for reading waits for a writer)."""
+
     def expired(signum, frame):
         raise TimeoutError(f"the command did not return within {seconds} s")
 
@@ -67,8 +68,11 @@ def fill(home: Path, inputs: Path) -> list[bytes]:
     save_identity(NODE, home / "node.key")
     result = run(home, "ledger", "add-run", "--id", RUN.hex(), "--steps", "4")
     assert result.exit_code == 0, result.output
-    items = [make_signed(A, step=0).encoded, make_signed(B, step=0, verdict="mismatch").encoded,
-             make_signed(A, step=1).encoded]
+    items = [
+        make_signed(A, step=0).encoded,
+        make_signed(B, step=0, verdict="mismatch").encoded,
+        make_signed(A, step=1).encoded,
+    ]
     inputs.mkdir(exist_ok=True)
     for n, item in enumerate(items):
         path = inputs / f"a{n}.bin"
@@ -81,9 +85,18 @@ def fill(home: Path, inputs: Path) -> list[bytes]:
 def test_a_home_with_hash_question_mark_percent_and_spaces_works_and_writes_nowhere_else(tmp_path):
     home = tmp_path / ODD / "home ?#"
     items = fill(home, tmp_path / "inputs")
-    for args in (["coverage", "--run", RUN.hex()], ["disputes"], ["equivocations"], ["show", "--step", "0"],
-                 ["proof", "--index", "1"], ["consistency", "1", "3"], ["export", "--index", "2"], ["verify"],
-                 ["checkpoint"], ["checkpoint"]):
+    for args in (
+        ["coverage", "--run", RUN.hex()],
+        ["disputes"],
+        ["equivocations"],
+        ["show", "--step", "0"],
+        ["proof", "--index", "1"],
+        ["consistency", "1", "3"],
+        ["export", "--index", "2"],
+        ["verify"],
+        ["checkpoint"],
+        ["checkpoint"],
+    ):
         result = run(home, "ledger", *args)
         assert result.exit_code == 0, (args, result.output)
     assert "ok: 3 entries" in run(home, "ledger", "verify").output
@@ -141,8 +154,10 @@ def test_queries_open_the_ledger_read_only(tmp_path, monkeypatch):
     assert run(home, "ledger", "coverage", "--run", RUN.hex()).exit_code == 0
     assert seen == [True, True] or seen == [True]
     with AttestationStore.open_readonly(home / "ledger.db") as store:
-        for statement in ("INSERT INTO entries (idx, leaf_hash, data) VALUES (3, zeroblob(32), x'00')",
-                          "CREATE TABLE t (x)"):
+        for statement in (
+            "INSERT INTO entries (idx, leaf_hash, data) VALUES (3, zeroblob(32), x'00')",
+            "CREATE TABLE t (x)",
+        ):
             with pytest.raises(sqlite3.OperationalError, match="readonly"):
                 store.conn.execute(statement)
         with pytest.raises(sqlite3.OperationalError):
@@ -176,17 +191,28 @@ def test_a_read_only_home_can_still_be_queried_and_verified(wal_files):
 
         def as_nobody(*args: str) -> subprocess.CompletedProcess:
             code = "import sys; from p2paudit.cli import cli; sys.exit(cli.main(prog_name='p2paudit'))"
-            return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                   sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False,
-                                  env={**os.environ, "P2PAUDIT_HOME": str(home), "HOME": str(base)})
+            return subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                env={**os.environ, "P2PAUDIT_HOME": str(home), "HOME": str(base)},
+            )
 
         probe = as_nobody("--version")
         if probe.returncode != 0:
             pytest.skip(f"user 65534 cannot run the CLI here: {probe.stderr.strip()[-200:]}")
         verified = as_nobody("ledger", "verify")
         assert verified.returncode == 0 and "ok: 3 entries" in verified.stdout, verified.stderr
-        for args in (["coverage", "--run", RUN.hex()], ["disputes"], ["show", "--step", "0"],
-                     ["proof", "--index", "2"], ["consistency", "1", "3"], ["export", "--index", "0", "--dsse"]):
+        for args in (
+            ["coverage", "--run", RUN.hex()],
+            ["disputes"],
+            ["show", "--step", "0"],
+            ["proof", "--index", "2"],
+            ["consistency", "1", "3"],
+            ["export", "--index", "0", "--dsse"],
+        ):
             result = as_nobody("ledger", *args)
             assert result.returncode == 0, (args, result.stderr)
         assert as_nobody("ledger", "checkpoint").stdout == note  # current: shown, not signed again
@@ -203,14 +229,17 @@ def test_a_read_only_home_can_still_be_queried_and_verified(wal_files):
         shutil.rmtree(base)
 
 
-@pytest.mark.parametrize("message,names,words", [
-    ("attempt to write a readonly database", "SQLITE_READONLY", "the file or its directory is read-only"),
-    ("database or disk is full", "SQLITE_FULL", "the disk holding it is full"),
-    ("database is locked", "SQLITE_BUSY", "locked by another process (waited 60 s)"),
-    ("file is not a database", "SQLITE_NOTADB", "is not a p2paudit ledger: it is not a SQLite database"),
-    ("database disk image is malformed", "SQLITE_CORRUPT", "is corrupt"),
-    ("unable to open database file", "SQLITE_CANTOPEN", "the file does not exist"),
-])
+@pytest.mark.parametrize(
+    "message,names,words",
+    [
+        ("attempt to write a readonly database", "SQLITE_READONLY", "the file or its directory is read-only"),
+        ("database or disk is full", "SQLITE_FULL", "the disk holding it is full"),
+        ("database is locked", "SQLITE_BUSY", "locked by another process (waited 60 s)"),
+        ("file is not a database", "SQLITE_NOTADB", "is not a p2paudit ledger: it is not a SQLite database"),
+        ("database disk image is malformed", "SQLITE_CORRUPT", "is corrupt"),
+        ("unable to open database file", "SQLITE_CANTOPEN", "the file does not exist"),
+    ],
+)
 def test_sqlite_errors_say_what_is_wrong(tmp_path, message, names, words):
     path = str(tmp_path / "gone" / ".." / "ledger.db")
     error = ledger.database.describe_error(sqlite3.OperationalError(message), path, "be read")

@@ -21,8 +21,10 @@ def _invoke(args, home: Path):
 def small_run(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("exit")
     save_identity(PUBLISHER, base / "key.pem")
-    result = _invoke(["train", str(base / "run"), "--steps", "2", "--backend", "reference",
-                      "--key", str(base / "key.pem")], base / "home")
+    result = _invoke(
+        ["train", str(base / "run"), "--steps", "2", "--backend", "reference", "--key", str(base / "key.pem")],
+        base / "home",
+    )
     assert result.exit_code == 0, result.output
     return base / "run"
 
@@ -72,9 +74,14 @@ def test_a_mismatch_exits_1_with_one_summary_line(small_run, tmp_path):
     assert "loss" in result.output
 
 
-@pytest.mark.parametrize("text, message", [
-    ("9" * 5000, "5000 characters"), ("\u0663", "ASCII decimal"), ("0-\uff11", "ASCII decimal"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("9" * 5000, "5000 characters"),
+        ("\u0663", "ASCII decimal"),
+        ("0-\uff11", "ASCII decimal"),
+    ],
+)
 def test_hostile_ranges_exit_2_in_one_line(small_run, tmp_path, text, message):
     result = _invoke(["verify-range", text, "--run", str(small_run)], tmp_path)
     assert result.exit_code == EXIT_USAGE and message in result.output

@@ -27,8 +27,21 @@ def cli_run(tmp_path_factory) -> Path:
     """A run published through the CLI with an explicit key: tiny, 3 steps, checkpoints at 0, 2, 3."""
     base = tmp_path_factory.mktemp("cli")
     save_identity(PUBLISHER, base / "key.pem")
-    result = _invoke(["train", str(base / "run"), "--steps", "3", "--ckpt-every", "2", "--backend", "reference",
-                      "--key", str(base / "key.pem")], base / "home")
+    result = _invoke(
+        [
+            "train",
+            str(base / "run"),
+            "--steps",
+            "3",
+            "--ckpt-every",
+            "2",
+            "--backend",
+            "reference",
+            "--key",
+            str(base / "key.pem"),
+        ],
+        base / "home",
+    )
     assert result.exit_code == 0, result.output
     assert "run sha256:" in result.output and "(trained)" in result.output
     assert not (base / "home").exists()  # an explicit key: the node key is not created
@@ -44,8 +57,10 @@ def run_copy(cli_run, tmp_path) -> Path:
 def test_train_again_reuses_and_other_flags_are_refused(cli_run, tmp_path):
     key = tmp_path / "key.pem"
     save_identity(PUBLISHER, key)
-    again = _invoke(["train", str(cli_run), "--steps", "3", "--ckpt-every", "2", "--backend", "reference",
-                     "--key", str(key)], tmp_path)
+    again = _invoke(
+        ["train", str(cli_run), "--steps", "3", "--ckpt-every", "2", "--backend", "reference", "--key", str(key)],
+        tmp_path,
+    )
     assert again.exit_code == 0 and "already complete" in again.output
     other = _invoke(["train", str(cli_run), "--steps", "4", "--ckpt-every", "2", "--key", str(key)], tmp_path)
     assert other.exit_code == 2 and "another config" in other.output
@@ -62,11 +77,16 @@ def test_train_creates_the_node_key_when_none_is_given(tmp_path):
     assert manifest_key in shown.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--steps", "0"], "--steps is 0"), (["--ckpt-every", "-1"], "--ckpt-every is -1"),
-    (["--key", "/nonexistent/key.pem"], "/nonexistent/key.pem"), (["--backend", "gpu"], "'gpu'"),
-    (["--micro-batches", "3"], "micro_batches is 3"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "0"], "--steps is 0"),
+        (["--ckpt-every", "-1"], "--ckpt-every is -1"),
+        (["--key", "/nonexistent/key.pem"], "/nonexistent/key.pem"),
+        (["--backend", "gpu"], "'gpu'"),
+        (["--micro-batches", "3"], "micro_batches is 3"),
+    ],
+)
 def test_train_bad_usage_exits_2_with_one_line(tmp_path, args, message):
     result = _invoke(["train", str(tmp_path / "run"), *args], tmp_path / "home")
     assert result.exit_code == 2 and message in result.output
@@ -88,13 +108,26 @@ def test_verify_range_json(cli_run, tmp_path):
     report = json.loads(result.output)
     assert report["summary"]["match"] == 1 and report["audits"][0]["step"] == 2
     assert report["summary"]["publisher"] == PUBLISHER.public_key.hex()
-    assert set(report["audits"][0]) >= {"run_id", "input_digest", "data_digest", "claimed_digest",
-                                        "observed_digest", "verdict", "backend", "seconds"}
+    assert set(report["audits"][0]) >= {
+        "run_id",
+        "input_digest",
+        "data_digest",
+        "claimed_digest",
+        "observed_digest",
+        "verdict",
+        "backend",
+        "seconds",
+    }
 
 
-@pytest.mark.parametrize("args, message", [
-    (["2-1"], "runs backwards"), (["0-3"], "step 3 is outside the run"), (["x"], "is not 'A-B'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["2-1"], "runs backwards"),
+        (["0-3"], "step 3 is outside the run"),
+        (["x"], "is not 'A-B'"),
+    ],
+)
 def test_verify_range_bad_ranges_exit_2(cli_run, tmp_path, args, message):
     result = _invoke(["verify-range", *args, "--run", str(cli_run), "--backend", "reference"], tmp_path)
     assert result.exit_code == 2 and message in result.output
@@ -102,8 +135,19 @@ def test_verify_range_bad_ranges_exit_2(cli_run, tmp_path, args, message):
 
 
 def test_verify_range_pins_the_publisher_key(cli_run, tmp_path):
-    good = _invoke(["verify-range", "2", "--run", str(cli_run), "--backend", "reference",
-                    "--publisher", PUBLISHER.public_key.hex()], tmp_path)
+    good = _invoke(
+        [
+            "verify-range",
+            "2",
+            "--run",
+            str(cli_run),
+            "--backend",
+            "reference",
+            "--publisher",
+            PUBLISHER.public_key.hex(),
+        ],
+        tmp_path,
+    )
     assert good.exit_code == 0, good.output
     other = identity_from_seed(b"\x23" * 32).public_key.hex()
     bad = _invoke(["verify-range", "2", "--run", str(cli_run), "--publisher", other], tmp_path)
@@ -118,8 +162,10 @@ def test_verify_range_missing_run_exits_2(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
-@pytest.mark.parametrize("relative", ["manifest.json", "manifest.sig.json", "shards/shard-00002.bin",
-                                      "checkpoints/step-00000002.safetensors"])
+@pytest.mark.parametrize(
+    "relative",
+    ["manifest.json", "manifest.sig.json", "shards/shard-00002.bin", "checkpoints/step-00000002.safetensors"],
+)
 def test_a_flipped_bit_exits_2_naming_the_file(run_copy, tmp_path, relative):
     target = run_copy / relative
     data = bytearray(target.read_bytes())
@@ -147,8 +193,9 @@ def test_a_forged_claim_exits_1_with_a_diagnosis(run_copy, tmp_path):
     body = json.loads((run_copy / "manifest.json").read_bytes())
     body["steps"][1]["output"] = digest_state(forged).to_dict()
     write_manifest(run_copy, body, PUBLISHER)
-    result = _invoke(["verify-range", "1", "--run", str(run_copy), "--backend", "reference",
-                      "--against", "reference"], tmp_path)
+    result = _invoke(
+        ["verify-range", "1", "--run", str(run_copy), "--backend", "reference", "--against", "reference"], tmp_path
+    )
     assert result.exit_code == 1, result.output
     assert "mismatch" in result.output
     assert "opt/v/ln_f: 4 of 64 elements differ, max 1 ulp" in result.output
@@ -187,8 +234,9 @@ def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
     env.update(CUDA_VISIBLE_DEVICES="", P2PAUDIT_HOME=str(tmp_path / "home"))
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "p2paudit", *args], capture_output=True, text=True,
-                              env=env, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "p2paudit", *args], capture_output=True, text=True, env=env, timeout=300
+        )
 
     result = run("verify-range", "0", "--run", str(cli_run), "--backend", "triton")
     assert result.returncode == 2, result.stderr

@@ -34,7 +34,9 @@ def distributed_run(rank: int, world_size: int, cfg: TrainConfig, tokens: np.nda
     state = init_state(cfg)
     losses = []
     for n in range(steps):
-        result = distributed_train_step(state, batch_for_step(tokens, b"dist-test", cfg, n), cfg, backend, rank, world_size)
+        result = distributed_train_step(
+            state, batch_for_step(tokens, b"dist-test", cfg, n), cfg, backend, rank, world_size
+        )
         state = result.state
         losses.append(result.loss)
     return {"state": state, "losses": losses}

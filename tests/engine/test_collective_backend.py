@@ -19,4 +19,3 @@ def test_collective_backend(monkeypatch, cuda, gpus, rank, world, want):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert collective_backend(rank, world) == want
-

@@ -103,10 +103,15 @@ def test_the_bounds_admit_the_planned_real_sizes():
     assert TrainConfig.from_dict(big_step.to_dict()) == big_step
 
 
-@pytest.mark.parametrize("model", [
-    CONFIGS["tiny"], CONFIGS["small"],
-    ModelConfig("a", 300, 7, 3, 2, 10, 3, False), ModelConfig("b", 256, 1, 1, 1, 1, 1, True),
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        CONFIGS["tiny"],
+        CONFIGS["small"],
+        ModelConfig("a", 300, 7, 3, 2, 10, 3, False),
+        ModelConfig("b", 256, 1, 1, 1, 1, 1, True),
+    ],
+)
 def test_count_parameters_agrees_with_the_state_layout(model):
     from p2paudit.engine.config import count_parameters
 

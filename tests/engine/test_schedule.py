@@ -79,11 +79,14 @@ def test_lr_schedule_values():
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("change, message", [
-    (dict(micro_batches=2**40), "micro_batches is 1099511627776, want 1..65536"),
-    (dict(batch_size=2**40), "batch_size is 1099511627776, want 1..65536"),
-    (dict(batch_size=2**16, micro_batches=2**16), "tokens, more than the 4194304 allowed"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(micro_batches=2**40), "micro_batches is 1099511627776, want 1..65536"),
+        (dict(batch_size=2**40), "batch_size is 1099511627776, want 1..65536"),
+        (dict(batch_size=2**16, micro_batches=2**16), "tokens, more than the 4194304 allowed"),
+    ],
+)
 def test_a_config_built_directly_cannot_make_the_schedule_loop_for_ever(change, message):
     # A TrainConfig that never went through from_dict is bounded by the schedule itself.
     cfg = dataclasses.replace(train_config("tiny"), **change)

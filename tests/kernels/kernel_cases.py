@@ -155,8 +155,15 @@ def _elementwise_cases(op, rng, small):
         yield "near one", ((1.0 + rng.uniform(-0.3, 0.45, n)).astype(F32),)
     else:
         yield "range", (rng.uniform(-110, 95, n).astype(F32),)
-        yield "thresholds", (np.nextafter(np.repeat(np.array([89, -104, -87.33655, 88.72284], F32), 3),
-                                          np.tile(np.array([-np.inf, 0, np.inf], F32), 4)).astype(F32),)
+        yield (
+            "thresholds",
+            (
+                np.nextafter(
+                    np.repeat(np.array([89, -104, -87.33655, 88.72284], F32), 3),
+                    np.tile(np.array([-np.inf, 0, np.inf], F32), 4),
+                ).astype(F32),
+            ),
+        )
         yield "small", (wide(rng, (n,), spread=3),)
 
 
@@ -199,8 +206,8 @@ def _attention_cases(op, rng, small):
     shapes += [(1, 9, 16)] if small else [(2, 31, 16), (1, 64, 8), (1, 97, 5), (1, 130, 17)]
     for shape in shapes:
         for label in ("wide", "tiny", "special"):
-            make = {"wide": lambda: wide(rng, shape, spread=2), "tiny": lambda: tiny(rng, shape),
-                    "special": lambda: sprinkle(rng, wide(rng, shape, spread=2), 1)}[label]  # fmt: skip
+            make = {"wide": lambda s=shape: wide(rng, s, spread=2), "tiny": lambda s=shape: tiny(rng, s),
+                    "special": lambda s=shape: sprinkle(rng, wide(rng, s, spread=2), 1)}[label]  # fmt: skip
             q, k, v = make(), make(), make()
             if op == "attention":
                 yield f"{label} {shape}", (q, k, v)

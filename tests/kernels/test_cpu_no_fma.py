@@ -101,7 +101,9 @@ def test_matmul_inner_loop_is_vectorised():
     asm = _fresh_asm(dispatcher, args)
     assert PACKED_MUL.search(asm), "no packed vmulps on ymm/zmm registers in matmul_packed"
     assert PACKED_ADD.search(asm), "no packed vaddps on ymm/zmm registers in matmul_packed"
-    assert REGISTER_ADD.search(asm), "no register-to-register vaddps: the micro-kernel's accumulators left the registers"
+    assert REGISTER_ADD.search(asm), (
+        "no register-to-register vaddps: the micro-kernel's accumulators left the registers"
+    )
 
 
 def test_fma_search_finds_contraction_when_allowed():

@@ -77,7 +77,15 @@ def test_max_rows_signed_zero_order():
 
 @pytest.mark.parametrize(
     "op",
-    ["matmul", "sum_cols", "sum_rows", "softmax_causal", "rmsnorm_backward", "cross_entropy_backward", "embedding_backward"],
+    [
+        "matmul",
+        "sum_cols",
+        "sum_rows",
+        "softmax_causal",
+        "rmsnorm_backward",
+        "cross_entropy_backward",
+        "embedding_backward",
+    ],
 )
 def test_thread_count_changes_no_bit(op):
     rng = np.random.default_rng(5)

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 import pytest
-from kernel_cases import IN_PROCESS_BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_cases import IN_PROCESS_BACKENDS
 from test_kernels_accuracy import ULP_BOUNDS
 
 from kernels import get_backend
@@ -87,7 +87,9 @@ def test_exp_within_ulp_bound(backend_name, xs):
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
 @settings(max_examples=200, deadline=None)
-@given(xs=st.lists(st.floats(min_value=float(f32(1e-45)), max_value=float(f32(3.4e38)), width=32), min_size=1, max_size=64))
+@given(
+    xs=st.lists(st.floats(min_value=float(f32(1e-45)), max_value=float(f32(3.4e38)), width=32), min_size=1, max_size=64)
+)
 def test_log_within_ulp_bound(backend_name, xs):
     y = run(backend_name, "log", xs)
     for x, v in zip(xs, y):

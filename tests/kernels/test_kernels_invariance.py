@@ -61,7 +61,9 @@ def test_digests_equal_across_isa_and_threads():
         check_settings_took_effect(env, report["settings"])
     digests = {(i, name): d for i, (_, r) in enumerate(results) for name, d in r["digests"].items()}
     first = results[0][1]["digests"]["reference"]
-    differing = [f"run {i} {name} ({results[i][0] or 'defaults'}): {d}" for (i, name), d in digests.items() if d != first]
+    differing = [
+        f"run {i} {name} ({results[i][0] or 'defaults'}): {d}" for (i, name), d in digests.items() if d != first
+    ]
     assert not differing, f"reference under defaults: {first}\n" + "\n".join(differing)
 
 

@@ -93,10 +93,15 @@ def _probe_errors(triton_backend, reference, rng) -> dict[str, list[str]]:
         "max of empty rows": ("max_rows", (np.zeros((2, 0), np.float32),)),
         "adamw step": ("adamw", (a, a, a, a, 0, 1e-3, 0.9, 0.99, 1e-8, 0.0)),
     }
-    out = {name: [_error_of(getattr(triton_backend, op), *args), _error_of(getattr(reference, op), *args)]
-           for name, (op, args) in bad.items()}
+    out = {
+        name: [_error_of(getattr(triton_backend, op), *args), _error_of(getattr(reference, op), *args)]
+        for name, (op, args) in bad.items()
+    }
     t = torch.from_numpy(a)
-    out["mixed kinds"] = [_error_of(triton_backend.matmul, t, a.T.copy()), "arguments mix numpy arrays and torch tensors"]
+    out["mixed kinds"] = [
+        _error_of(triton_backend.matmul, t, a.T.copy()),
+        "arguments mix numpy arrays and torch tensors",
+    ]
     out["tensor not contiguous"] = [_error_of(triton_backend.exp, t.T), "not contiguous"]
     out["tensor float64"] = [_error_of(triton_backend.exp, t.double()), "has dtype float64, want float32"]
     return out
@@ -139,8 +144,9 @@ def probe() -> dict:
     result["extra"] = extra
     result["torch"] = _probe_torch_inputs(triton_backend, reference, rng)
     result["errors"] = _probe_errors(triton_backend, reference, rng)
-    result["baseline"] = {op: len(check_backend(_TorchBaseline, reference, op, SEED, small=True))
-                          for op in ("matmul", "sum_rows", "exp")}
+    result["baseline"] = {
+        op: len(check_backend(_TorchBaseline, reference, op, SEED, small=True)) for op in ("matmul", "sum_rows", "exp")
+    }
     result["cases"] = {op: len(build_cases(op, SEED, small=True)) for op in OPS}
     result["seconds"] = time.perf_counter() - started
     return result
@@ -185,11 +191,15 @@ def test_import_without_cuda_or_interpreter_is_refused():
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "P2PAUDIT_TRITON_COMPILE_ONLY")}
     env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU, so the check cannot pass on one
     code = "import kernels.triton_backend"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300
+    )
     assert proc.returncode != 0
     assert "ImportError: triton backend needs CUDA or TRITON_INTERPRET=1" in proc.stderr
     env["P2PAUDIT_TRITON_COMPILE_ONLY"] = "1"  # compile-only builds kernels but never runs them
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300
+    )
     assert "ImportError: triton backend needs CUDA or TRITON_INTERPRET=1" in proc.stderr
 
 

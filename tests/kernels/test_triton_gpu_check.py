@@ -33,8 +33,9 @@ def gpu_check():
 def _run(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(env_extra)
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          cwd=str(REPO), timeout=900)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=900
+    )
 
 
 def test_without_cuda_it_exits_2_with_a_message(tmp_path):
@@ -81,10 +82,18 @@ def test_interpreter_dry_run_checks_every_op(tmp_path):
 
 
 def test_report_marks_errors_and_differences_as_failures(gpu_check, tmp_path):
-    report = gpu_check.Report(tmp_path, {"device": "d", "mode": "cuda", "size": "quick", "torch": "t",
-                                         "triton": "t", "when": "now"})
-    ok = {"name": "exp", "shapes": [[3]], "equal": True, "cpu_digest": "prepared", "triton_ms": 1.0,
-          "torch_ms": 0.5, "ratio": 2.0}
+    report = gpu_check.Report(
+        tmp_path, {"device": "d", "mode": "cuda", "size": "quick", "torch": "t", "triton": "t", "when": "now"}
+    )
+    ok = {
+        "name": "exp",
+        "shapes": [[3]],
+        "equal": True,
+        "cpu_digest": "prepared",
+        "triton_ms": 1.0,
+        "torch_ms": 0.5,
+        "ratio": 2.0,
+    }
     report.data["ops"] = [ok]
     assert not report.failed()
     bad = dict(ok, name="log", equal=False, difference="output 0: 1 of 3 values differ, first at (0,)")

@@ -31,8 +31,11 @@ def probe() -> dict:
         audits[spec.name] = {"problems": P.audit(asm), "div_rn": "div.rn.f32" in ptx, "sqrt_rn": "sqrt.rn.f32" in ptx}
     fused = P.compile_spec(P.KernelSpec(tr.adamw_kernel, {"BLOCK": 1024}), arch=90, fusion=True)
     fast_llir = "%r = fadd reassoc nsz float %a, %b\n%s = call float @llvm.fmuladd.f32(float %a, float %b, float %c)"
-    return {"audits": audits, "fused_problems": P.audit(fused),
-            "fast_llir_problems": P.audit({"ptx": "", "llir": fast_llir})}
+    return {
+        "audits": audits,
+        "fused_problems": P.audit(fused),
+        "fast_llir_problems": P.audit({"ptx": "", "llir": fast_llir}),
+    }
 
 
 @pytest.fixture(scope="module")

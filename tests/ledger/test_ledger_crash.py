@@ -60,7 +60,9 @@ def _run_and_kill(path, seed: int, rng: random.Random) -> int:
     """Start the child, let it append for a random while, SIGKILL it; return the last size it reported committed."""
     repo = str(Path(__file__).resolve().parents[2])  # the child imports this checkout's ledger package
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     try:
         first = proc.stdout.readline()  # the child is up and the ledger is open
         assert first.strip().isdigit(), proc.stderr.read().decode()[-2000:]
@@ -92,10 +94,18 @@ def test_sigkill_at_random_moments_loses_nothing_committed(tmp_path):
             for i, data in enumerate(stored):
                 assert data == expected(i), f"round {round_}: entry {i} is not what was appended"
             digests = lg.conn.execute("SELECT idx, digest FROM my_index ORDER BY idx").fetchall()
-            assert digests == [(i, hashlib.sha256(expected(i)).digest()) for i in range(size)]  # the hook's table moved in step
+            assert digests == [
+                (i, hashlib.sha256(expected(i)).digest()) for i in range(size)
+            ]  # the hook's table moved in step
             report = lg.verify()  # also checks every checkpoint the child signed against the entries
             assert report.ok, report.problems
             checkpoints += report.checkpoints_checked
-            assert report.root == lg.root() == merkle.root_from_leaf_hashes([merkle.leaf_hash(expected(i)) for i in range(size)])
+            assert (
+                report.root
+                == lg.root()
+                == merkle.root_from_leaf_hashes([merkle.leaf_hash(expected(i)) for i in range(size)])
+            )
     assert checkpoints > 0, "no checkpoint was signed in any round"
-    assert reported_total >= 1000, f"only {reported_total} entries appended over all rounds: the test did not exercise much"
+    assert reported_total >= 1000, (
+        f"only {reported_total} entries appended over all rounds: the test did not exercise much"
+    )

@@ -26,7 +26,10 @@ from ledger.note import (
 GO_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
 GO_SKEY_B64 = "AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"  # from "PRIVATE+KEY+PeterNeumann+c74f20a3+..."
 GO_TEXT = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
-GO_NOTE = GO_TEXT + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+GO_NOTE = (
+    GO_TEXT
+    + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+)
 
 ROOT = bytes(range(32))
 
@@ -230,8 +233,12 @@ C2SP_CHECKPOINT_EXAMPLE = (
 
 def test_c2sp_signed_note_example_parses():
     note = parse_note(C2SP_NOTE_EXAMPLE)
-    assert note.text == "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\ned \u00e8 subito sera.\n"
-    assert [(s.name, len(s.key_id), len(s.signature)) for s in note.signatures] == [("quasimodo.example/salvatore", 4, 64)]
+    assert (
+        note.text == "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\ned \u00e8 subito sera.\n"
+    )
+    assert [(s.name, len(s.key_id), len(s.signature)) for s in note.signatures] == [
+        ("quasimodo.example/salvatore", 4, 64)
+    ]
     with pytest.raises(CheckpointError, match="no signature from a known key"):
         open_note(C2SP_NOTE_EXAMPLE, [_signer("quasimodo.example/salvatore").verifier])
 

@@ -7,15 +7,15 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import ledger_naive as naive
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import MAX_ENTRY_BYTES, Ledger, LedgerError, merkle
 from ledger.errors import AppendOnlyError, CorruptLedgerError, LedgerInvariantError
 from ledger.note import NoteSigner, open_checkpoint
-import ledger_naive as naive
 
 ORIGIN = "example.org/ledger-test"
 
@@ -176,7 +176,9 @@ def test_schema_has_magic_and_version_and_refuses_foreign_files(tmp_path):
     path = tmp_path / "l.db"
     Ledger.open(path, ORIGIN).close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT magic, version, origin FROM ledger_schema").fetchall() == [("p2paudit-ledger", 1, ORIGIN)]
+    assert conn.execute("SELECT magic, version, origin FROM ledger_schema").fetchall() == [
+        ("p2paudit-ledger", 1, ORIGIN)
+    ]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
     other = tmp_path / "other.db"
@@ -271,7 +273,11 @@ def test_reading_many_stored_hashes_at_once(ledger):
 
     ledger.append_many([b"%d" % i for i in range(3000)])
     hashes = [merkle.leaf_hash(b"%d" % i) for i in range(3000)]
-    ranges = [(i, i + 2) for i in range(0, 2998, 2)] + [(i, i + 8) for i in range(0, 2992, 8)] + [(i, i + 1) for i in range(700)]
+    ranges = (
+        [(i, i + 2) for i in range(0, 2998, 2)]
+        + [(i, i + 8) for i in range(0, 2992, 8)]
+        + [(i, i + 1) for i in range(700)]
+    )
     got = read_complete_hashes(ledger.conn, ranges)
     assert len(got) == len(set(ranges))
     for a, b in ranges:

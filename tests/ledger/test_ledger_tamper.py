@@ -34,7 +34,10 @@ def _plain(path, recursive: bool = False) -> sqlite3.Connection:
 
 def _snapshot(path):
     conn = _plain(path)
-    rows = [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in ("entries", "nodes", "checkpoints", "ledger_schema")]
+    rows = [
+        conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+        for t in ("entries", "nodes", "checkpoints", "ledger_schema")
+    ]
     conn.close()
     return rows
 
@@ -44,11 +47,26 @@ ATTACKS = [
     ("UPDATE entries SET idx = 99 WHERE idx = 36", "UPDATE refused"),
     ("DELETE FROM entries WHERE idx = 36", "DELETE refused"),
     ("DELETE FROM entries", "DELETE refused"),
-    ("INSERT OR REPLACE INTO entries (idx, leaf_hash, data) VALUES (3, zeroblob(32), x'01')", "index already used|index must equal"),
-    ("REPLACE INTO entries (idx, leaf_hash, data) VALUES (0, zeroblob(32), x'01')", "index already used|index must equal"),
-    ("INSERT OR IGNORE INTO entries (idx, leaf_hash, data) VALUES (5, zeroblob(32), x'01')", "index already used|index must equal"),
-    ("INSERT INTO entries (idx, leaf_hash, data) VALUES (38, zeroblob(32), x'01')", "index must equal the current size"),
-    ("INSERT INTO entries (idx, leaf_hash, data) VALUES (-1, zeroblob(32), x'01')", "index must equal the current size"),
+    (
+        "INSERT OR REPLACE INTO entries (idx, leaf_hash, data) VALUES (3, zeroblob(32), x'01')",
+        "index already used|index must equal",
+    ),
+    (
+        "REPLACE INTO entries (idx, leaf_hash, data) VALUES (0, zeroblob(32), x'01')",
+        "index already used|index must equal",
+    ),
+    (
+        "INSERT OR IGNORE INTO entries (idx, leaf_hash, data) VALUES (5, zeroblob(32), x'01')",
+        "index already used|index must equal",
+    ),
+    (
+        "INSERT INTO entries (idx, leaf_hash, data) VALUES (38, zeroblob(32), x'01')",
+        "index must equal the current size",
+    ),
+    (
+        "INSERT INTO entries (idx, leaf_hash, data) VALUES (-1, zeroblob(32), x'01')",
+        "index must equal the current size",
+    ),
     ("INSERT INTO entries (leaf_hash, data) VALUES (zeroblob(32), x'01')", "index must equal the current size"),
     ("INSERT INTO entries (idx, leaf_hash, data) VALUES (37, zeroblob(31), x'01')", "CHECK constraint failed"),
     ("UPDATE nodes SET hash = zeroblob(32)", "UPDATE refused"),
@@ -160,7 +178,9 @@ def test_modified_entry_bytes_are_found(path, index):
 @pytest.mark.parametrize("index", [0, 5, 20, 36])
 def test_modified_entry_with_a_matching_leaf_hash_is_found(path, index):
     forged = b"forged"
-    report = _tamper(path, ("UPDATE entries SET data = ?, leaf_hash = ? WHERE idx = ?", (forged, merkle.leaf_hash(forged), index)))
+    report = _tamper(
+        path, ("UPDATE entries SET data = ?, leaf_hash = ? WHERE idx = ?", (forged, merkle.leaf_hash(forged), index))
+    )
     assert not report.ok
     if index == N - 1:
         # The last leaf is in no stored interior hash yet: only the signed checkpoint catches it.
@@ -198,7 +218,9 @@ def test_deleted_interior_hash_is_found(path):
 
 
 def test_altered_checkpoint_is_found(path):
-    report = _tamper(path, ("UPDATE checkpoints SET note = replace(note, 'example.org/tamper\n37', 'example.org/tamper\n36')",))
+    report = _tamper(
+        path, ("UPDATE checkpoints SET note = replace(note, 'example.org/tamper\n37', 'example.org/tamper\n36')",)
+    )
     assert not report.ok and "checkpoint 1" in report.problems[0]
 
 

@@ -10,7 +10,12 @@ from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_DOMAIN, SIGNATURE_FIL
 def sign_raw(run_dir: Path, body_bytes: bytes, identity) -> None:
     """Write `body_bytes` as the manifest, exactly as given, with a valid signature over them."""
     (run_dir / MANIFEST_FILE).write_bytes(body_bytes)
-    envelope = {"format": "p2paudit-run-signature", "version": 1, "run_id": format_digest(digest_bytes(body_bytes)),
-                "scheme": "ed25519", "public_key": identity.public_key.hex(),
-                "signature": sign(identity, SIGNATURE_DOMAIN + body_bytes).hex()}
+    envelope = {
+        "format": "p2paudit-run-signature",
+        "version": 1,
+        "run_id": format_digest(digest_bytes(body_bytes)),
+        "scheme": "ed25519",
+        "public_key": identity.public_key.hex(),
+        "signature": sign(identity, SIGNATURE_DOMAIN + body_bytes).hex(),
+    }
     (run_dir / SIGNATURE_FILE).write_bytes(canonical_json(envelope))

@@ -34,8 +34,13 @@ def test_tensor_digest_follows_the_documented_layout():
 
 def test_name_dtype_and_shape_all_count():
     a = np.zeros((2, 3), dtype=np.float32)
-    digests = {digest_tensor("w", a), digest_tensor("v", a), digest_tensor("w", a.reshape(3, 2)),
-               digest_tensor("w", a.reshape(6)), digest_tensor("w", np.zeros((2, 3), dtype=np.int32))}
+    digests = {
+        digest_tensor("w", a),
+        digest_tensor("v", a),
+        digest_tensor("w", a.reshape(3, 2)),
+        digest_tensor("w", a.reshape(6)),
+        digest_tensor("w", np.zeros((2, 3), dtype=np.int32)),
+    }
     assert len(digests) == 5
 
 
@@ -47,8 +52,12 @@ def test_every_nan_hashes_as_the_canonical_quiet_nan():
     assert digest_tensor("x", b) == digest_tensor("x", c)
     assert digest_tensor("x", b) != digest_tensor("x", a)
     assert c.view(np.uint32)[1] == 0xFFC12345  # the caller's array is not touched
-    expected = _by_hand("x", "float32", (3,), np.array([1.0, 0, 3.0], np.float32).tobytes()[:4]
-                        + struct.pack("<I", 0x7FC00000) + np.float32(3.0).tobytes())
+    expected = _by_hand(
+        "x",
+        "float32",
+        (3,),
+        np.array([1.0, 0, 3.0], np.float32).tobytes()[:4] + struct.pack("<I", 0x7FC00000) + np.float32(3.0).tobytes(),
+    )
     assert digest_tensor("x", c) == expected
 
 
@@ -90,13 +99,16 @@ def test_batch_digest_is_the_tensor_digest_named_batch():
     assert digest_batch(batch) == _by_hand("batch", "int64", (2, 3, 5), batch.tobytes())
 
 
-@pytest.mark.parametrize("text, message", [
-    ("sha256:" + "ab" * 31, "62 hex digits, want 64"),
-    ("md5:" + "ab" * 32, "expected 'sha256:"),
-    ("sha256:" + "zz" * 32, "not hexadecimal"),
-    ("sha256:" + "AB" * 32, "lower-case"),
-    (None, "expected 'sha256:"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("sha256:" + "ab" * 31, "62 hex digits, want 64"),
+        ("md5:" + "ab" * 32, "expected 'sha256:"),
+        ("sha256:" + "zz" * 32, "not hexadecimal"),
+        ("sha256:" + "AB" * 32, "lower-case"),
+        (None, "expected 'sha256:"),
+    ],
+)
 def test_parse_digest_rejects_malformed_text(text, message):
     with pytest.raises(InputError, match=message):
         parse_digest(text, "claim")

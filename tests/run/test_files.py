@@ -46,8 +46,9 @@ def test_the_untouched_run_reads_back(published_run, publisher):
     assert [s.step for s in manifest.steps] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("relative", [MANIFEST_FILE, SIGNATURE_FILE, shard_path(0), shard_path(7),
-                                      checkpoint_path(0), checkpoint_path(2)])
+@pytest.mark.parametrize(
+    "relative", [MANIFEST_FILE, SIGNATURE_FILE, shard_path(0), shard_path(7), checkpoint_path(0), checkpoint_path(2)]
+)
 def test_one_flipped_bit_is_named(run_copy, relative):
     target = run_copy / relative
     original = target.read_bytes()
@@ -99,21 +100,29 @@ def test_non_canonical_manifest_is_refused(run_copy, publisher):
 
     pretty = json.dumps(body, indent=1, sort_keys=True).encode()
     (run_copy / MANIFEST_FILE).write_bytes(pretty)
-    envelope = {"format": "p2paudit-run-signature", "version": 1, "run_id": format_digest(digest_bytes(pretty)),
-                "scheme": "ed25519", "public_key": publisher.public_key.hex(),
-                "signature": sign(publisher, SIGNATURE_DOMAIN + pretty).hex()}
+    envelope = {
+        "format": "p2paudit-run-signature",
+        "version": 1,
+        "run_id": format_digest(digest_bytes(pretty)),
+        "scheme": "ed25519",
+        "public_key": publisher.public_key.hex(),
+        "signature": sign(publisher, SIGNATURE_DOMAIN + pretty).hex(),
+    }
     (run_copy / SIGNATURE_FILE).write_bytes(json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode())
     with pytest.raises(InputError, match="not canonical JSON"):
         read_manifest(run_copy)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("version", 2, "version is 2, want 1"),
-    ("arithmetic_version", 99, r"arithmetic_version \(the version this verifier implements\) is 99"),
-    ("engine_version", "0", r"engine_version \(the version this verifier runs\) is '0'"),
-    ("checkpoints", [2, 4], r"checkpoints is \[2, 4\], want \[0, 2, 4\]"),
-    ("loss_curve", [0.0], "loss_curve is"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("version", 2, "version is 2, want 1"),
+        ("arithmetic_version", 99, r"arithmetic_version \(the version this verifier implements\) is 99"),
+        ("engine_version", "0", r"engine_version \(the version this verifier runs\) is '0'"),
+        ("checkpoints", [2, 4], r"checkpoints is \[2, 4\], want \[0, 2, 4\]"),
+        ("loss_curve", [0.0], "loss_curve is"),
+    ],
+)
 def test_signed_but_malformed_bodies_are_refused(run_copy, publisher, field, value, message):
     body = json.loads((run_copy / MANIFEST_FILE).read_bytes())
     body[field] = value

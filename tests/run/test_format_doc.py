@@ -17,7 +17,7 @@ def test_the_state_digest_folds_raw_tensor_digests(published_run):
         names = sorted(state["tensors"], key=lambda n: n.encode("utf-8"))
         h = hashlib.sha256(b"p2paudit state v1\x00" + struct.pack("<I", len(names)))
         for name in names:
-            h.update(bytes.fromhex(state["tensors"][name][len("sha256:"):]))  # 32 raw bytes, not the text
+            h.update(bytes.fromhex(state["tensors"][name][len("sha256:") :]))  # 32 raw bytes, not the text
         assert "sha256:" + h.hexdigest() == state["digest"]
 
 
@@ -61,8 +61,13 @@ def test_verify_range_prints_state_n_plus_1_for_step_n(published_run, tmp_path):
     import sys
 
     env = dict(os.environ, P2PAUDIT_HOME=str(tmp_path / "home"))
-    out = subprocess.run([sys.executable, "-m", "p2paudit", "verify-range", "1", "--run", str(published_run),
-                          "--backend", "reference"], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "p2paudit", "verify-range", "1", "--run", str(published_run), "--backend", "reference"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     manifest = read_manifest(published_run)
     line = next(x for x in out.stdout.splitlines() if "match" in x and "sha256:" in x)

@@ -48,8 +48,9 @@ def test_parse_json_refuses_in_one_line(blob, message):
 
 
 def test_parse_json_keeps_ordinary_numbers():
-    assert parse_json(b'{"a":[1e-08,-0.0,18446744073709551615,5.48427677154541]}', "t") == \
-        {"a": [1e-08, -0.0, 2**64 - 1, 5.48427677154541]}
+    assert parse_json(b'{"a":[1e-08,-0.0,18446744073709551615,5.48427677154541]}', "t") == {
+        "a": [1e-08, -0.0, 2**64 - 1, 5.48427677154541]
+    }
 
 
 @pytest.mark.parametrize("blob, message", BOMBS.values(), ids=BOMBS.keys())
@@ -93,8 +94,13 @@ def test_verify_range_exits_2_in_one_line(run_copy, publisher, tmp_path, name):
     blob, message = BOMBS[name]
     sign_raw(run_copy, blob, publisher)
     env = dict(os.environ, P2PAUDIT_HOME=str(tmp_path / "home"))
-    out = subprocess.run([sys.executable, "-m", "p2paudit", "verify-range", "0", "--run", str(run_copy),
-                          "--backend", "reference"], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "p2paudit", "verify-range", "0", "--run", str(run_copy), "--backend", "reference"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in out.stderr, lines[:3]

@@ -23,6 +23,7 @@ def _body(run_dir: Path) -> dict:
 
 def _set(path: str, value):
     """An edit that sets body[path] (dotted, with list indices) to `value`."""
+
     def edit(body: dict) -> None:
         *parents, last = path.split(".")
         node = body
@@ -32,6 +33,7 @@ def _set(path: str, value):
             node[int(last)] = value
         else:
             node[last] = value
+
     return edit
 
 
@@ -41,6 +43,7 @@ def _add_key(path: str):
         for key in [k for k in path.split(".") if k]:
             node = node[int(key)] if isinstance(node, list) else node[key]
         node["extra"] = 1
+
     return edit
 
 
@@ -102,8 +105,11 @@ CASES = [
     ("tokenizer", _set("data.tokenizer", "gpt2"), "data.tokenizer is 'gpt2'"),
     ("created_by", _set("created_by", "someone else"), "created_by is 'someone else'"),
     ("preset shape", _set("config.model.n_layer", 3), "named 'tiny' but is not that preset's shape"),
-    ("trace digest without traces", _set("steps.0.trace", "sha256:" + "2" * 64),
-     r"steps\[0\] has a trace digest but traces is false"),
+    (
+        "trace digest without traces",
+        _set("steps.0.trace", "sha256:" + "2" * 64),
+        r"steps\[0\] has a trace digest but traces is false",
+    ),
     ("state digest", _set("steps.0.output.digest", "sha256:" + "3" * 64), "does not match its"),
 ]
 
@@ -118,12 +124,15 @@ def test_a_signed_but_inconsistent_field_is_refused(run_copy, publisher, edit, m
     assert "\n" not in str(info.value) and str(run_copy / MANIFEST_FILE) in str(info.value)
 
 
-@pytest.mark.parametrize("old, new", [
-    (b'"eps":1e-08', b'"eps":1e-8'),  # the same binary64, a second spelling
-    (b'"eps":1e-08', b'"eps":0.00000001'),
-    (b'"version":1', b'"version":1.0'),
-    (b'"seed":0', b'"seed":-0'),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (b'"eps":1e-08', b'"eps":1e-8'),  # the same binary64, a second spelling
+        (b'"eps":1e-08', b'"eps":0.00000001'),
+        (b'"version":1', b'"version":1.0'),
+        (b'"seed":0', b'"seed":-0'),
+    ],
+)
 def test_a_second_spelling_of_a_number_is_refused(run_copy, publisher, old, new):
     blob = (run_copy / MANIFEST_FILE).read_bytes()
     assert old in blob

@@ -34,11 +34,16 @@ def test_a_foreign_directory_is_not_written(tmp_path, publisher):
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
-@pytest.mark.parametrize("plan, message", [
-    (dict(steps=0), "--steps is 0"), (dict(ckpt_every=0), "--ckpt-every is 0"),
-    (dict(world_size=0), "--world-size is 0"), (dict(world_size=2, traces=True), "--traces needs"),
-    (dict(world_size=8), "world size 8 must be a power of two <= micro_batches 4"),
-])
+@pytest.mark.parametrize(
+    "plan, message",
+    [
+        (dict(steps=0), "--steps is 0"),
+        (dict(ckpt_every=0), "--ckpt-every is 0"),
+        (dict(world_size=0), "--world-size is 0"),
+        (dict(world_size=2, traces=True), "--traces needs"),
+        (dict(world_size=8), "world size 8 must be a power of two <= micro_batches 4"),
+    ],
+)
 def test_bad_plans_are_refused_before_anything_is_written(tmp_path, publisher, plan, message):
     with pytest.raises(InputError, match=message):
         publish_run(TrainPlan(tmp_path / "run", backend="reference", **plan), publisher)
@@ -68,10 +73,27 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path, publisher):
     key = tmp_path / "key.pem"
     save_identity(publisher, key)
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "p2paudit", "train", str(killed), "--steps", "6", "--ckpt-every", "2",
-           "--backend", "reference", "--key", str(key)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ, P2PAUDIT_HOME=str(tmp_path / "home")))
+    cmd = [
+        sys.executable,
+        "-m",
+        "p2paudit",
+        "train",
+        str(killed),
+        "--steps",
+        "6",
+        "--ckpt-every",
+        "2",
+        "--backend",
+        "reference",
+        "--key",
+        str(key),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, P2PAUDIT_HOME=str(tmp_path / "home")),
+    )
     deadline = time.monotonic() + 300
     # Kill once state 2 is checkpointed: the run is then mid-way, with a step in flight.
     while b'"step":1' not in _progress(killed) and time.monotonic() < deadline:
@@ -98,8 +120,7 @@ def test_world_sizes_1_2_4_publish_the_same_run(tmp_path, publisher):
     runs = {}
     for world in (1, 2, 4):
         run_dir = tmp_path / f"w{world}"
-        publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, world_size=world, backend="reference"),
-                    publisher)
+        publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, world_size=world, backend="reference"), publisher)
         runs[world] = _files(run_dir)
     assert runs[1] == runs[2] == runs[4]
     steps = read_manifest(tmp_path / "w4").steps
