@@ -66,7 +66,7 @@ def test_motivating_scenario():
     two = closed_form(Scenario(100_000, 100, 10))
     assert 990 < two.covered_steps(100_000) <= 1000
     # 10,000 volunteers x 10 steps with r = 1: exactly S audits' worth of capacity, but loads are
-    # Poisson(10)-uneven, so the model covers 87.49%, not all; k = 16 reaches 99% and k = 30 all but ~1 step.
+    # Poisson(10)-uneven, so the model covers 87.49%, not all; k = 16 reaches 99% and k = 30 leaves 0.001 steps uncovered.
     crowd = Scenario(100_000, 10_000, 10, 1)
     assert closed_form(crowd).covered_steps(100_000) == pytest.approx(87_489.6, abs=0.1)
     assert per_volunteer_for(crowd, 0.99) == 16
