@@ -195,6 +195,14 @@ def verify_range(
     not the published one, later steps are re-anchored at the next
     checkpoint, and steps before it get the verdict "error".
     """
+    m = view.manifest
+    state: dict = {}
+    if steps.first is not None and steps.last is not None:
+        step_fn = single_process_step(view.cfg, backend)
+        if diagnose:
+            load_backend(against or second_backend(backend))
+        start = m.nearest_checkpoint(steps.first)
+        state = check_checkpoints(view, start, steps.last + 1)  # every file checked before any result
     audits: list[StepAudit] = []
     if steps.init:
         audits.append(audit_initial_state(view))
@@ -203,12 +211,6 @@ def verify_range(
     if steps.first is None or steps.last is None:
         return RangeReport(tuple(audits), ())
     a, b = steps.first, steps.last
-    m = view.manifest
-    step_fn = single_process_step(view.cfg, backend)
-    if diagnose:
-        load_backend(against or second_backend(backend))
-    start = m.nearest_checkpoint(a)
-    state = check_checkpoints(view, start, b + 1)
     anchored_note = ""  # empty while the replayed state is the published one
     diagnoses = []
     for n in range(start, b + 1):

@@ -43,5 +43,6 @@ def test_every_step_replays_bit_for_bit(traced_run, backend, where):
     out = subprocess.run(cmd, capture_output=True, text=True, env=_env(ENVIRONMENTS[where]), timeout=900)
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
     report = json.loads(out.stdout)
-    assert [a["verdict"] for a in report["audits"]] == ["match"] * 4
+    # The initial state rebuilt from the recipe, then steps 0-3.
+    assert [(a["subject"], a["verdict"]) for a in report["audits"]] == [("init", "match")] + [("step", "match")] * 4
     assert all(a["observed_digest"] == a["claimed_digest"] for a in report["audits"])

@@ -97,8 +97,10 @@ def test_verify_range_prints_one_line_per_step_and_a_summary(cli_run, tmp_path):
     result = _invoke(["verify-range", "0-2", "--run", str(cli_run), "--backend", "reference"], tmp_path)
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert [line.split()[:3] for line in lines[:3]] == [["step", str(n), "match"] for n in range(3)]
-    assert "3 step(s) of run sha256:" in lines[-1] and "3 match, 0 mismatch, 0 error" in lines[-1]
+    # A range with step 0 checks the initial state first; the digest on step n's line is state n+1.
+    assert lines[0].split()[:2] == ["init", "match"]
+    assert [line.split()[:3] for line in lines[1:4]] == [["step", str(n), "match"] for n in range(3)]
+    assert "4 check(s) of run sha256:" in lines[-1] and "4 match, 0 mismatch, 0 error" in lines[-1]
     assert f"signed by publisher key {PUBLISHER.public_key.hex()}" in lines[-1]
 
 
@@ -111,7 +113,12 @@ def test_verify_range_json(cli_run, tmp_path):
     assert set(report["audits"][0]) >= {
         "run_id",
         "input_digest",
-        "data_digest",
+        "subject",
+        "claimed_data",
+        "observed_data",
+        "claimed_loss",
+        "observed_loss",
+        "findings",
         "claimed_digest",
         "observed_digest",
         "verdict",
@@ -125,7 +132,7 @@ def test_verify_range_json(cli_run, tmp_path):
     [
         (["2-1"], "runs backwards"),
         (["0-3"], "step 3 is outside the run"),
-        (["x"], "is not 'A-B'"),
+        (["x"], "is not 'init', 'A-B'"),
     ],
 )
 def test_verify_range_bad_ranges_exit_2(cli_run, tmp_path, args, message):
@@ -207,7 +214,7 @@ def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
     result = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert result.exit_code == 0, result.output
     assert f"{GOLDEN_TINY_DIGEST} == the committed constant" in result.output
-    assert "8 match, 0 mismatch, 0 error" in result.output
+    assert "9 match, 0 mismatch, 0 error" in result.output  # the initial state and 8 steps
     again = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert again.exit_code == 0 and "reusing the finished run" in again.output
     # A demo directory whose step 5 claims step 4's state: reused, replayed, and it fails.
@@ -219,7 +226,7 @@ def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
     write_manifest(tmp_path / "demo", body, load_identity(tmp_path / "home" / "node.key"))
     forged = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert forged.exit_code == 1, forged.output
-    assert "5 match, 1 mismatch, 2 error" in forged.output
+    assert "6 match, 1 mismatch, 2 error" in forged.output
 
 
 def test_demo_into_a_file_exits_2(tmp_path):
