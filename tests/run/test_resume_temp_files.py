@@ -33,8 +33,12 @@ def test_resume_leaves_no_stale_temp_file_anywhere(tmp_path):
         publish_run(TrainPlan(killed, **plan), PUBLISHER, stop_after_step_2)
     assert (killed / PROGRESS_FILE).exists()
     # What a writer killed in the middle of an atomic write leaves behind.
-    for relative in ("checkpoints/.step-00000004.safetensors.4242.tmp", "traces/.step-00000003.trace.4242.tmp",
-                     "shards/.shard-00000.bin.4242.tmp", ".manifest.json.4242.tmp"):
+    for relative in (
+        "checkpoints/.step-00000004.safetensors.4242.tmp",
+        "traces/.step-00000003.trace.4242.tmp",
+        "shards/.shard-00000.bin.4242.tmp",
+        ".manifest.json.4242.tmp",
+    ):
         (killed / relative).write_bytes(b"half a file")
 
     publish_run(TrainPlan(killed, **plan), PUBLISHER)
