@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 
 from ledger import Checkpoint, Ledger, LedgerError, NoteVerifier, open_checkpoint
 from ledger.errors import CheckpointError
-from ledger.note import parse_note
 from ledger.merkle import leaf_hash, node_hash, root_from_leaf_hashes, split_point
+from ledger.note import parse_note
 from ledger.store import hash_ranges
 from p2paudit.attest.codec import unpack
 from p2paudit.attest.errors import AttestationError
