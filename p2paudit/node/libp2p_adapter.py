@@ -615,3 +615,8 @@ async def open_node(
                 finally:
                     node._nursery = None
                     nursery.cancel_scope.cancel()
+            # Close every connection and listener while pubsub still runs: otherwise an
+            # inbound gossip RPC arriving during teardown spawns into pubsub's closed
+            # nursery ("Nursery is closed to new arrivals") and the whole node raises.
+            with trio.move_on_after(5, shield=True):
+                await node.host.get_network().close()

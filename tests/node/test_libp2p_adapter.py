@@ -1,0 +1,325 @@
+"""The libp2p adapter on real hosts bound to 127.0.0.1, all in one trio process.
+
+Delivery is checked by counts (every message, exactly once), not by "something
+arrived". Every test runs under trio.fail_after and pytest-timeout.
+"""
+
+from __future__ import annotations
+
+import statistics
+import struct
+import time
+from contextlib import AsyncExitStack
+
+import multiaddr
+import pytest
+import trio
+from libp2p import new_host
+from libp2p.custom_types import TProtocol
+from libp2p.identity_utils import create_identity_from_seed
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from p2paudit.errors import InputError
+from p2paudit.identity import identity_from_seed, peer_id_of
+from p2paudit.node.libp2p_adapter import NodeConfig, RequestFailed, RequestTimedOut, open_node
+from p2paudit.node.libp2p_framing import TokenBucket, encode_uvarint, read_frame
+
+LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
+
+
+def ident(i: int):
+    return identity_from_seed(bytes([i]) * 32)
+
+
+def config(**changes) -> NodeConfig:
+    base = dict(listen=LOOPBACK, peer_exchange_interval=0.3, redial_min=0.2, redial_max=1.0)
+    base.update(changes)
+    return NodeConfig(**base)
+
+
+async def wait_until(predicate, what: str, timeout: float = 20.0, step: float = 0.05) -> None:
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(step)
+        return
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+async def start_chain(stack: AsyncExitStack, n: int, events=None, **changes):
+    """n nodes; node i is told only node i-1's address."""
+    nodes = []
+    for i in range(n):
+        boot = (nodes[-1].listen_addrs()[0],) if nodes else ()
+        on_event = (lambda e, i=i: events[i].append(e)) if events is not None else None
+        nodes.append(
+            await stack.enter_async_context(open_node(ident(i + 1), config(bootstrap=boot, **changes), on_event))
+        )
+    return nodes
+
+
+def run(fn, limit: float):
+    async def main():
+        with trio.fail_after(limit):
+            await fn()
+
+    trio.run(main)
+
+
+@pytest.mark.timeout(30)
+def test_peer_id_is_ours_and_binds_loopback():
+    async def body():
+        identity = ident(7)
+        async with open_node(identity, config()) as node:
+            assert node.peer_id == peer_id_of(identity.public_key)
+            assert str(node.host.get_id()) == peer_id_of(identity.public_key)
+            (addr,) = node.listen_addrs()
+            assert addr.startswith("/ip4/127.0.0.1/tcp/")
+            assert not addr.startswith("/ip4/127.0.0.1/tcp/0/")
+            assert addr.endswith("/p2p/" + node.peer_id)
+
+    run(body, 20)
+
+
+@pytest.mark.timeout(30)
+def test_plaintext_dialer_is_refused():
+    async def body():
+        async with open_node(ident(1), config()) as node:
+            key_pair = create_identity_from_seed(bytes([9]) * 32)
+            plain = new_host(
+                key_pair=key_pair,
+                sec_opt={TProtocol(PLAINTEXT_PROTOCOL_ID): InsecureTransport(key_pair)},
+                muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
+                listen_addrs=[multiaddr.Multiaddr(LOOPBACK[0])],
+            )
+            async with plain.run(listen_addrs=[multiaddr.Multiaddr(LOOPBACK[0])]):
+                with pytest.raises(Exception) as caught:  # noqa: B017 - the library's error type varies by stage
+                    with trio.fail_after(10):
+                        await plain.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs()[0])))
+                assert not isinstance(caught.value, trio.TooSlowError)
+                await trio.sleep(0.2)
+                assert node.connected_peers() == []
+
+    run(body, 25)
+
+
+@pytest.mark.timeout(40)
+def test_chain_of_five_finds_everyone_by_peer_exchange():
+    async def body():
+        async with AsyncExitStack() as stack:
+            nodes = await start_chain(stack, 5)
+            ids = {n.peer_id for n in nodes}
+            t0 = time.monotonic()
+            await wait_until(lambda: all(set(n.connected_peers()) == ids - {n.peer_id} for n in nodes), "full mesh")
+            print(f"\nfull mesh of 5 from a chain in {time.monotonic() - t0:.2f} s")
+
+    run(body, 35)
+
+
+@pytest.mark.timeout(60)
+def test_burst_delivery_counts_and_latency():
+    n, per_node, topic = 5, 100, "p2paudit/test/burst"
+
+    async def body():
+        received = [dict() for _ in range(n)]
+        calls = [0] * n
+        async with AsyncExitStack() as stack:
+            nodes = await start_chain(stack, n)
+            ids = {x.peer_id for x in nodes}
+            await wait_until(lambda: all(set(x.connected_peers()) == ids - {x.peer_id} for x in nodes), "full mesh")
+            for i, node in enumerate(nodes):
+
+                def handler(origin, data, i=i):
+                    calls[i] += 1
+                    received[i].setdefault(data, time.monotonic())
+
+                await node.subscribe(topic, handler)
+            await wait_until(lambda: all(len(x.gossip_peers(topic)) == n - 1 for x in nodes), "subscriptions")
+            await trio.sleep(2.5)  # two heartbeats: the mesh is grafted
+            sent = {}
+            for seq in range(per_node):
+                for i, node in enumerate(nodes):
+                    data = struct.pack(">BId", i, seq, time.monotonic()) + bytes(64)
+                    sent[data] = struct.unpack(">BId", data[:13])[2]
+                    await node.publish(topic, data)
+            total = n * per_node
+            with trio.move_on_after(30):
+                while not all(len(r) == total for r in received):
+                    await trio.sleep(0.1)
+            await trio.sleep(1.0)  # late duplicates would show up here
+            counts = [len(r) for r in received]
+            latencies = sorted(t - sent[d] for r in received for d, t in r.items())
+            print(f"\ndelivered per node {counts} (handler calls {calls}) of {total}")
+            print(
+                f"latency p50 {statistics.median(latencies) * 1000:.0f} ms, "
+                f"p99 {latencies[int(0.99 * (len(latencies) - 1))] * 1000:.0f} ms, "
+                f"max {latencies[-1] * 1000:.0f} ms over {len(latencies)} deliveries"
+            )
+            print("stats", [x.stats for x in nodes])
+            for r in received:
+                assert set(r) == set(sent)
+            assert counts == [total] * n
+            assert calls == [total] * n
+
+    run(body, 55)
+
+
+@pytest.mark.timeout(40)
+def test_raising_validator_rejects_and_pubsub_survives():
+    topic = "p2paudit/test/validate"
+
+    async def body():
+        got = [[], [], []]
+        async with AsyncExitStack() as stack:
+            # a - b - c in a line: c hears a only through b. No peer exchange.
+            nodes = await start_chain(stack, 3, peer_exchange_interval=3600)
+            a, b, c = nodes
+            await wait_until(lambda: len(b.connected_peers()) == 2, "line a-b-c")
+            assert a.peer_id not in c.connected_peers()
+
+            def picky(origin, data):
+                if data.startswith(b"bad"):
+                    raise ValueError("planted failure")
+                return True
+
+            b.set_validator(topic, picky)
+            for i, node in enumerate(nodes):
+                await node.subscribe(topic, lambda origin, data, i=i: got[i].append(data))
+            await wait_until(lambda: len(b.gossip_peers(topic)) == 2 and c.gossip_peers(topic), "subscriptions")
+            await trio.sleep(2.5)
+            await a.publish(topic, b"bad 1")
+            await a.publish(topic, b"good 1")
+            await wait_until(lambda: b"good 1" in got[2], "good 1 at c")
+            await a.publish(topic, b"bad 2")
+            for k in range(2, 12):
+                await a.publish(topic, b"good %d" % k)
+            await wait_until(lambda: len(got[2]) == 11, "11 good at c")
+            await trio.sleep(1.0)
+            assert sorted(got[1]) == sorted(got[2]) == sorted(b"good %d" % k for k in range(1, 12))
+            assert b"bad 1" in got[0] and b"bad 2" in got[0]  # the publisher's own copy
+            assert b.stats["validator_errors"] == 2
+            assert c.stats["validator_errors"] == 0
+
+    run(body, 35)
+
+
+@pytest.mark.timeout(40)
+def test_request_response_limits_and_timeouts():
+    async def body():
+        events = [[], []]
+        async with AsyncExitStack() as stack:
+            server, client = await start_chain(stack, 2, events=events, max_request=1 << 16)
+            await wait_until(lambda: server.connected_peers() == [client.peer_id], "connection")
+
+            async def echo(peer, request):
+                return peer.encode() + b":" + request[::-1]
+
+            async def slow(peer, request):
+                await trio.sleep(5)
+                return b"late"
+
+            server.set_handler("/t/echo/1", echo, max_request=1000, max_response=2000, timeout=2.0)
+            server.set_handler("/t/slow/1", slow, max_request=10, max_response=10, timeout=0.5)
+            server.set_handler("/t/patient/1", slow, max_request=10, max_response=10, timeout=10.0)
+
+            t0 = time.monotonic()
+            answer = await client.request(server.peer_id, "/t/echo/1", b"abc")
+            print(f"\nround trip {(time.monotonic() - t0) * 1000:.1f} ms")
+            assert answer == client.peer_id.encode() + b":cba"
+            assert (
+                await client.request(server.peer_id, "/t/echo/1", b"x" * 1000)
+                == client.peer_id.encode() + b":" + b"x" * 1000
+            )
+
+            with pytest.raises(RequestFailed):
+                await client.request(server.peer_id, "/t/echo/1", b"x" * 1001)
+            assert any(e.kind == "refused" and "1001" in e.detail for e in events[0])
+            with pytest.raises(RequestFailed):  # the answer is bigger than the caller accepts
+                await client.request(server.peer_id, "/t/echo/1", b"y" * 100, max_response=50)
+
+            t0 = time.monotonic()
+            with pytest.raises(RequestFailed) as caught:  # the server gives up and resets
+                await client.request(server.peer_id, "/t/slow/1", b"z", timeout=5.0)
+            assert not isinstance(caught.value, RequestTimedOut)
+            assert time.monotonic() - t0 < 2.0
+            t0 = time.monotonic()
+            with pytest.raises(RequestTimedOut):  # the caller gives up
+                await client.request(server.peer_id, "/t/patient/1", b"z", timeout=0.3)
+            assert time.monotonic() - t0 < 1.5
+            with pytest.raises(RequestFailed):
+                await client.request(server.peer_id, "/t/nobody/1", b"z", timeout=5.0)
+            # The connection still serves after all of that.
+            assert await client.request(server.peer_id, "/t/echo/1", b"ok") == client.peer_id.encode() + b":ko"
+
+    run(body, 35)
+
+
+@pytest.mark.timeout(40)
+def test_banned_peer_cannot_reconnect_until_ban_ends():
+    async def body():
+        events = [[], []]
+        async with AsyncExitStack() as stack:
+            # b is told a as a bootstrap peer, so b's own loop keeps redialling a.
+            a, b = await start_chain(stack, 2, events=events)
+
+            async def echo(peer, request):
+                return request
+
+            a.set_handler("/t/echo/1", echo, max_request=100, max_response=100, timeout=2.0)
+            await wait_until(lambda: a.connected_peers() == [b.peer_id], "connection")
+            ban = 3.0
+            t_ban = time.monotonic()
+            await a.penalize(b.peer_id, "planted bad data", seconds=ban)
+            assert a.is_banned(b.peer_id)
+            assert any(e.kind == "banned" and e.peer == b.peer_id for e in events[0])
+            await wait_until(lambda: not a.connected_peers() and not b.connected_peers(), "disconnect", timeout=2)
+            # During the ban: b's redials and explicit dials never yield a usable connection.
+            while time.monotonic() - t_ban < ban - 0.5:
+                try:
+                    await b.connect(a.listen_addrs()[0])
+                except InputError:
+                    pass
+                assert b.peer_id not in a.connected_peers() or a.is_banned(b.peer_id)
+                with pytest.raises(RequestFailed):
+                    await b.request(a.peer_id, "/t/echo/1", b"hi", timeout=2.0)
+                with pytest.raises(RequestFailed):
+                    await a.connect(b.listen_addrs()[0])
+                await trio.sleep(0.2)
+            # After it: b's bootstrap loop reconnects by itself and a serves it again.
+            await wait_until(lambda: a.connected_peers() == [b.peer_id], "reconnect after the ban", timeout=8)
+            assert time.monotonic() - t_ban >= ban
+            assert await b.request(a.peer_id, "/t/echo/1", b"hi") == b"hi"
+            await wait_until(lambda: any(e.kind == "unbanned" for e in events[0]), "unbanned event", timeout=2)
+
+    run(body, 35)
+
+
+def test_frames_and_token_bucket():
+    class Bytes:
+        def __init__(self, data):
+            self.data = data
+
+        async def read(self, n=None):
+            chunk, self.data = self.data[:n], self.data[n:]
+            return chunk
+
+        async def write(self, data):
+            raise AssertionError("not written")
+
+    async def body():
+        assert await read_frame(Bytes(encode_uvarint(300) + b"q" * 300), 300) == b"q" * 300
+        with pytest.raises(InputError, match="announces 301 bytes, maximum is 300"):
+            await read_frame(Bytes(encode_uvarint(301) + b"q" * 301), 300)
+        with pytest.raises(InputError, match="stream ended after 2 of 3"):
+            await read_frame(Bytes(b"\x03ab"), 10)
+        with pytest.raises(InputError, match="not minimally encoded"):
+            await read_frame(Bytes(b"\x83\x00abc"), 10)
+        with pytest.raises(InputError, match="longer than 9"):
+            await read_frame(Bytes(b"\xff" * 10), 10)
+
+    run(body, 5)
+    bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
+    assert [bucket.take(now=0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.take(now=0.5) and not bucket.take(now=0.5)
