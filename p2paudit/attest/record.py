@@ -48,6 +48,7 @@ from p2paudit.attest.record_v2 import (  # noqa: F401 (re-exported)
     encode_v2,
     record_v2_from_fields,
 )
+from p2paudit.errors import InternalError
 from p2paudit.identity import Identity, sign, verify_signature
 
 VERSION = VERSION_2  # what new records are
@@ -104,12 +105,13 @@ class SignedAttestation:
 def sign_attestation(identity: Identity, attestation: AttestationV2) -> SignedAttestation:
     """Sign a version-2 record with the node key; the record must name that key as verifier.
 
-    Version-1 records are refused: they are read, never made.
+    Version-1 records are refused: they are read, never made. Both refusals are
+    the caller's bug, never bad input, hence InternalError (exit 3).
     """
     if type(attestation) is not AttestationV2:
-        raise AttestationError(f"only version {VERSION} records are signed, not {type(attestation).__name__}")
+        raise InternalError(f"only version {VERSION} records are signed, not {type(attestation).__name__}")
     if attestation.verifier != identity.public_key:
-        raise AttestationError(
+        raise InternalError(
             f"attestation names verifier {attestation.verifier.hex()[:16]}..., "
             f"but the signing key is {identity.public_key.hex()[:16]}..."
         )

@@ -23,6 +23,7 @@ from p2paudit.attest.record import (
 )
 from p2paudit.attest.record_v2 import FIELDS_V2
 from p2paudit.audit.records import loss_bits
+from p2paudit.errors import InternalError
 from p2paudit.identity import sign
 
 ALICE = key(1)
@@ -249,7 +250,7 @@ def test_records_validate_on_construction():
         dataclasses.replace(record, verdict="mismatch", findings=("counter", "counter"))
     with pytest.raises(AttestationError, match="backend has 33 characters"):
         dataclasses.replace(record, backend="x" * 33)
-    with pytest.raises(AttestationError, match="signing key"):
+    with pytest.raises(InternalError, match="signing key"):  # the caller's bug: exit 3
         sign_attestation(key(2), record)
 
 

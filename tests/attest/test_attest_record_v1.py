@@ -10,6 +10,7 @@ from vectors_v1 import V1_SIGNED_HEX
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import DOMAIN, attestation_to_dict, decode_attestation, decode_signed, sign_attestation
 from p2paudit.attest.record_v1 import DOMAIN_V1, AttestationV1, encode_v1
+from p2paudit.errors import InternalError
 from p2paudit.identity import sign
 
 ALICE = key(1)
@@ -79,7 +80,7 @@ def test_v1_rules_and_canonical_form_still_hold():
 
 
 def test_v1_records_are_never_signed_anew():
-    with pytest.raises(AttestationError, match="only version 2 records are signed, not AttestationV1"):
+    with pytest.raises(InternalError, match="only version 2 records are signed, not AttestationV1"):
         sign_attestation(ALICE, make_v1(ALICE))
     with pytest.raises(AttestationError, match="version 2 is not 1"):
         AttestationV1(**{**make_v1(ALICE).__dict__, "version": 2})
