@@ -32,6 +32,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.identity_utils import create_identity_from_seed
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
@@ -213,6 +214,8 @@ class Node:
             strict_signing=True,
             max_inbound_rpc_size=config.max_gossip_rpc,
         )
+        # Provider records only; the per-subnet cap would admit two loopback peers at most.
+        self.dht = KadDHT(self.host, DHTMode.SERVER, enable_values=False, max_peers_per_subnet=0)
 
     # --- peers and events -------------------------------------------------
 
@@ -248,6 +251,8 @@ class Node:
         if peer not in self._connected:
             self._connected.add(peer)
             self._emit("connected", peer)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._add_dht_peer, peer_id)
 
     def _on_disconnected(self, peer_id: ID) -> None:
         peer = str(peer_id)
@@ -260,6 +265,33 @@ class Node:
             await self.host.disconnect(peer_id)
         except _NETWORK_ERRORS as error:
             logger.debug("disconnect %s: %s", peer_id, error)
+
+    async def _add_dht_peer(self, peer_id: ID) -> None:
+        # Identify must finish first: the routing table admits only peers that speak the DHT protocol.
+        await trio.sleep(0.5)
+        try:
+            await self.dht.add_peer(peer_id)
+        except _NETWORK_ERRORS as error:
+            logger.debug("dht add_peer %s: %s", peer_id, error)
+
+    # --- provider records -----------------------------------------------------
+
+    async def provide(self, key: bytes) -> bool:
+        """Announce in the DHT that we serve `key` (e.g. a run id); True if any peer stored it."""
+        return await self.dht.provide(_dht_key(key))
+
+    async def find_providers(self, key: bytes, count: int = 20, timeout: float = 10.0) -> list[tuple[str, list[str]]]:
+        """(peer, addresses) of up to `count` providers of `key` other than us; addresses are kept for an hour."""
+        with trio.move_on_after(timeout):
+            infos = await self.dht.find_providers(_dht_key(key), count)
+            out: dict[str, list[str]] = {}
+            for info in infos:  # the same provider comes back once per peer that stored it
+                peer = str(info.peer_id)
+                if peer != self.peer_id and info.addrs and peer not in out:
+                    self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, self.config.exchanged_addr_ttl)
+                    out[peer] = [str(a) for a in info.addrs]
+            return list(out.items())
+        raise RequestTimedOut(f"find_providers timed out after {timeout} s")
 
     async def connect(self, addr: str) -> str:
         """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if it fails."""
@@ -565,6 +597,11 @@ class Node:
         return response
 
 
+def _dht_key(key: bytes) -> str:
+    # KadDHT takes a hex multihash string: sha2-256 (0x12), 32 bytes (0x20), of our key.
+    return "1220" + hashlib.sha256(b"p2paudit/dht/" + key).hexdigest()
+
+
 async def _reset_quietly(stream: INetStream | None) -> None:
     if stream is None:
         return
@@ -602,7 +639,11 @@ async def open_node(
         timeout=5.0,
     )
     async with node.host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen]):
-        async with background_trio_service(node.pubsub), background_trio_service(node.router):
+        async with (
+            background_trio_service(node.pubsub),
+            background_trio_service(node.router),
+            background_trio_service(node.dht),
+        ):
             await node.pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:
                 node._nursery = nursery

@@ -276,17 +276,22 @@ def test_banned_peer_cannot_reconnect_until_ban_ends():
             assert any(e.kind == "banned" and e.peer == b.peer_id for e in events[0])
             await wait_until(lambda: not a.connected_peers() and not b.connected_peers(), "disconnect", timeout=2)
             # During the ban: b's redials and explicit dials never yield a usable connection.
-            while time.monotonic() - t_ban < ban - 0.5:
-                try:
-                    await b.connect(a.listen_addrs()[0])
-                except InputError:
-                    pass
-                assert b.peer_id not in a.connected_peers() or a.is_banned(b.peer_id)
+            # Each attempt is bounded to 0.5 s and starts at least 0.6 s before the ban ends.
+            attempts = 0
+            while time.monotonic() - t_ban < ban - 0.6:
+                with trio.move_on_after(0.5):
+                    try:
+                        await b.connect(a.listen_addrs()[0])
+                    except InputError:
+                        pass
+                assert a.is_banned(b.peer_id) and b.peer_id not in a.connected_peers()
                 with pytest.raises(RequestFailed):
-                    await b.request(a.peer_id, "/t/echo/1", b"hi", timeout=2.0)
+                    await b.request(a.peer_id, "/t/echo/1", b"hi", timeout=0.5)
                 with pytest.raises(RequestFailed):
                     await a.connect(b.listen_addrs()[0])
-                await trio.sleep(0.2)
+                attempts += 1
+                await trio.sleep(0.1)
+            assert attempts >= 2
             # After it: b's bootstrap loop reconnects by itself and a serves it again.
             await wait_until(lambda: a.connected_peers() == [b.peer_id], "reconnect after the ban", timeout=8)
             assert time.monotonic() - t_ban >= ban
@@ -323,3 +328,27 @@ def test_frames_and_token_bucket():
     bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
     assert [bucket.take(now=0.0) for _ in range(4)] == [True, True, True, False]
     assert bucket.take(now=0.5) and not bucket.take(now=0.5)
+
+
+@pytest.mark.timeout(30)
+def test_kademlia_provider_records_find_a_peer_beyond_the_bootstrap_list():
+    async def body():
+        async with AsyncExitStack() as stack:
+            # A star around node 0 with no peer exchange: 1 and 3 meet only through the DHT.
+            hub = await stack.enter_async_context(open_node(ident(1), config(peer_exchange_interval=3600)))
+            spokes = []
+            for i in (2, 3, 4):
+                cfg = config(bootstrap=(hub.listen_addrs()[0],), peer_exchange_interval=3600)
+                spokes.append(await stack.enter_async_context(open_node(ident(i), cfg)))
+            await wait_until(lambda: len(hub.connected_peers()) == 3, "star")
+            await wait_until(lambda: hub.dht.get_routing_table_size() == 3, "hub routing table", timeout=5)
+            provider, seeker, other = spokes
+            assert seeker.peer_id not in provider.connected_peers()
+            assert await provider.provide(b"run id 1")
+            found = await seeker.find_providers(b"run id 1")
+            assert [peer for peer, _ in found] == [provider.peer_id]
+            await seeker.connect(found[0][1][0])
+            assert provider.peer_id in seeker.connected_peers()
+            assert await other.find_providers(b"run id 2", timeout=5) == []
+
+    run(body, 25)
