@@ -1,0 +1,172 @@
+"""`p2paudit daemon` and `p2paudit status`: run a volunteer node, and look at one that runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import click
+
+from p2paudit.cli import cli
+
+STATUS_FILE = "status.json"
+
+
+def _trusted(path: Path | None) -> frozenset[bytes] | None:
+    from p2paudit.attest.queries import load_trusted_keys
+
+    return None if path is None else load_trusted_keys(path)
+
+
+@cli.command()
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A published run directory to audit (repeatable).",
+)
+@click.option(
+    "--listen",
+    multiple=True,
+    default=("/ip4/127.0.0.1/tcp/0",),
+    show_default=True,
+    help="A multiaddr to listen on (repeatable). Loopback unless opened up on purpose.",
+)
+@click.option("--peer", "peers", multiple=True, help="A bootstrap peer, /ip4/.../tcp/.../p2p/<id> (repeatable).")
+@click.option(
+    "--redundancy",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Checks per step the network aims for.",
+)
+@click.option(
+    "--trusted",
+    "trusted_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File of trusted verifier keys (hex, one per line): only their checks count as done.",
+)
+@click.option("--backend", type=click.Choice(["cpu", "reference", "triton"]), default="cpu", show_default=True)
+@click.option(
+    "--ledger",
+    "ledger_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Ledger file (default: $P2PAUDIT_HOME/ledger.db).",
+)
+@click.option("--duration", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
+@click.option(
+    "--until-covered",
+    is_flag=True,
+    help="Stop once every step holds --redundancy checks here and every peer is synced.",
+)
+@click.option(
+    "--lie-about-step",
+    type=int,
+    default=None,
+    hidden=True,
+    help="DEMO AND TESTS ONLY: sign a false mismatch for this step, as a dishonest volunteer would.",
+)
+@click.option("--quiet", is_flag=True, help="No event lines; only the final summary.")
+def daemon(
+    runs: tuple[Path, ...],
+    listen: tuple[str, ...],
+    peers: tuple[str, ...],
+    redundancy: int,
+    trusted_path: Path | None,
+    backend: str,
+    ledger_path: Path | None,
+    duration: float | None,
+    until_covered: bool,
+    lie_about_step: int | None,
+    quiet: bool,
+) -> None:
+    """Run a volunteer node: audit steps of RUNs, sign, gossip, sync and witness with peers.
+
+    Steps are shared out without coordination (rendezvous hashing of run, step
+    and key, with --redundancy auditors per step). Stop with Ctrl-C.
+    """
+    import trio
+
+    from p2paudit.audit.replay import open_run
+    from p2paudit.cli.run_cmds import _node_identity
+    from p2paudit.identity import home_dir, peer_id_of
+    from p2paudit.node.auditor import AuditPolicy
+    from p2paudit.node.daemon import DaemonConfig, run_daemon
+
+    identity = _node_identity()
+    home = home_dir()
+    views = tuple(open_run(run) for run in runs)
+    policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step)
+    config = DaemonConfig(
+        runs=views,
+        ledger_path=ledger_path or home / "ledger.db",
+        status_path=home / STATUS_FILE,
+        listen=listen,
+        peers=peers,
+        backend=backend,
+        policy=policy,
+        duration=duration,
+        stop_when_covered=until_covered,
+    )
+    started = time.monotonic()
+
+    def show(event) -> None:
+        if not quiet:
+            click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {event.text}")
+
+    click.echo(f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); status in {config.status_path}")
+    try:
+        final = trio.run(run_daemon, identity, config, show)
+    except KeyboardInterrupt:
+        click.echo("stopped")
+        return
+    for run in final.runs:
+        click.echo(
+            f"run {run.run_id[:16]}.. ({run.label}): {run.checked_once}/{run.steps} steps checked, "
+            f"{run.checked_r}/{run.steps} checked {run.redundancy}x, {run.disputes} disputed step(s)"
+        )
+    click.echo(
+        f"audited {final.audited} step(s), received {final.received} attestation(s), ledger size {final.ledger['size']}"
+    )
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="The raw status snapshot.")
+def status_cmd(as_json: bool) -> None:
+    """Show the node's daemon: peers, coverage of each run, disputes, recent events."""
+    from p2paudit.identity import home_dir
+    from p2paudit.node.status import read_status
+
+    data = read_status(home_dir() / STATUS_FILE)
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+        return
+    alive = _alive(data["pid"])
+    age = time.time() - data["written_at"]
+    click.echo(f"node {data['peer_id']} ({'running' if alive else 'not running'}, status {age:.0f}s old)")
+    click.echo(f"listening on {', '.join(data['listen']) or '-'}")
+    click.echo(f"{len(data['peers'])} peer(s) connected; ledger {data['ledger']['path']} size {data['ledger']['size']}")
+    for run in data["runs"]:
+        click.echo(
+            f"run {run['run_id'][:16]}.. ({run['label']}): {run['checked_once']}/{run['steps']} steps checked, "
+            f"{run['checked_r']}/{run['steps']} checked {run['redundancy']}x, {run['disputes']} disputed"
+        )
+    click.echo(f"{data['equivocations']} equivocating key(s); audited {data['audited']}, received {data['received']}")
+    for line in data["events"]:
+        click.echo(f"  {line}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

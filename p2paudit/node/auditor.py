@@ -1,0 +1,128 @@
+"""What a node audits and how: pick the next step without coordination, replay it, sign the result.
+
+No network here. `next_step` reads the node's store (who attested what) and
+applies the rendezvous assignment (`node.assignment`); `replay_step` is pure
+computation and runs in a worker thread, off the network's event loop;
+`record_step` signs and appends in the thread that owns the store.
+
+A step is *done* for this node when it already holds `redundancy` checks of it
+(match or mismatch) by distinct keys it trusts (all keys when no trust list is
+given), or when this node checked it itself. A node first takes the steps
+assigned to it; when none is left and steps remain unchecked (their assigned
+auditors are away), it spills over to those, lowest pick value first, so a
+run is covered even when volunteers churn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from p2paudit.attest.audits import describe_hardware
+from p2paudit.attest.queries import coverage
+from p2paudit.attest.recording import Recorded, record_audits
+from p2paudit.attest.store import AttestationStore
+from p2paudit.audit.records import MISMATCH, StepAudit
+from p2paudit.audit.replay import RunView, StepRange, verify_range
+from p2paudit.identity import Identity
+from p2paudit.node.assignment import pick_value, steps_for
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """How a node chooses: redundancy r, the keys it trusts (None: all), and a lie for demos and tests.
+
+    lie_about_step: sign a false "mismatch" with a made-up output digest for this
+    step, as a dishonest volunteer would; never set on a real node (the CLI
+    hides the flag and names it for what it does).
+    """
+
+    redundancy: int = 2
+    trusted: frozenset[bytes] | None = None
+    lie_about_step: int | None = None
+
+
+def checked_by(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None) -> dict[int, int]:
+    """step -> distinct keys (trusted ones, if given) that signed a match or a mismatch for it."""
+    return {item.step: item.checked for item in coverage(store, run_id, trusted).per_step}
+
+
+def auditor_keys(store: AttestationStore, run_id: bytes, peers: Iterable[bytes]) -> list[bytes]:
+    """The auditors this node knows for a run: every key that attested it, and the connected peers."""
+    number = store.run_number(run_id)
+    rows = store.conn.execute(
+        "SELECT DISTINCT k.public_key FROM attest_index i JOIN attest_keys k ON k.key = i.key WHERE i.run = ?",
+        (number,),
+    ).fetchall()
+    return sorted({bytes(key) for (key,) in rows} | {bytes(p) for p in peers})
+
+
+def own_steps(store: AttestationStore, run_id: bytes, me: bytes) -> set[int]:
+    """Steps this key already signed anything for (init excluded)."""
+    number = store.run_number(run_id)
+    rows = store.conn.execute(
+        "SELECT DISTINCT i.step FROM attest_index i JOIN attest_keys k ON k.key = i.key "
+        "WHERE i.run = ? AND k.public_key = ? AND i.step >= 0",
+        (number, me),
+    ).fetchall()
+    return {step for (step,) in rows}
+
+
+def next_step(
+    store: AttestationStore,
+    run_id: bytes,
+    num_steps: int,
+    me: bytes,
+    peers: Iterable[bytes],
+    policy: AuditPolicy,
+    allow_spill: bool = True,
+) -> int | None:
+    """The step this node should replay next, or None when nothing is left for it.
+
+    With `allow_spill` false only assigned steps are taken: the daemon spills
+    over only once it has heard from every peer, so that steps another node
+    already checked are not replayed again for nothing.
+    """
+    done = checked_by(store, run_id, policy.trusted)
+    mine = own_steps(store, run_id, me)
+    skip = {step: policy.redundancy for step in mine}
+    keys = auditor_keys(store, run_id, peers)
+    assigned = steps_for(run_id, num_steps, me, keys, policy.redundancy, {**done, **skip}, k=1)
+    if assigned:
+        return assigned[0]
+    if not allow_spill:
+        return None
+    spill = [s for s in range(num_steps) if s not in mine and done.get(s, 0) < policy.redundancy]
+    return min(spill, key=lambda s: (pick_value(run_id, s, me), s)) if spill else None
+
+
+def replay_step(view: RunView, step: int, backend: str, policy: AuditPolicy) -> tuple[StepAudit, ...]:
+    """Replay one step (and the initial state with step 0); pure computation, safe in a worker thread."""
+    report = verify_range(view, StepRange(step == 0, step, step), backend, diagnose=False)
+    return tuple(
+        _lie(audit) if audit.step == policy.lie_about_step and audit.subject == "step" else audit
+        for audit in report.audits
+    )
+
+
+def _lie(audit: StepAudit) -> StepAudit:
+    """The false claim a dishonest volunteer signs: a mismatch with an output digest nobody computed."""
+    made_up = hashlib.sha256(b"p2paudit demo: a made-up digest\x00" + audit.claimed_digest).digest()
+    return replace(
+        audit,
+        observed_digest=made_up,
+        verdict=MISMATCH,
+        findings=("state",),
+        note="a dishonest volunteer's false claim",
+    )
+
+
+def record_step(
+    store: AttestationStore, identity: Identity, view: RunView, audits: tuple[StepAudit, ...]
+) -> tuple[Recorded, list[bytes]]:
+    """Sign and append the audits; returns what was recorded and the envelopes that are new (to gossip)."""
+    m = view.manifest
+    done = record_audits(store, identity, m.run_id, m.num_steps, view.run_dir.name, audits, describe_hardware())
+    fresh = [store.attestation(index).encoded for index in done.indices]
+    return done, fresh

@@ -1,0 +1,374 @@
+"""`p2paudit daemon`: one volunteer node: audit, sign, gossip, sync, witness, and report.
+
+Everything that touches the network goes through `libp2p_adapter`; what the
+bytes mean is `wire`, `validate`, `sync` and `witness`; what to audit is
+`auditor`. The store (SQLite) is used from the event loop's thread only; a
+replay runs in a worker thread so gossip, sync and witnessing stay responsive
+during a long step. The daemon reports by `DaemonEvent`s and writes a status
+snapshot (`status.write_status`) that `p2paudit status` reads.
+
+Loops, all in one trio nursery:
+- audit: pick the next step (auditor.next_step), replay it off-loop, sign and
+  append, gossip the new attestations in batches, announce new conflicts on
+  the evidence topic;
+- sync: every few seconds, with each connected peer, a status handshake and
+  page-proved range requests from the stored cursor (sync.SyncSession);
+- witness: after the ledger grows, ask each connected peer to cosign the new
+  checkpoint (C2SP tlog-witness), keeping cosignatures and refusals;
+- status: rewrite the status snapshot every second.
+Gossip arrives through the adapter's validator (stateless checks only) and is
+drained continuously into the store with append_many.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from ledger.cosignature import CosignatureVerifier
+from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.queries import check_dispute, check_equivocation
+from p2paudit.attest.record import decode_signed
+from p2paudit.attest.store import AttestationStore
+from p2paudit.attest.tables import origin_for
+from p2paudit.audit.replay import RunView
+from p2paudit.errors import InputError
+from p2paudit.identity import Identity
+from p2paudit.node import auditor, status, sync, wire, witness
+from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, RequestFailed, open_node
+from p2paudit.node.validate import check_evidence, validate_gossip
+
+SYNC_INTERVAL = 3.0
+WITNESS_INTERVAL = 3.0
+IDLE_POLL = 0.5
+SPILL_GRACE = 2.0
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """What a daemon runs: its runs, addresses, peers, policy, and when it stops.
+
+    stop_when_covered: stop once every step of every run holds `redundancy`
+    checks in this node's ledger, nothing new arrived for `linger` seconds and
+    every connected peer was synced since (demos and tests); otherwise run
+    until cancelled or for `duration` seconds.
+    """
+
+    runs: tuple[RunView, ...]
+    ledger_path: Path
+    status_path: Path
+    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    peers: tuple[str, ...] = ()
+    backend: str = "cpu"
+    policy: auditor.AuditPolicy = field(default_factory=auditor.AuditPolicy)
+    duration: float | None = None
+    stop_when_covered: bool = False
+    linger: float = 4.0
+
+
+@dataclass(frozen=True)
+class DaemonEvent:
+    """What the CLI shows: kind (audited, received, conflict, evidence, synced, witnessed, peer, refused, done)."""
+
+    kind: str
+    text: str
+
+
+class Daemon:
+    """The running node's state (owned by the event loop's thread)."""
+
+    def __init__(
+        self, identity: Identity, config: DaemonConfig, store: AttestationStore, emit: Callable[[DaemonEvent], None]
+    ) -> None:
+        self.identity, self.config, self.store, self.emit = identity, config, store, emit
+        self.node: Node | None = None
+        self.cursor = sync.SyncCursor(store)
+        self.witness = witness.Witness(store.ledger, witness.witness_signer(identity, store.ledger.origin))
+        self.last_change = time.monotonic()
+        self.synced_since_change: set[str] = set()  # peers synced since the last change here
+        self.witnessed: dict[str, int] = {}  # peer -> ledger size it last cosigned
+        self.audited = 0
+        self.received = 0
+        self.events: list[str] = []
+        self.busy_step: tuple[bytes, int] | None = None
+        for view in config.runs:
+            m = view.manifest
+            store.register_run(m.run_id, m.num_steps, view.run_dir.name)
+
+    # -- reporting -----------------------------------------------------------------------------------------
+
+    def _report(self, kind: str, text: str) -> None:
+        self.events = (self.events + [f"{kind}: {text}"])[-20:]
+        self.emit(DaemonEvent(kind, text))
+
+    def on_node_event(self, event: NodeEvent) -> None:
+        self._report("peer", f"{event.kind} {event.peer[:16]}..{(' ' + event.detail) if event.detail else ''}")
+
+    def _changed(self) -> None:
+        self.last_change = time.monotonic()
+        self.synced_since_change.clear()
+
+    # -- gossip in ------------------------------------------------------------------------------------------
+
+    async def on_batch(self, peer: str, data: bytes) -> None:
+        """A validated batch: store what is new; announce conflicts it creates."""
+        try:
+            envelopes = wire.decode_batch(data).envelopes
+            appended = self.store.append_many(list(envelopes))
+        except InputError as exc:  # an unknown step or run: state-dependent, judged here
+            self._report("refused", f"batch from {peer[:16]}..: {exc}")
+            return
+        fresh = [a for a in appended if a.new]
+        if fresh:
+            self.received += len(fresh)
+            self._changed()
+            self._report("received", f"{len(fresh)} attestation(s) from {peer[:16]}..")
+        for item in fresh:
+            if item.conflict:
+                await self._announce(self.store.attestation(item.index).encoded, item.conflict)
+
+    async def on_evidence(self, peer: str, data: bytes) -> None:
+        """Evidence checked from its bytes (the validator did); store the attestations it carries."""
+        try:
+            kind = check_evidence(data)
+            evidence = wire.decode_evidence(data)
+            if kind != "split_view":
+                self.store.append_many([evidence.first, evidence.second])
+        except InputError as exc:
+            self._report("refused", f"evidence from {peer[:16]}..: {exc}")
+            return
+        self._report("evidence", f"{kind} from {peer[:16]}..")
+
+    # -- conflicts out --------------------------------------------------------------------------------------
+
+    async def _announce(self, signed: bytes, kind: str) -> None:
+        """Publish the two signed attestations that prove a new dispute or equivocation."""
+        record = decode_signed(signed).attestation
+        check = check_dispute if kind == "dispute" else check_equivocation
+        for _, other in self.store.step_attestations(record.run_id, record.step):
+            if other.encoded != signed and check(signed, other.encoded):
+                evidence = wire.encode_evidence(wire.Evidence(kind, other.encoded, signed))
+                self._report("conflict", f"{kind} at step {record.step} of run {record.run_id.hex()[:12]}..")
+                if self.node is not None:
+                    await self.node.publish(wire.EVIDENCE_TOPIC, evidence)
+                return
+
+    # -- audit ----------------------------------------------------------------------------------------------
+
+    def _peer_keys(self) -> list[bytes]:
+        keys = []
+        for peer in self.node.connected_peers() if self.node is not None else []:
+            try:
+                keys.append(peer_public_key(peer))
+            except InputError:
+                continue
+        return keys
+
+    def _may_spill(self) -> bool:
+        """Spill over to unassigned steps only when every connected peer was synced since the last change and
+        nothing changed for SPILL_GRACE seconds: what peers already checked is then known here."""
+        peers = set(self.node.connected_peers()) if self.node is not None else set()
+        return peers <= self.synced_since_change and time.monotonic() - self.last_change >= SPILL_GRACE
+
+    def _pick(self) -> tuple[RunView, int] | None:
+        spill = self._may_spill()
+        for view in self.config.runs:
+            m = view.manifest
+            step = auditor.next_step(
+                self.store,
+                m.run_id,
+                m.num_steps,
+                self.identity.public_key,
+                self._peer_keys(),
+                self.config.policy,
+                spill,
+            )
+            if step is not None:
+                return view, step
+        return None
+
+    async def audit_loop(self) -> None:
+        while True:
+            picked = self._pick()
+            if picked is None:
+                await trio.sleep(IDLE_POLL)
+                continue
+            view, step = picked
+            self.busy_step = (view.manifest.run_id, step)
+            began = time.monotonic()
+            audits = await trio.to_thread.run_sync(
+                auditor.replay_step, view, step, self.config.backend, self.config.policy
+            )
+            self.busy_step = None
+            try:
+                recorded, signed = auditor.record_step(self.store, self.identity, view, audits)
+            except AttestationError as exc:
+                self._report("refused", f"own attestation of step {step}: {exc}")
+                continue
+            self.audited += 1
+            self._changed()
+            verdicts = ", ".join(f"{a.subject} {a.verdict}" if a.subject == "init" else a.verdict for a in audits)
+            self._report("audited", f"step {step} of {view.run_dir.name}: {verdicts} ({time.monotonic() - began:.2f}s)")
+            if self.node is not None:
+                for message in wire.batches(view.manifest.run_id, signed):
+                    await self.node.publish(wire.run_topic(view.manifest.run_id), message)
+            for conflict_step, kind in recorded.conflicts:
+                for _, item in self.store.step_attestations(view.manifest.run_id, conflict_step):
+                    if item.verifier == self.identity.public_key:
+                        await self._announce(item.encoded, kind)
+
+    # -- sync -----------------------------------------------------------------------------------------------
+
+    async def sync_with(self, peer: str) -> None:
+        """One sync session with `peer`; a peer whose pages do not prove out is banned."""
+        session = sync.SyncSession(self.store, self.cursor)
+        try:
+            while (request := session.next_request()) is not None:
+                response = await self.node.request(peer, wire.SYNC_PROTOCOL, request)
+                session.handle_response(response)
+        except RequestFailed as exc:
+            self._report("peer", f"sync with {peer[:16]}.. failed: {exc}")
+            return
+        except InputError as exc:  # PageProofError, WireError, AttestationError: the peer lied
+            self._report("refused", f"sync from {peer[:16]}..: {exc}")
+            await self.node.penalize(peer, f"bad sync page: {exc}")
+            return
+        new = sum(applied.new for applied in session.applied)
+        if new:
+            self.received += new
+            self._changed()
+            self._report("synced", f"{new} attestation(s) from {peer[:16]}..")
+        self.synced_since_change.add(peer)
+        for applied in session.applied:
+            for item in applied.appended:
+                if item.new and item.conflict:
+                    await self._announce(self.store.attestation(item.index).encoded, item.conflict)
+
+    async def sync_loop(self) -> None:
+        while True:
+            for peer in list(self.node.connected_peers()):
+                await self.sync_with(peer)
+            await trio.sleep(SYNC_INTERVAL)
+
+    async def serve_sync(self, peer: str, request: bytes) -> bytes:
+        return sync.serve_sync(self.store, request, self.store.checkpoint(self.identity))
+
+    # -- witness --------------------------------------------------------------------------------------------
+
+    async def serve_witness(self, peer: str, request: bytes) -> bytes:
+        return witness.witness_checkpoint(self.witness, request)
+
+    async def witness_with(self, peer: str) -> None:
+        size = self.store.ledger.size
+        if size == 0 or self.witnessed.get(peer) == size:
+            return
+        note = self.store.checkpoint(self.identity)
+        cosigner = CosignatureVerifier(witness.WITNESS_NAME_PREFIX + peer, peer_public_key(peer))
+        old = self.witnessed.get(peer, 0)
+        for _ in range(2):  # a size mismatch tells the size the witness holds: retry once from there
+            try:
+                response = await self.node.request(
+                    peer, wire.WITNESS_PROTOCOL, witness.witness_request(self.store.ledger, note, old)
+                )
+                cosignature = witness.read_witness_response(note, response, cosigner)
+            except witness.WitnessRefused as exc:
+                if exc.code == wire.WITNESS_OLD_SIZE_MISMATCH:
+                    old = exc.size
+                    continue
+                self._report("refused", f"witness {peer[:16]}.. refused size {size}: {exc}")
+                return
+            except (RequestFailed, InputError) as exc:
+                self._report("peer", f"witness {peer[:16]}.. failed: {exc}")
+                return
+            witness.record_cosignature(self.store.ledger, note, cosignature)
+            self.witnessed[peer] = size
+            self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
+            return
+
+    async def witness_loop(self) -> None:
+        while True:
+            for peer in list(self.node.connected_peers()):
+                await self.witness_with(peer)
+            await trio.sleep(WITNESS_INTERVAL)
+
+    # -- status ---------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> status.Status:
+        return status.snapshot(
+            self.store, self.identity, self.node, self.config, self.audited, self.received, self.events, self.busy_step
+        )
+
+    def covered(self) -> bool:
+        """Every step of every run checked `redundancy` times here, quiet for `linger`, every peer synced since."""
+        r = self.config.policy.redundancy
+        for view in self.config.runs:
+            m = view.manifest
+            done = auditor.checked_by(self.store, m.run_id, self.config.policy.trusted)
+            if any(done.get(step, 0) < r for step in range(m.num_steps)):
+                return False
+        peers = set(self.node.connected_peers()) if self.node is not None else set()
+        quiet = time.monotonic() - self.last_change >= self.config.linger
+        return quiet and peers <= self.synced_since_change and self.busy_step is None
+
+    async def status_loop(self, cancel: trio.CancelScope) -> None:
+        started = time.monotonic()
+        while True:
+            status.write_status(self.config.status_path, self.snapshot())
+            if self.config.duration is not None and time.monotonic() - started >= self.config.duration:
+                self._report("done", f"ran for {self.config.duration:.0f}s")
+                cancel.cancel()
+            if self.config.stop_when_covered and self.covered():
+                self._report("done", "every step is covered and every peer synced")
+                cancel.cancel()
+            await trio.sleep(1.0)
+
+
+def stateless_validator(topic: str) -> Callable[[str, bytes], bool]:
+    """The adapter's validator for `topic`: (origin peer, data) -> validate_gossip(topic, data), which never raises."""
+    return lambda origin, data: validate_gossip(topic, data)
+
+
+def peer_public_key(peer: str) -> bytes:
+    """The Ed25519 key of a peer id (ids of Ed25519 keys inline the key); WireError otherwise."""
+    return wire.origin_public_key(wire.ORIGIN_PREFIX + peer)
+
+
+async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[DaemonEvent], None]) -> status.Status:
+    """Run the node until cancelled, `duration` passes, or (stop_when_covered) the runs are covered."""
+    with AttestationStore.open(config.ledger_path, origin_for(identity.public_key)) as store:
+        daemon = Daemon(identity, config, store, emit)
+        node_config = NodeConfig(listen=config.listen, bootstrap=config.peers)
+        async with open_node(identity, node_config, daemon.on_node_event) as node:
+            daemon.node = node
+            node.set_handler(
+                wire.SYNC_PROTOCOL,
+                daemon.serve_sync,
+                max_request=wire.MAX_SYNC_REQUEST_BYTES,
+                max_response=wire.MAX_PAGE_BYTES,
+                timeout=10.0,
+            )
+            node.set_handler(
+                wire.WITNESS_PROTOCOL,
+                daemon.serve_witness,
+                max_request=wire.MAX_WITNESS_REQUEST_BYTES,
+                max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
+                timeout=10.0,
+            )
+            for view in config.runs:
+                topic = wire.run_topic(view.manifest.run_id)
+                node.set_validator(topic, stateless_validator(topic))
+                await node.subscribe(topic, daemon.on_batch)
+            node.set_validator(wire.EVIDENCE_TOPIC, stateless_validator(wire.EVIDENCE_TOPIC))
+            await node.subscribe(wire.EVIDENCE_TOPIC, daemon.on_evidence)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(daemon.status_loop, nursery.cancel_scope)
+                nursery.start_soon(daemon.audit_loop)
+                nursery.start_soon(daemon.sync_loop)
+                nursery.start_soon(daemon.witness_loop)
+            final = daemon.snapshot()
+            status.write_status(config.status_path, final)
+            return final

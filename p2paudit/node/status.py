@@ -1,0 +1,121 @@
+"""The daemon's status snapshot: written atomically every second as JSON, read by `p2paudit status`.
+
+{"format": "p2paudit-status", "version": 1, "pid": int, "written_at": float (unix seconds),
+ "peer_id": str, "public_key": hex, "listen": [multiaddr], "peers": [peer id],
+ "ledger": {"path": str, "size": int}, "audited": int, "received": int,
+ "busy": {"run_id": hex, "step": int} | null,
+ "runs": [{"run_id": hex, "label": str, "steps": int, "checked_once": int, "checked_r": int,
+           "redundancy": int, "disputes": int}],
+ "equivocations": int, "events": [str]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from p2paudit.attest.queries import coverage, disputes, equivocations
+from p2paudit.attest.store import AttestationStore
+from p2paudit.durable import write_durably
+from p2paudit.errors import InputError
+from p2paudit.identity import Identity, peer_id_of
+from p2paudit.regular_files import read_regular
+
+STATUS_FORMAT = "p2paudit-status"
+STATUS_VERSION = 1
+MAX_STATUS_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    label: str
+    steps: int
+    checked_once: int
+    checked_r: int
+    redundancy: int
+    disputes: int
+
+
+@dataclass(frozen=True)
+class Status:
+    pid: int
+    written_at: float
+    peer_id: str
+    public_key: str
+    listen: list[str]
+    peers: list[str]
+    ledger: dict[str, Any]
+    audited: int
+    received: int
+    busy: dict[str, Any] | None
+    runs: list[RunStatus]
+    equivocations: int
+    events: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": STATUS_FORMAT, "version": STATUS_VERSION, **asdict(self)}
+
+
+def snapshot(
+    store: AttestationStore,
+    identity: Identity,
+    node: Any,
+    config: Any,
+    audited: int,
+    received: int,
+    events: list[str],
+    busy: tuple[bytes, int] | None,
+) -> Status:
+    """The node's state now: peers, ledger size, coverage per run (r = the policy's redundancy)."""
+    r = config.policy.redundancy
+    runs = []
+    for view in config.runs:
+        m = view.manifest
+        cov = coverage(store, m.run_id, config.policy.trusted)
+        runs.append(
+            RunStatus(
+                m.run_id.hex(),
+                view.run_dir.name,
+                m.num_steps,
+                cov.checked_once,
+                sum(1 for s in cov.per_step if s.checked >= r),
+                r,
+                len(disputes(store, m.run_id)),
+            )
+        )
+    return Status(
+        pid=os.getpid(),
+        written_at=time.time(),
+        peer_id=peer_id_of(identity.public_key),
+        public_key=identity.public_key.hex(),
+        listen=node.listen_addrs() if node is not None else [],
+        peers=node.connected_peers() if node is not None else [],
+        ledger={"path": str(config.ledger_path), "size": store.ledger.size},
+        audited=audited,
+        received=received,
+        busy=None if busy is None else {"run_id": busy[0].hex(), "step": busy[1]},
+        runs=runs,
+        equivocations=len(equivocations(store).keys),
+        events=list(events[-10:]),
+    )
+
+
+def write_status(path: Path, status: Status) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_durably(path, json.dumps(status.to_dict(), indent=1).encode())
+
+
+def read_status(path: Path) -> dict[str, Any]:
+    """The last snapshot a daemon wrote; InputError if there is none or it is not one."""
+    try:
+        data = json.loads(read_regular(path, "daemon status file", MAX_STATUS_BYTES))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"daemon status file {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != STATUS_FORMAT or data.get("version") != STATUS_VERSION:
+        raise InputError(f"{path} is not a {STATUS_FORMAT} version {STATUS_VERSION} file")
+    return data
