@@ -1,172 +1,59 @@
-"""The one module that touches py-libp2p: a host, gossip, request/response, bans.
+"""The libp2p adapter: the one place p2paudit.node meets py-libp2p 0.8.1.
 
 The rest of `p2paudit.node` speaks our terms through `open_node` and `Node`:
 peers are base58 peer-id strings, addresses are multiaddr strings, payloads are
-opaque bytes. Every setting below answers a measured fact about py-libp2p 0.8.1
-(../shared/notes/py-libp2p-0.8.1.md); its defaults silently lose messages.
+opaque bytes. Internals live in libp2p_host (Noise-only host, peer-id gating),
+libp2p_gossip (GossipSub set up to lose nothing), libp2p_requests (framed
+request/response), libp2p_peers (peer-exchange encoding), libp2p_framing and
+libp2p_config. Why each library setting is what it is: those modules'
+docstrings and ../shared/notes/py-libp2p-0.8.1.md.
 
-Connection gating: py-libp2p's gate filters by IP only (useless on loopback),
-so a banned peer is refused inside the Noise handshake (`_GatedNoise`): inbound
-after the peer has proved its id, outbound before dialling. The connected-
-notifee closes any connection that slips through (an upgrade already in flight).
+Peers: bootstrap peers are kept with a permanent address and redialled by our
+own loop with exponential back-off (the library's bootstrap forgets a peer after
+3 failures; `connect()` stores addresses for 120 s). Every connected peer is
+asked for its peers (/p2paudit/peers/1.0.0), and Kademlia provider records
+find peers beyond both. A peer that misbehaves is `penalize`d: disconnected and
+refused in both directions until its ban ends.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
-import libp2p.pubsub.pubsub as _pubsub_module
 import multiaddr
 import trio
-from libp2p import new_host
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee, IRawConnection, ISecureConn
-from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
-from libp2p.custom_types import TProtocol
-from libp2p.exceptions import BaseLibp2pError
 from libp2p.identity_utils import create_identity_from_seed
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
-from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
-from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
-from libp2p.security.exceptions import HandshakeFailure
-from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
-from libp2p.security.noise.transport import Transport as NoiseTransport
-from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent
-from p2paudit.node.libp2p_framing import TokenBucket, read_frame, write_frame
+from p2paudit.node.libp2p_gossip import Gossip, GossipHandler, GossipValidator, raise_library_queues
+from p2paudit.node.libp2p_host import (
+    NETWORK_ERRORS,
+    Notifee,
+    build_host,
+    dht_key,
+    parse_listen_addr,
+    parse_peer_addr,
+    parse_peer_id,
+)
 from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list
+from p2paudit.node.libp2p_requests import Handler, RequestFailed, RequestHandler, Requests, RequestTimedOut
+
+__all__ = ["Node", "NodeConfig", "NodeEvent", "RequestFailed", "RequestTimedOut", "PEERS_PROTOCOL", "open_node"]
 
 logger = logging.getLogger(__name__)
 
 PEERS_PROTOCOL = "/p2paudit/peers/1.0.0"
-# A peer list is at most max_peer_list entries of a few short strings.
 _MAX_PEER_LIST_BYTES = 64 * 1024
-_NETWORK_ERRORS = (BaseLibp2pError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-
-GossipHandler = Callable[[str, bytes], Awaitable[None] | None]
-GossipValidator = Callable[[str, bytes], Awaitable[bool] | bool]
-RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
-
-
-class RequestFailed(InputError):
-    """A request to a peer failed: refused, reset, malformed or oversize answer."""
-
-
-class RequestTimedOut(RequestFailed):
-    """A request to a peer got no answer within its time-out."""
-
-
-def content_message_id(msg: rpc_pb2.Message) -> bytes:
-    """Gossip message id: SHA-256 of the data, so copies of the same bytes collapse."""
-    return hashlib.sha256(msg.data).digest()
-
-
-def _raise_library_queues(size: int) -> None:
-    """Raise py-libp2p's two hard-coded 32-message queues (process-wide; 0.8.1 has no option).
-
-    SUBSCRIPTION_CHANNEL_SIZE is read at each `subscribe()`; RpcQueue's default
-    max_size is bound when the class is defined, so `pubsub.py`'s name is
-    pointed at a subclass with a larger default.
-    """
-    _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = max(size, _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE)
-    current = getattr(_pubsub_module.RpcQueue, "p2paudit_size", 0)
-    if size > current:
-
-        class _LargeRpcQueue(RpcQueue):
-            p2paudit_size = size
-
-            def __init__(self, max_size: int = size, max_message_size: int = DefaultMaxMessageSize) -> None:
-                super().__init__(max_size, max_message_size)
-
-        _pubsub_module.RpcQueue = _LargeRpcQueue
-
-
-class _GatedNoise(NoiseTransport):
-    """Noise that refuses banned peers: outbound before the handshake, inbound right after it."""
-
-    def __init__(self, key_pair, is_banned: Callable[[ID], bool]) -> None:
-        super().__init__(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-        self._is_banned = is_banned
-
-    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
-        secure = await super().secure_inbound(conn)
-        if self._is_banned(secure.get_remote_peer()):
-            await secure.close()
-            raise HandshakeFailure(f"peer {secure.get_remote_peer()} is banned")
-        return secure
-
-    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
-        if self._is_banned(peer_id):
-            await conn.close()
-            raise HandshakeFailure(f"peer {peer_id} is banned")
-        return await super().secure_outbound(conn, peer_id)
-
-
-class _Notifee(INotifee):
-    def __init__(self, node: Node) -> None:
-        self._node = node
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        pass
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        pass
-
-    async def connected(self, network: INetwork, conn: INetConn) -> None:
-        self._node._on_connected(conn.muxed_conn.peer_id)
-
-    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        self._node._on_disconnected(conn.muxed_conn.peer_id)
-
-    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
-        pass
-
-    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
-        pass
-
-
-@dataclass
-class _Handler:
-    protocol_id: str
-    fn: RequestHandler
-    max_request: int
-    max_response: int
-    timeout: float
-    max_concurrent_per_peer: int
-
-
-def parse_peer_id(peer: str) -> ID:
-    """A peer id from its base58 text; InputError if it is not one."""
-    try:
-        return ID.from_base58(peer)
-    except Exception as error:  # base58/multihash raise assorted ValueErrors
-        raise InputError(f"not a peer id: {peer[:80]!r}") from error
-
-
-def parse_peer_addr(addr: str) -> PeerInfo:
-    """PeerInfo from a multiaddr ending in /p2p/<peer id>; InputError otherwise."""
-    try:
-        return info_from_p2p_addr(multiaddr.Multiaddr(addr))
-    except Exception as error:
-        raise InputError(f"peer address {addr[:200]!r} is not a multiaddr ending in /p2p/<peer id>") from error
 
 
 class Node:
@@ -175,49 +62,25 @@ class Node:
     def __init__(self, identity: Identity, config: NodeConfig, on_event: Callable[[NodeEvent], None] | None) -> None:
         self.config = config
         self._on_event = on_event
-        self._key_pair = create_identity_from_seed(private_seed(identity))
+        key_pair = create_identity_from_seed(private_seed(identity))
         self.peer_id = peer_id_of(identity.public_key)
-        if str(ID.from_pubkey(self._key_pair.public_key)) != self.peer_id:
+        if str(ID.from_pubkey(key_pair.public_key)) != self.peer_id:
             raise InternalError("libp2p peer id differs from p2paudit.identity.peer_id_of")
         self._banned_until: dict[str, float] = {}
         self._connected: set[str] = set()
         self._bootstrap: dict[str, PeerInfo] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self._validators: dict[str, GossipValidator] = {}
-        self._out_limits: dict[str, trio.Semaphore] = {}
-        self._in_active: dict[tuple[str, str], int] = {}
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self.stats = {"delivered": 0, "duplicates": 0, "rejected": 0, "rate_limited": 0, "validator_errors": 0}
         self._nursery: trio.Nursery | None = None
-        self.host: IHost = new_host(
-            key_pair=self._key_pair,
-            sec_opt={NOISE_PROTOCOL_ID: _GatedNoise(self._key_pair, self._is_banned_id)},
-            muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
-            listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen],
-            connection_config=ConnectionConfig(max_connections_per_peer=1, dial_timeout=config.dial_timeout),
-            enable_mDNS=False,
+        self._listen = [parse_listen_addr(a) for a in config.listen]
+        self.host = build_host(key_pair, self._listen, config.dial_timeout, lambda p: self.is_banned(str(p)))
+        self.gossip = Gossip(self.host, config, self.peer_id, self._emit)
+        self.requests = Requests(
+            self.host, config.max_request, config.max_requests_per_peer, self.is_banned, self._emit
         )
-        self.router = GossipSub(
-            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
-            degree=config.mesh_degree,
-            degree_low=config.mesh_degree_low,
-            degree_high=config.mesh_degree_high,
-            heartbeat_interval=config.heartbeat_interval,
-            adaptive_gossip_enabled=False,
-            spam_protection_enabled=False,
-            eclipse_protection_enabled=False,
-        )
-        self.pubsub = Pubsub(
-            self.host,
-            self.router,
-            msg_id_constructor=content_message_id,
-            strict_signing=True,
-            max_inbound_rpc_size=config.max_gossip_rpc,
-        )
-        # Provider records only; the per-subnet cap would admit two loopback peers at most.
+        # Provider records only. The per-subnet cap would admit two loopback peers at most.
         self.dht = KadDHT(self.host, DHTMode.SERVER, enable_values=False, max_peers_per_subnet=0)
+        self.host.get_network().register_notifee(Notifee(self._on_connected, self._on_disconnected))
 
-    # --- peers and events -------------------------------------------------
+    # --- peers, events, bans ------------------------------------------------
 
     def listen_addrs(self) -> list[str]:
         """The addresses actually bound, each ending in /p2p/<our peer id>."""
@@ -230,21 +93,18 @@ class Node:
         until = self._banned_until.get(peer)
         return until is not None and until > time.monotonic()
 
-    def _is_banned_id(self, peer: ID) -> bool:
-        return self.is_banned(str(peer))
-
     def _emit(self, kind: str, peer: str, detail: str = "") -> None:
         if self._on_event is None:
             return
         try:
             self._on_event(NodeEvent(kind=kind, peer=peer, detail=detail))
-        except Exception:
+        except Exception:  # a display bug must not break the network
             logger.exception("node event callback failed on %s %s", kind, peer)
 
     def _on_connected(self, peer_id: ID) -> None:
         peer = str(peer_id)
         if self.is_banned(peer):
-            # An upgrade that was in flight when the ban began: close it now.
+            # An upgrade that was already past the handshake when the ban began.
             if self._nursery is not None:
                 self._nursery.start_soon(self._disconnect_quietly, peer_id)
             return
@@ -258,43 +118,52 @@ class Node:
         peer = str(peer_id)
         if peer in self._connected and not self.host.get_network().get_connections(peer_id):
             self._connected.discard(peer)
+            self.requests.forget_peer(peer)
             self._emit("disconnected", peer)
 
     async def _disconnect_quietly(self, peer_id: ID) -> None:
         try:
             await self.host.disconnect(peer_id)
-        except _NETWORK_ERRORS as error:
+        except NETWORK_ERRORS as error:
             logger.debug("disconnect %s: %s", peer_id, error)
 
-    async def _add_dht_peer(self, peer_id: ID) -> None:
-        # Identify must finish first: the routing table admits only peers that speak the DHT protocol.
-        await trio.sleep(0.5)
-        try:
-            await self.dht.add_peer(peer_id)
-        except _NETWORK_ERRORS as error:
-            logger.debug("dht add_peer %s: %s", peer_id, error)
+    async def penalize(self, peer: str, reason: str, seconds: float | None = None) -> None:
+        """Disconnect `peer` and refuse it, both directions, for `seconds` (default config.ban_seconds)."""
+        peer_id = parse_peer_id(peer)
+        duration = self.config.ban_seconds if seconds is None else seconds
+        self._banned_until[peer] = time.monotonic() + duration
+        logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
+        self.gossip.pubsub.add_to_blacklist(peer_id)
+        # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
+        self.host.get_peerstore().clear_addrs(peer_id)
+        self._emit("banned", peer, reason)
+        await self._disconnect_quietly(peer_id)
 
-    # --- provider records -----------------------------------------------------
+    def _lift_expired_bans(self) -> None:
+        now = time.monotonic()
+        for peer, until in list(self._banned_until.items()):
+            if until <= now:
+                del self._banned_until[peer]
+                peer_id = parse_peer_id(peer)
+                self.gossip.pubsub.remove_from_blacklist(peer_id)
+                info = self._bootstrap.get(peer)
+                if info is not None:
+                    self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
+                self._emit("unbanned", peer)
 
-    async def provide(self, key: bytes) -> bool:
-        """Announce in the DHT that we serve `key` (e.g. a run id); True if any peer stored it."""
-        return await self.dht.provide(_dht_key(key))
+    async def _maintain(self) -> None:
+        last_clear = time.monotonic()
+        while True:
+            await trio.sleep(0.25)
+            self._lift_expired_bans()
+            if time.monotonic() - last_clear >= self.config.deliveries_clear_interval:
+                self.gossip.clear_deliveries()
+                last_clear = time.monotonic()
 
-    async def find_providers(self, key: bytes, count: int = 20, timeout: float = 10.0) -> list[tuple[str, list[str]]]:
-        """(peer, addresses) of up to `count` providers of `key` other than us; addresses are kept for an hour."""
-        with trio.move_on_after(timeout):
-            infos = await self.dht.find_providers(_dht_key(key), count)
-            out: dict[str, list[str]] = {}
-            for info in infos:  # the same provider comes back once per peer that stored it
-                peer = str(info.peer_id)
-                if peer != self.peer_id and info.addrs and peer not in out:
-                    self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, self.config.exchanged_addr_ttl)
-                    out[peer] = [str(a) for a in info.addrs]
-            return list(out.items())
-        raise RequestTimedOut(f"find_providers timed out after {timeout} s")
+    # --- dialling -------------------------------------------------------------
 
     async def connect(self, addr: str) -> str:
-        """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if it fails."""
+        """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if that fails."""
         info = parse_peer_addr(addr)
         await self._dial(info)
         return str(info.peer_id)
@@ -305,18 +174,17 @@ class Node:
             raise RequestFailed(f"peer {peer} is banned")
         if peer == self.peer_id:
             raise InputError("refusing to dial ourselves")
-        # The swarm's negative cache would refuse a redial for 60 s after one failure;
-        # our own loop does the back-off.
+        # After one failure the swarm refuses to redial a peer for 60 s; our loops do the back-off.
         self.host.get_network().unblock_peer(info.peer_id)
         try:
             with trio.fail_after(self.config.dial_timeout):
                 await self.host.connect(info)
         except trio.TooSlowError:
             raise RequestTimedOut(f"dial {peer} timed out after {self.config.dial_timeout} s") from None
-        except _NETWORK_ERRORS as error:
+        except NETWORK_ERRORS as error:
             raise RequestFailed(f"dial {peer} failed: {str(error).splitlines()[0][:200]}") from None
         finally:
-            # connect() stores addresses with a 120 s TTL; keep ours as asked.
+            # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
             self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
 
     async def add_bootstrap(self, addr: str) -> None:
@@ -325,10 +193,10 @@ class Node:
         peer = str(info.peer_id)
         if peer == self.peer_id or peer in self._bootstrap:
             return
-        self._bootstrap[peer] = info
-        self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, PERMANENT_ADDR_TTL)
         if self._nursery is None:
             raise InternalError("add_bootstrap called on a node that is not running")
+        self._bootstrap[peer] = info
+        self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, PERMANENT_ADDR_TTL)
         self._nursery.start_soon(self._keep_bootstrap, info)
 
     async def _keep_bootstrap(self, info: PeerInfo) -> None:
@@ -347,43 +215,7 @@ class Node:
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.config.redial_max)
 
-    async def penalize(self, peer: str, reason: str, seconds: float | None = None) -> None:
-        """Disconnect `peer` and refuse it, both directions, for `seconds` (default config.ban_seconds)."""
-        peer_id = parse_peer_id(peer)
-        duration = self.config.ban_seconds if seconds is None else seconds
-        self._banned_until[peer] = time.monotonic() + duration
-        logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
-        self.pubsub.add_to_blacklist(peer_id)
-        # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
-        self.host.get_peerstore().clear_addrs(peer_id)
-        self._emit("banned", peer, reason)
-        await self._disconnect_quietly(peer_id)
-
-    def _lift_expired_bans(self) -> None:
-        now = time.monotonic()
-        for peer, until in list(self._banned_until.items()):
-            if until <= now:
-                del self._banned_until[peer]
-                peer_id = parse_peer_id(peer)
-                self.pubsub.remove_from_blacklist(peer_id)
-                info = self._bootstrap.get(peer)
-                if info is not None:
-                    self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
-                self._emit("unbanned", peer)
-
-    async def _maintain(self) -> None:
-        last_clear = time.monotonic()
-        while True:
-            await trio.sleep(0.25)
-            self._lift_expired_bans()
-            if time.monotonic() - last_clear >= self.config.deliveries_clear_interval:
-                # With adaptive gossip off nothing trims this per-message list.
-                self.router.recent_message_deliveries.clear()
-                last_clear = time.monotonic()
-            if len(self._buckets) > self.config.max_tracked_origins:
-                self._buckets.clear()
-
-    # --- peer exchange ------------------------------------------------------
+    # --- peer exchange and provider records -------------------------------------
 
     async def _serve_peers(self, peer: str, request: bytes) -> bytes:
         entries = []
@@ -399,7 +231,7 @@ class Node:
         return encode_peer_list(entries)
 
     async def exchange_peers(self, peer: str) -> int:
-        """Ask `peer` for its peers and dial the new ones; returns how many we dialled successfully."""
+        """Ask `peer` for its peers and dial the new ones; returns how many we connected to."""
         answer = await self.request(peer, PEERS_PROTOCOL, b"", max_response=_MAX_PEER_LIST_BYTES, timeout=5.0)
         entries = decode_peer_list(answer, self.config.max_peer_list, self.config.max_addrs_per_peer)
         dialled = 0
@@ -417,86 +249,82 @@ class Node:
         return dialled
 
     async def _exchange_loop(self) -> None:
+        # Ask often while it finds peers, then back off (each ask costs every peer a request).
+        interval = self.config.peer_exchange_interval
         while True:
-            await trio.sleep(self.config.peer_exchange_interval)
+            await trio.sleep(interval)
+            found = 0
             for peer in list(self._connected):
                 if len(self._connected) >= self.config.max_peers:
                     break
                 try:
-                    await self.exchange_peers(peer)
+                    found += await self.exchange_peers(peer)
                 except InputError as error:
                     logger.info("peer exchange with %s: %s", peer, error)
+            if found:
+                interval = self.config.peer_exchange_interval
+            else:
+                interval = min(interval * 2, self.config.peer_exchange_max_interval)
 
-    # --- gossip ---------------------------------------------------------------
+    async def _add_dht_peer(self, peer_id: ID) -> None:
+        # Identify must finish first: the routing table admits only peers that speak the DHT protocol.
+        await trio.sleep(0.5)
+        try:
+            await self.dht.add_peer(peer_id)
+        except NETWORK_ERRORS as error:
+            logger.debug("dht add_peer %s: %s", peer_id, error)
+
+    async def provide(self, key: bytes) -> bool:
+        """Announce in the DHT that we serve `key` (e.g. a run id); True if it was stored."""
+        return await self.dht.provide(dht_key(key))
+
+    async def find_providers(self, key: bytes, count: int = 20, timeout: float = 10.0) -> list[tuple[str, list[str]]]:
+        """(peer, addresses) of up to `count` providers of `key` other than us; addresses kept for a while."""
+        with trio.move_on_after(timeout):
+            infos = await self.dht.find_providers(dht_key(key), count)
+            out: dict[str, list[str]] = {}
+            for info in infos:  # the same provider comes back once per peer that stored it
+                peer = str(info.peer_id)
+                if peer != self.peer_id and info.addrs and peer not in out:
+                    self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, self.config.exchanged_addr_ttl)
+                    out[peer] = [str(a) for a in info.addrs]
+            return list(out.items())
+        raise RequestTimedOut(f"find_providers timed out after {timeout} s")
+
+    # --- gossip -------------------------------------------------------------------
 
     def set_validator(self, topic: str, fn: GossipValidator) -> None:
-        """fn(origin_peer, data) -> bool, sync or async; an exception counts as reject and is logged."""
-        self._validators[topic] = fn
+        """fn(origin_peer, data) -> bool, sync or async, run before delivery and forwarding.
 
-    async def _validate(self, topic: str, forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        origin = str(ID(msg.from_id))
-        if origin != self.peer_id and self.config.origin_rate is not None:
-            bucket = self._buckets.get(origin)
-            if bucket is None:
-                bucket = self._buckets[origin] = TokenBucket(self.config.origin_rate, self.config.origin_burst)
-            if not bucket.take():
-                self.stats["rate_limited"] += 1
-                self._emit("rate_limited", origin, f"topic {topic} via {forwarder}")
-                return False
-        fn = self._validators.get(topic)
-        if fn is None:
-            return True
-        try:
-            result = fn(origin, msg.data)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as error:
-            self.stats["validator_errors"] += 1
-            logger.warning("validator for %s raised on a message from %s: %r", topic, origin, error)
-            return False
-        if result is not True:
-            self.stats["rejected"] += 1
-            return False
-        return True
+        Only True accepts. An exception counts as reject and is logged. Each
+        rejection emits a NodeEvent naming the peer that forwarded the message.
+        """
+        self.gossip.set_validator(topic, fn)
 
     async def subscribe(self, topic: str, handler: GossipHandler) -> None:
-        """Join `topic`; a background task drains it and calls handler(origin_peer, data) once per message."""
+        """Join `topic`; a background task drains it and calls handler(origin_peer, data) once per message.
+
+        The handler runs on the drain task: keep it quick (hand work to a queue),
+        or the subscription queue (config.queue_size) fills and the library drops.
+        """
         if self._nursery is None:
             raise InternalError("subscribe called on a node that is not running")
-        # Async, so an exception can never reach the library (a raising sync validator kills pubsub).
-        self.pubsub.set_topic_validator(topic, functools.partial(self._validate, topic), True)
-        subscription = await self.pubsub.subscribe(topic)
-        self._nursery.start_soon(self._drain, topic, subscription, handler)
-
-    async def _drain(self, topic: str, subscription, handler: GossipHandler) -> None:
-        while True:
-            msg = await subscription.get()
-            digest = content_message_id(msg)
-            if digest in self._seen:
-                self.stats["duplicates"] += 1
-                continue
-            self._seen[digest] = None
-            if len(self._seen) > self.config.max_seen_ids:
-                self._seen.popitem(last=False)
-            self.stats["delivered"] += 1
-            try:
-                result = handler(str(ID(msg.from_id)), msg.data)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                logger.exception("gossip handler for %s failed", topic)
+        await self.gossip.subscribe(topic, handler, self._nursery)
 
     async def publish(self, topic: str, data: bytes) -> None:
-        """Publish `data` on `topic` (delivered to our own handler too, if subscribed)."""
-        if len(data) > self.config.max_gossip_message:
-            raise InputError(f"gossip message of {len(data)} bytes exceeds {self.config.max_gossip_message}")
-        await self.pubsub.publish(topic, data)
+        """Publish `data` on `topic`; our own handler gets it too. Identical bytes are sent once."""
+        await self.gossip.publish(topic, data)
 
     def gossip_peers(self, topic: str) -> list[str]:
         """Peers known to be subscribed to `topic`."""
-        return sorted(str(p) for p in self.pubsub.peer_topics.get(topic, ()))
+        return self.gossip.topic_peers(topic)
 
-    # --- request / response ---------------------------------------------------
+    @property
+    def stats(self) -> dict[str, int]:
+        """Gossip counters: delivered, duplicates, rejected, rate_limited, validator_errors."""
+        return dict(self.gossip.stats)
+
+    # --- request / response -------------------------------------------------------
 
     def set_handler(
         self,
@@ -508,116 +336,24 @@ class Node:
         timeout: float,
         max_concurrent_per_peer: int | None = None,
     ) -> None:
-        """Serve `protocol_id`: one request frame in, handler(peer, request) -> one response frame out.
+        """Serve `protocol_id`: one request frame in, `await handler(peer, request)` -> one response frame out.
 
-        A request over max_request is refused before its body is read; a handler
-        that raises or runs past `timeout` resets the stream (the caller gets RequestFailed).
+        A request over max_request is refused before its body is read. A handler
+        that raises (InputError: refused, logged as such) or runs past `timeout`
+        resets the stream, and the caller gets RequestFailed.
         """
         limit = self.config.max_requests_per_peer if max_concurrent_per_peer is None else max_concurrent_per_peer
-        reg = _Handler(protocol_id, handler, max_request, max_response, timeout, limit)
-        self.host.set_stream_handler(TProtocol(protocol_id), functools.partial(self._serve, reg))
-
-    async def _serve(self, reg: _Handler, stream: INetStream) -> None:
-        peer = str(stream.muxed_conn.peer_id)
-        key = (reg.protocol_id, peer)
-        if self.is_banned(peer) or self._in_active.get(key, 0) >= reg.max_concurrent_per_peer:
-            logger.info("refusing %s from %s: banned or too many concurrent requests", reg.protocol_id, peer)
-            await _reset_quietly(stream)
-            return
-        self._in_active[key] = self._in_active.get(key, 0) + 1
-        try:
-            with trio.move_on_after(reg.timeout) as scope:
-                request = await read_frame(stream, reg.max_request)
-                response = await reg.fn(peer, request)
-                await write_frame(stream, response, reg.max_response)
-            if scope.cancelled_caught:
-                logger.warning("%s from %s timed out after %.1f s", reg.protocol_id, peer, reg.timeout)
-                self._emit("refused", peer, f"{reg.protocol_id}: timed out after {reg.timeout} s")
-                await _reset_quietly(stream)
-                return
-        except InputError as error:
-            logger.info("%s from %s refused: %s", reg.protocol_id, peer, error)
-            self._emit("refused", peer, f"{reg.protocol_id}: {error}")
-            await _reset_quietly(stream)
-            return
-        except _NETWORK_ERRORS as error:
-            logger.info("%s from %s: stream failed: %s", reg.protocol_id, peer, error)
-            await _reset_quietly(stream)
-            return
-        except Exception:
-            logger.exception("%s handler failed on a request from %s", reg.protocol_id, peer)
-            await _reset_quietly(stream)
-            return
-        finally:
-            remaining = self._in_active[key] - 1
-            if remaining:
-                self._in_active[key] = remaining
-            else:
-                del self._in_active[key]
-        await _close_quietly(stream)
+        self.requests.set_handler(Handler(protocol_id, handler, max_request, max_response, timeout, limit))
 
     async def request(
-        self,
-        peer: str,
-        protocol_id: str,
-        data: bytes,
-        *,
-        max_response: int = 1 << 20,
-        timeout: float = 10.0,
+        self, peer: str, protocol_id: str, data: bytes, *, max_response: int = 1 << 20, timeout: float = 10.0
     ) -> bytes:
-        """Send one request frame to `peer` and return its response (at most max_response bytes).
+        """Send one request frame to `peer`; return its response (at most max_response bytes).
 
         RequestTimedOut past `timeout`; RequestFailed if the peer is banned, refuses,
         resets, or answers with a malformed or oversize frame.
         """
-        peer_id = parse_peer_id(peer)
-        if self.is_banned(peer):
-            raise RequestFailed(f"peer {peer} is banned")
-        limit = self._out_limits.get(peer)
-        if limit is None:
-            limit = self._out_limits[peer] = trio.Semaphore(self.config.max_requests_per_peer)
-        stream = None
-        async with limit:
-            try:
-                with trio.fail_after(timeout):
-                    stream = await self.host.new_stream(peer_id, [TProtocol(protocol_id)])
-                    await write_frame(stream, data, self.config.max_request)
-                    response = await read_frame(stream, max_response)
-            except trio.TooSlowError:
-                await _reset_quietly(stream)
-                raise RequestTimedOut(f"{protocol_id} request to {peer} timed out after {timeout} s") from None
-            except InputError as error:
-                await _reset_quietly(stream)
-                raise RequestFailed(f"{protocol_id} request to {peer}: {error}") from None
-            except _NETWORK_ERRORS as error:
-                await _reset_quietly(stream)
-                detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-                raise RequestFailed(f"{protocol_id} request to {peer} failed: {detail}") from None
-        await _close_quietly(stream)
-        return response
-
-
-def _dht_key(key: bytes) -> str:
-    # KadDHT takes a hex multihash string: sha2-256 (0x12), 32 bytes (0x20), of our key.
-    return "1220" + hashlib.sha256(b"p2paudit/dht/" + key).hexdigest()
-
-
-async def _reset_quietly(stream: INetStream | None) -> None:
-    if stream is None:
-        return
-    try:
-        await stream.reset()
-    except _NETWORK_ERRORS:
-        pass
-
-
-async def _close_quietly(stream: INetStream | None) -> None:
-    if stream is None:
-        return
-    try:
-        await stream.close()
-    except _NETWORK_ERRORS:
-        pass
+        return await self.requests.request(peer, protocol_id, data, max_response, timeout)
 
 
 @asynccontextmanager
@@ -626,25 +362,22 @@ async def open_node(
     config: NodeConfig | None = None,
     on_event: Callable[[NodeEvent], None] | None = None,
 ) -> AsyncIterator[Node]:
-    """Start a node (listening, gossip, peer exchange, bootstrap redial); stop it all on exit."""
+    """Start a node (listen, gossip, DHT, peer exchange, bootstrap redial); stop all of it on exit.
+
+    on_event(NodeEvent) is called on the trio thread for connected, disconnected,
+    banned, unbanned, refused, rejected, validator_errors and rate_limited.
+    """
     config = NodeConfig() if config is None else config
-    _raise_library_queues(config.queue_size)
+    raise_library_queues(config.queue_size)
     node = Node(identity, config, on_event)
-    node.host.get_network().register_notifee(_Notifee(node))
-    node.set_handler(
-        PEERS_PROTOCOL,
-        node._serve_peers,
-        max_request=0,
-        max_response=_MAX_PEER_LIST_BYTES,
-        timeout=5.0,
-    )
-    async with node.host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen]):
+    node.set_handler(PEERS_PROTOCOL, node._serve_peers, max_request=0, max_response=_MAX_PEER_LIST_BYTES, timeout=5.0)
+    async with node.host.run(listen_addrs=node._listen):
         async with (
-            background_trio_service(node.pubsub),
-            background_trio_service(node.router),
+            background_trio_service(node.gossip.pubsub),
+            background_trio_service(node.gossip.router),
             background_trio_service(node.dht),
         ):
-            await node.pubsub.wait_until_ready()
+            await node.gossip.pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:
                 node._nursery = nursery
                 nursery.start_soon(node._maintain)

@@ -21,6 +21,7 @@ class NodeConfig:
     max_peers: int = 50
     # Peer exchange: how often we ask every connected peer, and how much it may say.
     peer_exchange_interval: float = 2.0
+    peer_exchange_max_interval: float = 60.0
     max_peer_list: int = 64
     max_addrs_per_peer: int = 8
     exchanged_addr_ttl: int = 3600
@@ -33,7 +34,6 @@ class NodeConfig:
     # Both of py-libp2p's 32-message queues are raised to this.
     queue_size: int = 4096
     max_gossip_message: int = 1 << 20
-    max_gossip_rpc: int = (1 << 20) + 64 * 1024
     deliveries_clear_interval: float = 30.0
     max_seen_ids: int = 1 << 17
     # Our per-origin rate limit (the library's counts forwarders and throttles relays).
@@ -48,7 +48,12 @@ class NodeConfig:
 
 @dataclass(frozen=True)
 class NodeEvent:
-    """What the daemon may show: kind is connected, disconnected, banned, unbanned, refused or rate_limited."""
+    """What the daemon may show or act on.
+
+    kind: connected, disconnected, banned, unbanned (peer = that peer);
+    refused (a request from peer was oversize, malformed, or timed out);
+    rejected, validator_errors, rate_limited (peer = the gossip forwarder; detail names the origin).
+    """
 
     kind: str
     peer: str

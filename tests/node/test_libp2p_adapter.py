@@ -172,9 +172,10 @@ def test_raising_validator_rejects_and_pubsub_survives():
 
     async def body():
         got = [[], [], []]
+        events = [[], [], []]
         async with AsyncExitStack() as stack:
             # a - b - c in a line: c hears a only through b. No peer exchange.
-            nodes = await start_chain(stack, 3, peer_exchange_interval=3600)
+            nodes = await start_chain(stack, 3, events=events, peer_exchange_interval=3600)
             a, b, c = nodes
             await wait_until(lambda: len(b.connected_peers()) == 2, "line a-b-c")
             assert a.peer_id not in c.connected_peers()
@@ -201,8 +202,31 @@ def test_raising_validator_rejects_and_pubsub_survives():
             assert b"bad 1" in got[0] and b"bad 2" in got[0]  # the publisher's own copy
             assert b.stats["validator_errors"] == 2
             assert c.stats["validator_errors"] == 0
+            assert [e.peer for e in events[1] if e.kind == "validator_errors"] == [a.peer_id, a.peer_id]
 
     run(body, 35)
+
+
+@pytest.mark.timeout(30)
+def test_per_origin_rate_limit_rejects_the_excess():
+    topic = "p2paudit/test/rate"
+
+    async def body():
+        got = [[], []]
+        async with AsyncExitStack() as stack:
+            sender, receiver = await start_chain(stack, 2, origin_rate=0.5, origin_burst=3)
+            for i, node in enumerate((sender, receiver)):
+                await node.subscribe(topic, lambda origin, data, i=i: got[i].append((origin, data)))
+            await wait_until(lambda: receiver.gossip_peers(topic) == [sender.peer_id], "subscription")
+            await trio.sleep(2.5)
+            for k in range(10):
+                await sender.publish(topic, b"m%d" % k)
+            await wait_until(lambda: len(got[0]) == 10 and len(got[1]) == 3, "10 sent, 3 accepted")
+            await trio.sleep(1.0)
+            assert got[1] == [(sender.peer_id, b"m%d" % k) for k in range(3)]
+            assert receiver.stats["rate_limited"] == 7 and sender.stats["rate_limited"] == 0
+
+    run(body, 25)
 
 
 @pytest.mark.timeout(40)

@@ -1,0 +1,169 @@
+"""GossipSub set up so that it loses nothing, behind our own validator and drain (adapter-internal).
+
+Each setting answers a fact measured on py-libp2p 0.8.1 (../shared/notes):
+- heartbeat ~1 s (default 120 s) and adaptive gossip OFF (it rewrote 1 s to 30 s);
+  with it off `router.recent_message_deliveries` grows per message, so the
+  node clears it periodically (`clear_deliveries`);
+- the library's spam protection OFF: it counts per *forwarder* and throttled
+  relaying (872/1000 delivered in a 5-node chain); our per-origin token bucket
+  rejects instead, in the validator;
+- both 32-message queues raised (`raise_library_queues`): with the defaults a
+  100-message burst per node delivered 320 of 2000;
+- content-addressed message ids (SHA-256 of the data): copies of the same bytes collapse;
+- strict signing stays on: it authenticates the origin, which the rate limit keys on;
+- eclipse protection OFF: it wants distinct IPs in the mesh (all 127.0.0.1 on loopback);
+- the topic validator is async: a raising *sync* validator kills the whole pubsub
+  service. Ours never raises: an exception in the caller's check counts as reject.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+import libp2p.pubsub.pubsub as _pubsub_module
+import trio
+from libp2p.abc import IHost, ISubscriptionAPI
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
+
+from p2paudit.errors import InputError
+from p2paudit.node.libp2p_config import NodeConfig
+from p2paudit.node.libp2p_framing import TokenBucket
+
+logger = logging.getLogger(__name__)
+
+GossipHandler = Callable[[str, bytes], Awaitable[None] | None]
+GossipValidator = Callable[[str, bytes], Awaitable[bool] | bool]
+
+
+def content_message_id(msg: rpc_pb2.Message) -> bytes:
+    """Gossip message id: SHA-256 of the data."""
+    return hashlib.sha256(msg.data).digest()
+
+
+def raise_library_queues(size: int) -> None:
+    """Raise py-libp2p's two hard-coded 32-message queues (process-wide: 0.8.1 has no option).
+
+    SUBSCRIPTION_CHANNEL_SIZE is read at each `subscribe()`. RpcQueue's default
+    max_size is bound when its class is defined, so pubsub.py's name for it is
+    pointed at a subclass with a larger default. Never lowers either.
+    """
+    _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = max(size, _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE)
+    if size <= getattr(_pubsub_module.RpcQueue, "p2paudit_size", 0):
+        return
+
+    class LargeRpcQueue(RpcQueue):
+        p2paudit_size = size
+
+        def __init__(self, max_size: int = size, max_message_size: int = DefaultMaxMessageSize) -> None:
+            super().__init__(max_size, max_message_size)
+
+    _pubsub_module.RpcQueue = LargeRpcQueue
+
+
+class Gossip:
+    """GossipSub router and Pubsub service, validators and handlers in our terms."""
+
+    def __init__(self, host: IHost, config: NodeConfig, own_peer: str, emit: Callable[[str, str, str], None]) -> None:
+        self.config = config
+        self._own_peer = own_peer
+        self._emit = emit
+        self.router = GossipSub(
+            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=config.mesh_degree,
+            degree_low=config.mesh_degree_low,
+            degree_high=config.mesh_degree_high,
+            heartbeat_interval=config.heartbeat_interval,
+            adaptive_gossip_enabled=False,
+            spam_protection_enabled=False,
+            eclipse_protection_enabled=False,
+        )
+        self.pubsub = Pubsub(
+            host,
+            self.router,
+            msg_id_constructor=content_message_id,
+            strict_signing=True,
+            max_inbound_rpc_size=config.max_gossip_message + 64 * 1024,
+        )
+        self._validators: dict[str, GossipValidator] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self.stats = {"delivered": 0, "duplicates": 0, "rejected": 0, "rate_limited": 0, "validator_errors": 0}
+
+    def set_validator(self, topic: str, fn: GossipValidator) -> None:
+        self._validators[topic] = fn
+
+    def clear_deliveries(self) -> None:
+        # With adaptive gossip off nothing else trims this per-message list.
+        self.router.recent_message_deliveries.clear()
+        if len(self._buckets) > self.config.max_tracked_origins:
+            self._buckets.clear()
+
+    def _reject(self, counter: str, forwarder: ID, detail: str) -> bool:
+        self.stats[counter] += 1
+        self._emit(counter, str(forwarder), detail)
+        return False
+
+    async def _validate(self, topic: str, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        origin = str(ID(msg.from_id))
+        if len(msg.data) > self.config.max_gossip_message:
+            return self._reject("rejected", forwarder, f"{topic}: {len(msg.data)} bytes from {origin}")
+        if origin != self._own_peer and self.config.origin_rate is not None:
+            bucket = self._buckets.get(origin)
+            if bucket is None:
+                bucket = self._buckets[origin] = TokenBucket(self.config.origin_rate, self.config.origin_burst)
+            if not bucket.take():
+                return self._reject("rate_limited", forwarder, f"{topic}: origin {origin} over its rate")
+        fn = self._validators.get(topic)
+        if fn is None:
+            return True
+        try:
+            result = fn(origin, msg.data)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as error:  # the caller's check must never reach the library
+            logger.warning("validator for %s raised on a message from %s: %r", topic, origin, error)
+            return self._reject("validator_errors", forwarder, f"{topic}: validator raised on {origin}")
+        if result is not True:
+            return self._reject("rejected", forwarder, f"{topic}: message from {origin}")
+        return True
+
+    async def subscribe(self, topic: str, handler: GossipHandler, nursery: trio.Nursery) -> None:
+        self.pubsub.set_topic_validator(topic, functools.partial(self._validate, topic), True)
+        subscription = await self.pubsub.subscribe(topic)
+        nursery.start_soon(self._drain, topic, subscription, handler)
+
+    async def _drain(self, topic: str, subscription: ISubscriptionAPI, handler: GossipHandler) -> None:
+        while True:
+            msg = await subscription.get()
+            # The library's seen-cache expires after 120 s; ours is bounded by count.
+            digest = content_message_id(msg)
+            if digest in self._seen:
+                self.stats["duplicates"] += 1
+                continue
+            self._seen[digest] = None
+            if len(self._seen) > self.config.max_seen_ids:
+                self._seen.popitem(last=False)
+            self.stats["delivered"] += 1
+            try:
+                result = handler(str(ID(msg.from_id)), msg.data)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # one bad message must not stop the drain
+                logger.exception("gossip handler for %s failed", topic)
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        if len(data) > self.config.max_gossip_message:
+            raise InputError(f"gossip message of {len(data)} bytes exceeds {self.config.max_gossip_message}")
+        await self.pubsub.publish(topic, data)
+
+    def topic_peers(self, topic: str) -> list[str]:
+        return sorted(str(p) for p in self.pubsub.peer_topics.get(topic, ()))

@@ -1,0 +1,158 @@
+"""Request/response over libp2p streams with our own framing (adapter-internal).
+
+One stream per request: the caller writes one frame, the server answers with
+one frame (libp2p_framing: varint length, maximum checked before the body).
+Both sides time out; each side bounds concurrent requests per peer. The server
+resets the stream on anything but a clean answer, so the caller sees a failure,
+never a partial response.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
+
+from p2paudit.errors import InputError
+from p2paudit.node.libp2p_framing import read_frame, write_frame
+from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_id
+
+logger = logging.getLogger(__name__)
+
+RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
+
+
+class RequestFailed(InputError):
+    """A request to a peer failed: refused, reset, malformed or oversize answer, or the peer is banned."""
+
+
+class RequestTimedOut(RequestFailed):
+    """A request to a peer got no answer within its time-out."""
+
+
+@dataclass(frozen=True)
+class Handler:
+    protocol_id: str
+    fn: RequestHandler
+    max_request: int
+    max_response: int
+    timeout: float
+    max_concurrent_per_peer: int
+
+
+class Requests:
+    """Serves registered protocols and sends requests, with per-peer concurrency limits."""
+
+    def __init__(
+        self,
+        host: IHost,
+        max_request: int,
+        max_per_peer: int,
+        is_banned: Callable[[str], bool],
+        emit: Callable[[str, str, str], None],
+    ) -> None:
+        self._host = host
+        self._max_request = max_request
+        self._max_per_peer = max_per_peer
+        self._is_banned = is_banned
+        self._emit = emit
+        self._in_active: dict[tuple[str, str], int] = {}
+        self._out_limits: dict[str, trio.Semaphore] = {}
+
+    def set_handler(self, handler: Handler) -> None:
+        self._host.set_stream_handler(TProtocol(handler.protocol_id), functools.partial(self._serve, handler))
+
+    def forget_peer(self, peer: str) -> None:
+        """Drop the peer's outbound limiter once nothing holds it (called on disconnect)."""
+        limit = self._out_limits.get(peer)
+        if limit is not None and limit.value == self._max_per_peer:
+            del self._out_limits[peer]
+
+    async def _serve(self, reg: Handler, stream: INetStream) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        key = (reg.protocol_id, peer)
+        if self._is_banned(peer) or self._in_active.get(key, 0) >= reg.max_concurrent_per_peer:
+            logger.info("refusing %s from %s: banned or too many concurrent requests", reg.protocol_id, peer)
+            await reset_quietly(stream)
+            return
+        self._in_active[key] = self._in_active.get(key, 0) + 1
+        try:
+            with trio.move_on_after(reg.timeout) as scope:
+                request = await read_frame(stream, reg.max_request)
+                response = await reg.fn(peer, request)
+                await write_frame(stream, response, reg.max_response)
+            if scope.cancelled_caught:
+                logger.warning("%s from %s timed out after %.1f s", reg.protocol_id, peer, reg.timeout)
+                self._emit("refused", peer, f"{reg.protocol_id}: timed out after {reg.timeout} s")
+                await reset_quietly(stream)
+                return
+        except InputError as error:
+            logger.info("%s from %s refused: %s", reg.protocol_id, peer, error)
+            self._emit("refused", peer, f"{reg.protocol_id}: {error}")
+            await reset_quietly(stream)
+            return
+        except NETWORK_ERRORS as error:
+            logger.info("%s from %s: stream failed: %s", reg.protocol_id, peer, error)
+            await reset_quietly(stream)
+            return
+        except Exception:  # a handler bug must not take the host down; the caller sees a reset
+            logger.exception("%s handler failed on a request from %s", reg.protocol_id, peer)
+            await reset_quietly(stream)
+            return
+        finally:
+            remaining = self._in_active[key] - 1
+            if remaining:
+                self._in_active[key] = remaining
+            else:
+                del self._in_active[key]
+        await close_quietly(stream)
+
+    async def request(self, peer: str, protocol_id: str, data: bytes, max_response: int, timeout: float) -> bytes:
+        peer_id = parse_peer_id(peer)
+        if self._is_banned(peer):
+            raise RequestFailed(f"peer {peer} is banned")
+        limit = self._out_limits.get(peer)
+        if limit is None:
+            limit = self._out_limits[peer] = trio.Semaphore(self._max_per_peer)
+        stream = None
+        async with limit:
+            try:
+                with trio.fail_after(timeout):
+                    stream = await self._host.new_stream(peer_id, [TProtocol(protocol_id)])
+                    await write_frame(stream, data, self._max_request)
+                    response = await read_frame(stream, max_response)
+            except trio.TooSlowError:
+                await reset_quietly(stream)
+                raise RequestTimedOut(f"{protocol_id} request to {peer} timed out after {timeout} s") from None
+            except InputError as error:
+                await reset_quietly(stream)
+                raise RequestFailed(f"{protocol_id} request to {peer}: {error}") from None
+            except NETWORK_ERRORS as error:
+                await reset_quietly(stream)
+                detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+                raise RequestFailed(f"{protocol_id} request to {peer} failed: {detail}") from None
+        await close_quietly(stream)
+        return response
+
+
+async def reset_quietly(stream: INetStream | None) -> None:
+    if stream is None:
+        return
+    try:
+        await stream.reset()
+    except NETWORK_ERRORS:
+        pass
+
+
+async def close_quietly(stream: INetStream | None) -> None:
+    if stream is None:
+        return
+    try:
+        await stream.close()
+    except NETWORK_ERRORS:
+        pass
