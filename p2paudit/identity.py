@@ -164,17 +164,19 @@ def _check_key_file(path: Path, info: os.stat_result) -> None:
         raise InputError(f"key file {path} has {info.st_size} bytes, more than {MAX_KEY_FILE_SIZE}; not a key")
 
 
-def node_key_path() -> Path:
-    """The node key: the one its config.json names when there is a config, else home_dir()/node.key.
+def node_key_path(home: Path | None = None) -> Path:
+    """The node key: the one its config.json names when there is a config, else HOME/node.key
+    (HOME: `home`, default home_dir()).
 
     Every command that signs as the node (train, verify-range --attest, id,
     ledger checkpoint, the daemon) finds its key here, so one node never signs
     with two keys.
     """
-    config_path = home_dir() / CONFIG_FILE_NAME
+    home = home_dir() if home is None else Path(home)
+    config_path = home / CONFIG_FILE_NAME
     if config_path.exists():
         return Path(load_config(config_path).key)
-    return default_key_path()
+    return home / KEY_FILE_NAME
 
 
 def load_node_identity() -> Identity:
@@ -182,13 +184,15 @@ def load_node_identity() -> Identity:
     return load_identity(node_key_path())
 
 
-def ensure_node_identity() -> tuple[Identity, bool]:
-    """(the node's key, whether it was created now): set up as `p2paudit init` would when missing.
+def ensure_node_identity(home: Path | None = None) -> tuple[Identity, bool]:
+    """(the node's key, whether it was created now): set up as `p2paudit init` would when missing,
+    in `home` (default home_dir()).
 
     Race-safe: two processes creating the key at once both end up with the
     one key that was linked into place first (os.link never replaces a file).
     """
-    path = node_key_path()
+    home = home_dir() if home is None else Path(home)
+    path = node_key_path(home)
     if path.exists():
         return load_identity(path), False
     created = True
@@ -198,10 +202,10 @@ def ensure_node_identity() -> tuple[Identity, bool]:
         if not path.exists():
             raise
         created = False  # another process created it first; use theirs
-    config_path = home_dir() / CONFIG_FILE_NAME
+    config_path = home / CONFIG_FILE_NAME
     if not config_path.exists():
         try:
-            save_config(default_config(), config_path)
+            save_config(default_config(home=home), config_path)
         except InputError:
             if not config_path.exists():
                 raise
@@ -313,9 +317,9 @@ class NodeConfig:
     key: str
 
 
-def default_config(name: str | None = None, redundancy: int = 3) -> NodeConfig:
-    """The configuration for a fresh node under home_dir()."""
-    home = home_dir()
+def default_config(name: str | None = None, redundancy: int = 3, home: Path | None = None) -> NodeConfig:
+    """The configuration for a fresh node under `home` (default home_dir())."""
+    home = home_dir() if home is None else Path(home)
     if type(redundancy) is not int or redundancy < 1:
         raise InputError(f"redundancy is {redundancy}, want an integer >= 1")
     return NodeConfig(

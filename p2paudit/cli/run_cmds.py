@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.run.training import StepDone, TrainPlan
 
 BACKEND_CHOICE = click.Choice(["cpu", "reference", "triton"])
-DEMO_STEPS = 8
-DEMO_CKPT_EVERY = 4
 
 
 def _digest_text(digest: bytes | None) -> str:
@@ -252,52 +250,3 @@ def _fail_unless_all_match(report: RangeReport) -> None:
     if not report.all_match:
         bad = sum(1 for a in report.audits if a.verdict != "match")
         raise MismatchError(f"{bad} of {len(report.audits)} check(s) did not match the published claim")
-
-
-@cli.command()
-@click.option(
-    "--dir",
-    "run_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("p2paudit-demo"),
-    show_default=True,
-)
-@click.option(
-    "--backend",
-    type=BACKEND_CHOICE,
-    default="reference",
-    show_default=True,
-    help="reference needs no compilation, so the demo stays short.",
-)
-def demo(run_dir: Path, backend: str) -> None:
-    """Publish the built-in tiny run (8 steps, checkpoint every 4), replay it, attest it, check the golden digest."""
-    from p2paudit.errors import InternalError
-    from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
-    from p2paudit.run.manifest import read_manifest
-    from p2paudit.run.publisher import check_plan
-    from p2paudit.run.training import TrainPlan
-
-    plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
-    check_plan(plan)
-    click.echo(f"publishing the tiny run ({DEMO_STEPS} steps, checkpoint every {DEMO_CKPT_EVERY}) into {run_dir}")
-    result = _publish_with_progress(plan, _node_identity())
-    if result.already_complete:
-        click.echo("(reusing the finished run already there)")
-    click.echo(f"replaying steps 0-{DEMO_STEPS - 1} with the {backend} backend")
-    report = _verify(run_dir, f"0-{DEMO_STEPS - 1}", backend, as_json=False)
-    _attest(run_dir, report, None)
-    final = read_manifest(run_dir).state_digest(GOLDEN_TINY_STEPS).text()
-    golden_ok = final == GOLDEN_TINY_DIGEST
-    click.echo(
-        f"golden digest after {GOLDEN_TINY_STEPS} steps: {final} "
-        f"{'== the committed constant' if golden_ok else '!= the committed constant ' + GOLDEN_TINY_DIGEST}"
-    )
-    click.echo(
-        f"next: `p2paudit ledger coverage`, `p2paudit ledger disputes`, `p2paudit verify-range 2-5 --run {run_dir}`"
-    )
-    _fail_unless_all_match(report)
-    if not golden_ok:
-        raise InternalError(
-            f"the digest after {GOLDEN_TINY_STEPS} steps is not the golden digest: "
-            f"determinism is broken on this machine; please report it"
-        )

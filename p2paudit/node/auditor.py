@@ -7,7 +7,8 @@ computation and runs in a worker thread, off the network's event loop;
 
 A step is *done* for this node when it already holds `redundancy` checks of it
 (match or mismatch) by distinct keys it trusts (all keys when no trust list is
-given), or when this node checked it itself. A node first takes the steps
+given; for a disputed step, the margin of the larger side), or when this node
+checked it itself. A node first takes the steps
 assigned to it; when none is left and steps remain unchecked (their assigned
 auditors are away), it spills over to those, lowest pick value first, so a
 run is covered even when volunteers churn.
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from p2paudit.attest.audits import describe_hardware
-from p2paudit.attest.queries import coverage
+from p2paudit.attest.queries import coverage, disputes
 from p2paudit.attest.recording import Recorded, record_audits
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import MISMATCH, StepAudit
@@ -44,8 +45,17 @@ class AuditPolicy:
 
 
 def checked_by(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None) -> dict[int, int]:
-    """step -> distinct keys (trusted ones, if given) that signed a match or a mismatch for it."""
-    return {item.step: item.checked for item in coverage(store, run_id, trusted).per_step}
+    """step -> how many checks of it count as done, by distinct keys (trusted ones, if given).
+
+    An undisputed step counts its checks. A disputed step (some keys say
+    match, others mismatch) counts only the margin of the larger side, so
+    more volunteers replay it until one outcome leads by `redundancy`.
+    """
+    done = {}
+    for item in coverage(store, run_id, trusted).per_step:
+        disputed = item.match > 0 and item.mismatch > 0
+        done[item.step] = abs(item.match - item.mismatch) if disputed else item.checked
+    return done
 
 
 def auditor_keys(store: AttestationStore, run_id: bytes, peers: Iterable[bytes]) -> list[bytes]:
@@ -86,6 +96,8 @@ def next_step(
     """
     done = checked_by(store, run_id, policy.trusted)
     mine = own_steps(store, run_id, me)
+    if policy.lie_about_step is not None and policy.lie_about_step not in mine and policy.lie_about_step < num_steps:
+        return policy.lie_about_step  # a dishonest volunteer goes for the step it wants to smear
     skip = {step: policy.redundancy for step in mine}
     keys = auditor_keys(store, run_id, peers)
     assigned = steps_for(run_id, num_steps, me, keys, policy.redundancy, {**done, **skip}, k=1)
@@ -116,6 +128,30 @@ def _lie(audit: StepAudit) -> StepAudit:
         findings=("state",),
         note="a dishonest volunteer's false claim",
     )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A dispute settled by replaying the step here: which keys' claims the replay contradicts."""
+
+    step: int
+    replayed: bytes  # the state this node's replay produced
+    honest: tuple[bytes, ...]  # keys whose observed digest equals the replay
+    contradicted: tuple[bytes, ...]  # keys whose observed digest does not
+
+
+def settle_disputes(store: AttestationStore, view: RunView, backend: str) -> list[Verdict]:
+    """Replay every disputed step of the run here and name the keys whose observation it contradicts."""
+    settled = []
+    for dispute in disputes(store, view.manifest.run_id):
+        if dispute.step < 0:
+            continue  # the initial state: settled by `verify-range init`, not replayed here
+        (audit,) = [a for a in replay_step(view, dispute.step, backend, AuditPolicy()) if a.subject == "step"]
+        sides = [item for side in dispute.sides for item in side if item.observed is not None]
+        honest = tuple(sorted({item.verifier for item in sides if item.observed == audit.observed_digest}))
+        liars = tuple(sorted({item.verifier for item in sides if item.observed != audit.observed_digest}))
+        settled.append(Verdict(dispute.step, audit.observed_digest, honest, liars))
+    return settled
 
 
 def record_step(
