@@ -50,11 +50,14 @@ def checked_by(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes]
     An undisputed step counts its checks. A disputed step (some keys say
     match, others mismatch) counts only the margin of the larger side, so
     more volunteers replay it until one outcome leads by `redundancy`.
+    An "error" (the step could not be replayed: its input is no published
+    state, after an earlier mismatch) counts as done too: replaying it again
+    cannot give anything else.
     """
     done = {}
     for item in coverage(store, run_id, trusted).per_step:
         disputed = item.match > 0 and item.mismatch > 0
-        done[item.step] = abs(item.match - item.mismatch) if disputed else item.checked
+        done[item.step] = abs(item.match - item.mismatch) if disputed else item.checked + item.error
     return done
 
 

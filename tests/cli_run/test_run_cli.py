@@ -210,23 +210,31 @@ def test_a_forged_claim_exits_1_with_a_diagnosis(run_copy, tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_publishes_replays_and_checks_the_golden_digest(tmp_path):
+@pytest.mark.timeout(600)
+def test_demo_runs_the_network_catches_the_liar_and_checks_the_golden_digest(tmp_path):
     result = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert result.exit_code == 0, result.output
     assert f"{GOLDEN_TINY_DIGEST} == the committed constant" in result.output
-    assert "9 match, 0 mismatch, 0 error" in result.output  # the initial state and 8 steps
-    again = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
-    assert again.exit_code == 0 and "reusing the finished run" in again.output
-    # A demo directory whose step 5 claims step 4's state: reused, replayed, and it fails.
+    for n in range(5):
+        assert f"node-{n}: exit 0" in result.output
+        assert f"node-{n}'s ledger: " in result.output and "(0 of the union missing), verifies" in result.output
+    (dispute,) = [line for line in result.output.splitlines() if line.startswith("dispute at step")]
+    assert dispute.startswith("dispute at step 5:") and dispute.endswith("lied: node-4")
+    assert "9 match, 0 mismatch, 0 error" in result.output  # this machine's own replay: init and 8 steps
+    assert (tmp_path / "demo" / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The run itself forged: step 5 claims step 4's state. Reused, audited, and the claim fails (exit 1).
     from p2paudit.identity import load_identity
     from p2paudit.run.manifest import write_manifest
 
-    body = json.loads((tmp_path / "demo" / "manifest.json").read_bytes())
+    run_dir = tmp_path / "demo" / "run"
+    body = json.loads((run_dir / "manifest.json").read_bytes())
     body["steps"][5]["output"] = body["steps"][4]["output"]
-    write_manifest(tmp_path / "demo", body, load_identity(tmp_path / "home" / "node.key"))
+    write_manifest(run_dir, body, load_identity(tmp_path / "home" / "node.key"))
     forged = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
     assert forged.exit_code == 1, forged.output
+    assert "reusing the finished run" in forged.output
     assert "6 match, 1 mismatch, 2 error" in forged.output
+    assert "does not match its claim at 5, 6, 7" in forged.output
 
 
 def test_demo_into_a_file_exits_2(tmp_path):
