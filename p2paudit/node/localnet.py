@@ -48,20 +48,10 @@ class LocalNet:
 def _daemon_command(
     spec: NodeSpec, run_dir: Path, peer: str | None, backend: str, redundancy: int, extra: tuple[str, ...]
 ) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "p2paudit",
-        "daemon",
-        "--run",
-        str(run_dir),
-        "--backend",
-        backend,
-        "--redundancy",
-        str(redundancy),
-        "--until-covered",
-        *extra,
-    ]
+    """The daemon's command line; it stops by itself once covered unless `extra` gives --duration."""
+    stop_rule = [] if "--duration" in extra else ["--until-covered"]
+    cmd = [sys.executable, "-m", "p2paudit", "daemon", "--run", str(run_dir), "--backend", backend]
+    cmd += ["--redundancy", str(redundancy), *stop_rule, *extra]
     if peer is not None:
         cmd += ["--peer", peer]
     if spec.lie_about_step is not None:
