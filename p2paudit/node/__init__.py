@@ -1,14 +1,30 @@
-"""The peer-to-peer node: which steps to audit, and (later) the network that shares the audits.
+"""The peer-to-peer node: which steps to audit, and the network that shares the audits.
 
-Modules that exist:
+Pure (no I/O):
 
 - `assignment`: rendezvous hashing of (run id, step, key) with redundancy r;
-  which keys a step is assigned to, and which steps a node audits next,
-  skipping steps already checked r times by trusted keys. Pure.
+  which keys a step is assigned to, and which steps a node audits next.
 - `plan`: expected coverage of a run and the probability that one falsified
-  step is caught, by closed form and by Monte Carlo over `assignment`. Pure.
+  step is caught, by closed form and by Monte Carlo over `assignment`.
+- `wire`: every message as canonical msgpack (gossip batches, evidence, sync
+  and witness requests and responses), with their limits.
+- `validate`: the gossip validator (stateless checks only, never raises) and
+  evidence checked from its bytes alone.
 
-Landing later (issue 8): the libp2p host behind one adapter module, gossip of
-attestation batches, history sync, witnessing, and the daemon that ties them
-together.
+Over the store (no network):
+
+- `sync`: page-proved history sync (range proofs under a signed checkpoint),
+  its per-peer cursor, and the server side.
+- `witness`: C2SP tlog-witness (checking, cosigning, storing) and its client.
+- `auditor`: which step to replay next, the replay (run off the event loop),
+  signing, and settling a dispute by replaying it.
+- `status`: the daemon's status snapshot, written and read as JSON.
+
+The network:
+
+- `libp2p_adapter` (with `libp2p_host`, `libp2p_gossip`, `libp2p_requests`,
+  `libp2p_peers`, `libp2p_framing`, `libp2p_config`): the only modules that
+  touch py-libp2p; the rest speaks peers, topics and bytes.
+- `daemon`: one volunteer node: audit, gossip, sync, witness, report.
+- `localnet`: several daemons as processes on loopback (the demo, the tests).
 """
