@@ -372,12 +372,27 @@ def checkpoint(ledger_path: Path | None) -> None:
     if _path(ledger_path).exists():
         with _open_existing(ledger_path) as store:
             note = _current_checkpoint(store, identity)
-        if note is not None:
-            click.echo(note, nl=False)
-            return
+            if note is not None:
+                click.echo(_with_cosignatures(store, note), nl=False)
+                return
     with _open_or_create(ledger_path) as store:
         note = store.checkpoint(identity)
     click.echo(note, nl=False)
+
+
+def _with_cosignatures(store, note: str) -> str:
+    """The note with the C2SP cosignature lines peers returned for exactly this checkpoint (witnessing)."""
+    from ledger import Checkpoint
+    from ledger.cosignature import read_cosignatures
+    from ledger.note import parse_note
+
+    cp = Checkpoint.from_body(parse_note(note).text)
+    lines, seen = [], set()
+    for item in read_cosignatures(store.conn, "received", cp.origin):
+        if (item.size, item.root) == (cp.size, cp.root) and item.cosigner not in seen:
+            seen.add(item.cosigner)
+            lines.append(item.line if item.line.endswith("\n") else item.line + "\n")
+    return note + "".join(lines)
 
 
 def _current_checkpoint(store, identity) -> str | None:

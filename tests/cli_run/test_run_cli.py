@@ -222,6 +222,10 @@ def test_demo_runs_the_network_catches_the_liar_and_checks_the_golden_digest(tmp
     assert dispute.startswith("dispute at step 5:") and dispute.endswith("lied: node-4")
     assert "9 match, 0 mismatch, 0 error" in result.output  # this machine's own replay: init and 8 steps
     assert (tmp_path / "demo" / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Its peers witnessed node-0's ledger: the checkpoint carries their C2SP cosignatures.
+    shown = _invoke(["ledger", "checkpoint"], tmp_path / "demo" / "nodes" / "node-0")
+    assert shown.exit_code == 0, shown.output
+    assert sum(line.startswith("— p2paudit.dev/witness/") for line in shown.output.splitlines()) >= 2
     # The run itself forged: step 5 claims step 4's state. Reused, audited, and the claim fails (exit 1).
     from p2paudit.identity import load_identity
     from p2paudit.run.manifest import write_manifest
