@@ -15,6 +15,7 @@ Loops, all in one trio nursery:
   page-proved range requests from the stored cursor (sync.SyncSession);
 - witness: after the ledger grows, ask each connected peer to cosign the new
   checkpoint (C2SP tlog-witness), keeping cosignatures and refusals;
+- discover: provide each run id in the DHT and dial the other providers;
 - status: rewrite the status snapshot every second.
 Gossip arrives through the adapter's validator (stateless checks only) and is
 drained continuously into the store with append_many.
@@ -22,14 +23,19 @@ drained continuously into the store with append_many.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import trio
 
+from ledger import NoteVerifier, open_checkpoint
 from ledger.cosignature import CosignatureVerifier
+from ledger.errors import ProofError
+from ledger.peers import SPLIT_VIEW, insert_checkpoint
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.queries import check_dispute, check_equivocation
 from p2paudit.attest.record import decode_signed
@@ -46,6 +52,10 @@ SYNC_INTERVAL = 3.0
 WITNESS_INTERVAL = 3.0
 IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
+DISCOVERY_INTERVAL = 10.0
+# Adapter events that mark the peer as a sender of bad data. Stateless validation is the same on every honest
+# node, so an honest forwarder never relays what we reject; rate_limited is not here: buckets differ per node.
+BAN_EVENTS = ("rejected", "validator_errors")
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ class Daemon:
         self.received = 0
         self.events: list[str] = []
         self.busy_step: tuple[bytes, int] | None = None
+        self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
+        self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         for view in config.runs:
             m = view.manifest
             store.register_run(m.run_id, m.num_steps, view.run_dir.name)
@@ -107,6 +119,13 @@ class Daemon:
 
     def on_node_event(self, event: NodeEvent) -> None:
         self._report("peer", f"{event.kind} {event.peer[:16]}..{(' ' + event.detail) if event.detail else ''}")
+        if event.kind in BAN_EVENTS:  # penalize is async: ban_loop does it
+            self._ban_send.send_nowait((event.peer, f"bad gossip: {event.detail}"))
+
+    async def ban_loop(self) -> None:
+        async for peer, reason in self._ban_receive:
+            if self.node is not None and not self.node.is_banned(peer):
+                await self.node.penalize(peer, reason)
 
     def _changed(self) -> None:
         self.last_change = time.monotonic()
@@ -138,6 +157,8 @@ class Daemon:
             evidence = wire.decode_evidence(data)
             if kind != "split_view":
                 self.store.append_many([evidence.first, evidence.second])
+            else:
+                self._record_split_view(evidence.first, evidence.second)
         except InputError as exc:
             self._report("refused", f"evidence from {peer[:16]}..: {exc}")
             return
@@ -156,6 +177,43 @@ class Daemon:
                 if self.node is not None:
                     await self.node.publish(wire.EVIDENCE_TOPIC, evidence)
                 return
+
+    def _record_split_view(self, first: str, second: str) -> None:
+        """Keep two notes of one size with different roots (checked by check_evidence) as split-view evidence."""
+        origin = first.split("\n", 1)[0]
+        verifier = NoteVerifier(origin, wire.origin_public_key(origin))
+        for note in (first, second):
+            try:
+                self.store.ledger.add_peer_checkpoint(note, verifier, [])
+            except ProofError:  # no consistency proof with what we hold: kept all the same, as evidence
+                now = datetime.now(UTC).isoformat(timespec="seconds")
+                with self.store.ledger.transaction() as tx:
+                    cp = open_checkpoint(note, [verifier])
+                    insert_checkpoint(tx.conn, "peer", SPLIT_VIEW, cp, verifier.vkey, note, now)
+        cp = open_checkpoint(first, [verifier])
+        self.announced_views.add((verifier.vkey, cp.origin, cp.size))
+
+    def _record_peer_note(self, note: str) -> None:
+        """Keep a peer's checkpoint from its status handshake (already verified): a second root at a size held
+        is a split view. Growth needs a consistency proof, which the witness protocol carries; not kept here."""
+        origin = note.split("\n", 1)[0]
+        try:
+            self.store.ledger.add_peer_checkpoint(note, NoteVerifier(origin, wire.origin_public_key(origin)), [])
+        except ProofError:
+            pass
+
+    async def _announce_split_views(self) -> None:
+        """Gossip each split view this ledger holds and has not announced yet."""
+        views = self.store.ledger.split_views()
+        if not views:
+            return
+        for view, message in zip(views, witness.split_view_evidence(self.store.ledger), strict=True):
+            if (view.vkey, view.origin, view.size) in self.announced_views:
+                continue
+            self.announced_views.add((view.vkey, view.origin, view.size))
+            self._report("conflict", f"split view of {view.origin} at size {view.size}")
+            if self.node is not None:
+                await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
     # -- audit ----------------------------------------------------------------------------------------------
 
@@ -229,7 +287,11 @@ class Daemon:
         try:
             while (request := session.next_request()) is not None:
                 response = await self.node.request(peer, wire.SYNC_PROTOCOL, request)
+                handshake = session.checkpoint is None
                 session.handle_response(response)
+                if handshake:
+                    self._record_peer_note(wire.decode_sync_response(response).note)
+                    await self._announce_split_views()
         except RequestFailed as exc:
             self._report("peer", f"sync with {peer[:16]}.. failed: {exc}")
             return
@@ -260,7 +322,9 @@ class Daemon:
     # -- witness --------------------------------------------------------------------------------------------
 
     async def serve_witness(self, peer: str, request: bytes) -> bytes:
-        return witness.witness_checkpoint(self.witness, request)
+        response = witness.witness_checkpoint(self.witness, request)
+        await self._announce_split_views()
+        return response
 
     async def witness_with(self, peer: str) -> None:
         size = self.store.ledger.size
@@ -294,6 +358,33 @@ class Daemon:
             for peer in list(self.node.connected_peers()):
                 await self.witness_with(peer)
             await trio.sleep(WITNESS_INTERVAL)
+
+    # -- discovery ------------------------------------------------------------------------------------------
+
+    async def discover_loop(self) -> None:
+        """Provide each run id in the DHT and dial the other providers: auditors of the same run find each
+        other beyond their bootstrap lists (peer exchange covers the peers of peers)."""
+        while True:
+            for view in self.config.runs:
+                run_id = view.manifest.run_id
+                try:
+                    await self.node.provide(run_id)
+                    providers = await self.node.find_providers(run_id, timeout=5.0)
+                except (RequestFailed, InputError) as exc:
+                    self._report("peer", f"DHT lookup of run {run_id.hex()[:12]}.. failed: {exc}")
+                    continue
+                connected = set(self.node.connected_peers())
+                for peer, addrs in providers:
+                    if peer in connected or self.node.is_banned(peer):
+                        continue
+                    for addr in addrs:
+                        try:
+                            await self.node.connect(f"{addr}/p2p/{peer}" if "/p2p/" not in addr else addr)
+                            self._report("peer", f"found {peer[:16]}.. as a provider of run {run_id.hex()[:12]}..")
+                            break
+                        except (RequestFailed, InputError):
+                            continue
+            await trio.sleep(DISCOVERY_INTERVAL)
 
     # -- status ---------------------------------------------------------------------------------------------
 
@@ -369,6 +460,8 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                 nursery.start_soon(daemon.audit_loop)
                 nursery.start_soon(daemon.sync_loop)
                 nursery.start_soon(daemon.witness_loop)
+                nursery.start_soon(daemon.discover_loop)
+                nursery.start_soon(daemon.ban_loop)
             final = daemon.snapshot()
             status.write_status(config.status_path, final)
             return final
