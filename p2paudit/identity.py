@@ -315,6 +315,7 @@ class NodeConfig:
     ledger: str
     redundancy: int
     key: str
+    peers: tuple[str, ...] = ()  # bootstrap peers (/p2p/ multiaddrs) the daemon keeps for good
 
 
 def default_config(name: str | None = None, redundancy: int = 3, home: Path | None = None) -> NodeConfig:
@@ -335,7 +336,8 @@ def save_config(config: NodeConfig, path: Path | str) -> None:
     """Write the config as JSON atomically; refuses to replace an existing file."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    text = json.dumps({"format": CONFIG_FORMAT, "version": CONFIG_VERSION, **asdict(config)}, indent=2) + "\n"
+    fields = {**asdict(config), "peers": list(config.peers)}
+    text = json.dumps({"format": CONFIG_FORMAT, "version": CONFIG_VERSION, **fields}, indent=2) + "\n"
     try:
         write_durably(path, text.encode(), replace=False)
     except FileExistsError:
@@ -357,4 +359,10 @@ def load_config(path: Path | str) -> NodeConfig:
             raise InputError(f"config file {path}: {name} is {data.get(name)!r}, want a {kind.__name__}")
     if data["redundancy"] < 1:
         raise InputError(f"config file {path}: redundancy is {data['redundancy']}, want >= 1")
-    return NodeConfig(**{name: data[name] for name in expected})
+    peers = data.get("peers", [])  # optional: configs written before the daemon have none
+    if type(peers) is not list or not all(type(p) is str and 0 < len(p) <= 512 for p in peers) or len(peers) > 256:
+        raise InputError(f"config file {path}: peers must be a list of at most 256 multiaddr strings")
+    unknown = sorted(set(data) - set(expected) - {"format", "version", "peers"})
+    if unknown:
+        raise InputError(f"config file {path}: unknown field {unknown[0]!r}")
+    return NodeConfig(**{name: data[name] for name in expected}, peers=tuple(peers))

@@ -36,7 +36,12 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     show_default=True,
     help="A multiaddr to listen on (repeatable). Loopback unless opened up on purpose.",
 )
-@click.option("--peer", "peers", multiple=True, help="A bootstrap peer, /ip4/.../tcp/.../p2p/<id> (repeatable).")
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    help='A bootstrap peer, /ip4/.../tcp/.../p2p/<id> (repeatable); config.json\'s "peers" are added.',
+)
 @click.option(
     "--redundancy",
     type=click.IntRange(min=1),
@@ -95,12 +100,14 @@ def daemon(
 
     from p2paudit.audit.replay import open_run
     from p2paudit.cli.run_cmds import _node_identity
-    from p2paudit.identity import home_dir, peer_id_of
+    from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
     from p2paudit.node.daemon import DaemonConfig, run_daemon
 
     identity = _node_identity()
     home = home_dir()
+    configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
+    peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))  # flags first, no repeats
     views = tuple(open_run(run) for run in runs)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step)
     config = DaemonConfig(

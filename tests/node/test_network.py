@@ -106,3 +106,36 @@ def test_a_lone_daemon_audits_every_step_and_status_reports_it(run_dir, tmp_path
     assert shown.exit_code == 0, shown.output
     assert "not running" in shown.output and "4/4 steps checked" in shown.output
     assert len(_entries(home)) == 5  # init and four steps
+
+
+def test_config_peers_are_read_and_unknown_fields_refused(tmp_path):
+    from p2paudit.errors import InputError
+    from p2paudit.identity import default_config, load_config, save_config
+
+    config = default_config(home=tmp_path)
+    save_config(type(config)(**{**config.__dict__, "peers": ("/ip4/127.0.0.1/tcp/1/p2p/x",)}), tmp_path / "c.json")
+    assert load_config(tmp_path / "c.json").peers == ("/ip4/127.0.0.1/tcp/1/p2p/x",)
+    text = (tmp_path / "c.json").read_text().replace('"peers"', '"peers": [], "pears"')
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(InputError, match="unknown field 'pears'"):
+        load_config(tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_daemon_dials_the_peers_its_config_names(run_dir, tmp_path):
+    from p2paudit.identity import default_config, ensure_node_identity, save_config
+
+    specs = (NodeSpec("node-0", tmp_path / "node-0"), NodeSpec("node-1", tmp_path / "node-1"))
+    net = LocalNet(specs)
+    try:
+        start_node(net, specs[0], run_dir, None, "reference", 2, ("--duration", "60"))
+        address = wait_listening(net, "node-0")
+        config = default_config(home=specs[1].home)
+        save_config(type(config)(**{**config.__dict__, "peers": (address,)}), specs[1].home / "config.json")
+        ensure_node_identity(specs[1].home)
+        start_node(net, specs[1], run_dir, None, "reference", 2)  # no --peer: only the config names node-0
+        # Covered twice in node-1's ledger means it reached node-0: alone it holds one check per step.
+        assert wait_all(LocalNet(specs[1:], {"node-1": net.processes["node-1"]}), 120)["node-1"] == 0
+    finally:
+        stop(net)
