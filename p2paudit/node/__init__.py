@@ -18,6 +18,7 @@ Over the store (no network):
 - `witness`: C2SP tlog-witness (checking, cosigning, storing) and its client.
 - `auditor`: which step to replay next, the replay (run off the event loop),
   signing, and settling a dispute by replaying it.
+- `conflicts`: evidence of disputes and equivocations, and split views kept from peers' checkpoints.
 - `status`: the daemon's status snapshot, written and read as JSON.
 
 The network:

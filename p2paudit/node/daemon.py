@@ -27,24 +27,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import trio
 
-from ledger import NoteVerifier, open_checkpoint
 from ledger.cosignature import CosignatureVerifier
-from ledger.errors import ProofError
-from ledger.peers import SPLIT_VIEW, insert_checkpoint
 from p2paudit.attest.errors import AttestationError
-from p2paudit.attest.queries import check_dispute, check_equivocation
-from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.tables import origin_for
 from p2paudit.audit.replay import RunView
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity
-from p2paudit.node import auditor, status, sync, wire, witness
+from p2paudit.node import auditor, conflicts, status, sync, wire, witness
 from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, RequestFailed, open_node
 from p2paudit.node.validate import check_evidence, validate_gossip
 
@@ -158,7 +152,9 @@ class Daemon:
             if kind != "split_view":
                 self.store.append_many([evidence.first, evidence.second])
             else:
-                self._record_split_view(evidence.first, evidence.second)
+                self.announced_views.add(
+                    conflicts.record_split_view(self.store.ledger, evidence.first, evidence.second)
+                )
         except InputError as exc:
             self._report("refused", f"evidence from {peer[:16]}..: {exc}")
             return
@@ -168,39 +164,13 @@ class Daemon:
 
     async def _announce(self, signed: bytes, kind: str) -> None:
         """Publish the two signed attestations that prove a new dispute or equivocation."""
-        record = decode_signed(signed).attestation
-        check = check_dispute if kind == "dispute" else check_equivocation
-        for _, other in self.store.step_attestations(record.run_id, record.step):
-            if other.encoded != signed and check(signed, other.encoded):
-                evidence = wire.encode_evidence(wire.Evidence(kind, other.encoded, signed))
-                self._report("conflict", f"{kind} at step {record.step} of run {record.run_id.hex()[:12]}..")
-                if self.node is not None:
-                    await self.node.publish(wire.EVIDENCE_TOPIC, evidence)
-                return
-
-    def _record_split_view(self, first: str, second: str) -> None:
-        """Keep two notes of one size with different roots (checked by check_evidence) as split-view evidence."""
-        origin = first.split("\n", 1)[0]
-        verifier = NoteVerifier(origin, wire.origin_public_key(origin))
-        for note in (first, second):
-            try:
-                self.store.ledger.add_peer_checkpoint(note, verifier, [])
-            except ProofError:  # no consistency proof with what we hold: kept all the same, as evidence
-                now = datetime.now(UTC).isoformat(timespec="seconds")
-                with self.store.ledger.transaction() as tx:
-                    cp = open_checkpoint(note, [verifier])
-                    insert_checkpoint(tx.conn, "peer", SPLIT_VIEW, cp, verifier.vkey, note, now)
-        cp = open_checkpoint(first, [verifier])
-        self.announced_views.add((verifier.vkey, cp.origin, cp.size))
-
-    def _record_peer_note(self, note: str) -> None:
-        """Keep a peer's checkpoint from its status handshake (already verified): a second root at a size held
-        is a split view. Growth needs a consistency proof, which the witness protocol carries; not kept here."""
-        origin = note.split("\n", 1)[0]
-        try:
-            self.store.ledger.add_peer_checkpoint(note, NoteVerifier(origin, wire.origin_public_key(origin)), [])
-        except ProofError:
-            pass
+        found = conflicts.evidence_for(self.store, signed, kind)
+        if found is None:
+            return
+        step, run_id, message = found
+        self._report("conflict", f"{kind} at step {step} of run {run_id.hex()[:12]}..")
+        if self.node is not None:
+            await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
     async def _announce_split_views(self) -> None:
         """Gossip each split view this ledger holds and has not announced yet."""
@@ -290,7 +260,7 @@ class Daemon:
                 handshake = session.checkpoint is None
                 session.handle_response(response)
                 if handshake:
-                    self._record_peer_note(wire.decode_sync_response(response).note)
+                    conflicts.record_peer_note(self.store.ledger, wire.decode_sync_response(response).note)
                     await self._announce_split_views()
         except RequestFailed as exc:
             self._report("peer", f"sync with {peer[:16]}.. failed: {exc}")
