@@ -13,8 +13,13 @@ done
 if [ -z "$PY" ]; then
   echo "error: Python 3.11 or newer is needed (tried python3.11, python3.12, python3.13, python3)" >&2; exit 2
 fi
-if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+missing=""
+"$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$missing python3-venv"
+# The mDNS test runs two daemons in a private network namespace (unshare -rn, ip).
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+command -v unshare >/dev/null 2>&1 || missing="$missing util-linux"
+if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

@@ -77,6 +77,7 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     hidden=True,
     help="DEMO AND TESTS ONLY: sign a false mismatch for this step, as a dishonest volunteer would.",
 )
+@click.option("--mdns", is_flag=True, help="Find peers on the local network by mDNS (multicasts on the LAN).")
 @click.option("--quiet", is_flag=True, help="No event lines; only the final summary.")
 def daemon(
     runs: tuple[Path, ...],
@@ -89,6 +90,7 @@ def daemon(
     duration: float | None,
     until_covered: bool,
     lie_about_step: int | None,
+    mdns: bool,
     quiet: bool,
 ) -> None:
     """Run a volunteer node: audit steps of RUNs, sign, gossip, sync and witness with peers.
@@ -120,6 +122,7 @@ def daemon(
         policy=policy,
         duration=duration,
         stop_when_covered=until_covered,
+        mdns=mdns,
     )
     started = time.monotonic()
 

@@ -72,6 +72,7 @@ class DaemonConfig:
     duration: float | None = None
     stop_when_covered: bool = False
     linger: float = 4.0
+    mdns: bool = False
 
 
 @dataclass(frozen=True)
@@ -402,7 +403,7 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
     """Run the node until cancelled, `duration` passes, or (stop_when_covered) the runs are covered."""
     with AttestationStore.open(config.ledger_path, origin_for(identity.public_key)) as store:
         daemon = Daemon(identity, config, store, emit)
-        node_config = NodeConfig(listen=config.listen, bootstrap=config.peers)
+        node_config = NodeConfig(listen=config.listen, bootstrap=config.peers, mdns=config.mdns)
         async with open_node(identity, node_config, daemon.on_node_event) as node:
             daemon.node = node
             node.set_handler(

@@ -71,7 +71,9 @@ class Node:
         self._bootstrap: dict[str, PeerInfo] = {}
         self._nursery: trio.Nursery | None = None
         self._listen = [parse_listen_addr(a) for a in config.listen]
-        self.host = build_host(key_pair, self._listen, config.dial_timeout, lambda p: self.is_banned(str(p)))
+        self.host = build_host(
+            key_pair, self._listen, config.dial_timeout, lambda p: self.is_banned(str(p)), config.mdns
+        )
         self.gossip = Gossip(self.host, config, self.peer_id, self._emit)
         self.requests = Requests(
             self.host, config.max_request, config.max_requests_per_peer, self.is_banned, self._emit

@@ -26,6 +26,8 @@ class NodeConfig:
     max_addrs_per_peer: int = 8
     exchanged_addr_ttl: int = 3600
     ban_seconds: float = 600.0
+    # mDNS discovery on the local network (multicast on the real interface: never in tests).
+    mdns: bool = False
     # Gossip. The library default heartbeat is 120 s; ~1 s keeps the mesh fresh.
     heartbeat_interval: int = 1
     mesh_degree: int = 4

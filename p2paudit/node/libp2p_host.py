@@ -83,12 +83,18 @@ class GatedNoise(NoiseTransport):
 
 
 def build_host(
-    key_pair: KeyPair, listen: list[multiaddr.Multiaddr], dial_timeout: float, is_banned: Callable[[ID], bool]
+    key_pair: KeyPair,
+    listen: list[multiaddr.Multiaddr],
+    dial_timeout: float,
+    is_banned: Callable[[ID], bool],
+    mdns: bool = False,
 ) -> IHost:
     """Noise only (the default set admits plaintext), yamux, one connection per peer.
 
     One connection per peer also spares every connect the swarm's fixed 0.25 s
-    happy-eyeballs wait. mDNS stays off: it would multicast on the real interface.
+    happy-eyeballs wait. mDNS is off unless asked for (`--mdns`, on a LAN): it
+    multicasts on the real interface, so tests never turn it on outside a
+    private network namespace.
     """
     return new_host(
         key_pair=key_pair,
@@ -96,7 +102,7 @@ def build_host(
         muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
         listen_addrs=listen,
         connection_config=ConnectionConfig(max_connections_per_peer=1, dial_timeout=dial_timeout),
-        enable_mDNS=False,
+        enable_mDNS=mdns,
     )
 
 

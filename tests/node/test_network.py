@@ -139,3 +139,37 @@ def test_a_daemon_dials_the_peers_its_config_names(run_dir, tmp_path):
         assert wait_all(LocalNet(specs[1:], {"node-1": net.processes["node-1"]}), 120)["node-1"] == 0
     finally:
         stop(net)
+
+
+MDNS_SCRIPT = """
+set -e
+ip link set lo up
+ip link set lo multicast on
+for n in 1 2; do
+  P2PAUDIT_HOME="$BASE/m$n" timeout 90 "$PY" -m p2paudit daemon --run "$RUN" --backend reference --until-covered \\
+    --mdns --listen /ip4/127.0.0.1/tcp/0 > "$BASE/m$n.log" 2>&1 &
+done
+fail=0
+for job in $(jobs -p); do wait "$job" || fail=1; done
+exit $fail
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_daemons_find_each_other_by_mdns_inside_a_private_network_namespace(run_dir, tmp_path):
+    """Each told no peer: covering the run twice means they found each other. The namespace (unshare -rn)
+    has only its own loopback, so nothing is multicast on the machine's real interfaces."""
+    import shutil
+    import subprocess
+    import sys
+
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0 or not shutil.which("ip"):
+        pytest.skip("needs unshare -rn and ip (util-linux, iproute2) to make a private network namespace")
+    env = dict(os.environ, BASE=str(tmp_path), RUN=str(run_dir), PY=sys.executable)
+    done = subprocess.run(["unshare", "-rn", "bash", "-c", MDNS_SCRIPT], env=env, capture_output=True, timeout=150)
+    logs = "".join((tmp_path / f"m{n}.log").read_text()[-1500:] for n in (1, 2))
+    assert done.returncode == 0, logs
+    for n in (1, 2):
+        assert "4/4 checked 2x" in (tmp_path / f"m{n}.log").read_text()
