@@ -182,6 +182,7 @@ async def gossip_node(a: argparse.Namespace) -> None:
     store = open_store(Path(a.workdir) / f"node{index}.db", identity)
     arrivals: dict[str, list[float]] = {}  # batch digest -> [stored at, attestations new]
     counters = {"copies": 0, "validations": 0, "fresh": 0}
+    copied: set[str] = set()  # messages that reached pubsub here, whether delivered or not
 
     async def on_batch(peer: str, data: bytes) -> None:  # Daemon.on_batch, minus its reporting
         appended = store.append_many(list(wire.decode_batch(data).envelopes))
@@ -200,6 +201,7 @@ async def gossip_node(a: argparse.Namespace) -> None:
 
         async def counted_push(forwarder, msg):  # every copy from a peer, duplicates included
             counters["copies"] += str(forwarder) != node.peer_id
+            copied.add(hashlib.sha256(msg.data).hexdigest())
             await push(forwarder, msg)
 
         pubsub.push_msg = counted_push
@@ -243,7 +245,8 @@ async def gossip_node(a: argparse.Namespace) -> None:
                     continue
                 store.append_many(mine[sent:upto])  # the daemon records its own before gossiping them
                 for message in wire.batches(RUN, mine[sent:upto]):
-                    published.append([hashlib.sha256(message).hexdigest(), time.time(), due[sent:upto]])
+                    mesh = len(node.gossip.router.mesh.get(TOPIC, ()))  # to explain a message nobody got
+                    published.append([hashlib.sha256(message).hexdigest(), time.time(), due[sent:upto], mesh])
                     await node.publish(TOPIC, message)
                 sent = upto
             with trio.move_on_after(a.drain):
@@ -251,6 +254,9 @@ async def gossip_node(a: argparse.Namespace) -> None:
                     await trio.sleep(0.05)
             load_s = time.time() - load_t
             nursery.cancel_scope.cancel()
+        await trio.sleep(1.0)
+        # A check: RPCs still waiting in py-libp2p's per-peer send queues a second after the load (want none).
+        queued = {str(p)[-6:]: len(q) for p, q in pubsub.peer_queues.items() if len(q)}
         if profile:
             profile.disable()
         load = {"cpu": cpu_seconds() - load_cpu, "seconds": load_s, "rss_kib": vm_rss_kib()}
@@ -267,6 +273,8 @@ async def gossip_node(a: argparse.Namespace) -> None:
             "counters": counters,
             "stats": node.stats,
             "peers": len(node.connected_peers()),
+            "reached_not_stored": sorted(copied - set(arrivals)),
+            "queued": queued,
         }
         if profile:
             text = io.StringIO()
@@ -274,7 +282,14 @@ async def gossip_node(a: argparse.Namespace) -> None:
             stats.sort_stats("tottime").print_stats(25)
             report["profile"] = text.getvalue()
             report["profile_groups"] = profile_groups(stats)
-        say("RESULT", report)
+        # The report goes to a file: a report of 100+ KB printed to a pipe the parent is not reading yet
+        # blocks this whole event loop, and with it the sending of our last messages.
+        path = Path(a.workdir) / f"report{index}.json"
+        path.write_text(json.dumps(report))
+        say("RESULT", str(path))
+        # Stay up until every node is done: a node that closes at once drops the messages still in its
+        # send queues, and resets streams its slower peers have not read yet.
+        await read_line()
     store.close()
 
 
@@ -400,9 +415,14 @@ def run_gossip(a: argparse.Namespace, workdir: Path) -> list[dict]:
         for proc in procs:
             proc.stdin.write(f"GO {start}\n")
             proc.stdin.flush()
-        results = [expect(proc, "RESULT") for proc in procs]
+        results = [json.loads(Path(expect(proc, "RESULT")).read_text()) for proc in procs]
+        for proc in procs:
+            proc.stdin.write("STOP\n")
+            proc.stdin.flush()
         sampler.stop.set()
         sampler.join()
+        for proc in procs:
+            proc.wait(timeout=15)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -416,6 +436,7 @@ def report_gossip(a: argparse.Namespace, results: list[dict], base: dict[str, fl
     n = len(results)
     total = sum(r["per_node"] for r in results)
     sent = {m[0]: (r["index"], m[1], m[2]) for r in results for m in r["published"]}
+    mesh_at = {m[0]: m[3] for r in results for m in r["published"]}
     per_pair, due_pair, reach_all = [], [], {}
     for r in results:
         for digest, (at, _fresh) in r["arrivals"].items():
@@ -436,11 +457,16 @@ def report_gossip(a: argparse.Namespace, results: list[dict], base: dict[str, fl
     start = min(m[2][0] for m in sent.values())
     for digest, (origin, published, dues) in sent.items():
         missing = [r["index"] for r in results if r["index"] != origin and digest not in r["arrivals"]]
+        reached = [r["index"] for r in results if r["index"] in missing and digest in r["reached_not_stored"]]
         if missing:
+            print(f"  (of those, it reached pubsub at nodes {reached} and was dropped there)")
             print(
                 f"  message {digest[:12]} of node {origin} ({len(dues)} attestations, published "
-                f"{published - start:.1f} s into the load) never reached nodes {missing}"
+                f"{published - start:.1f} s into the load, its mesh then {mesh_at[digest]} peers) "
+                f"never reached nodes {missing}"
             )
+    sizes = sorted(mesh_at.values())
+    print(f"publisher's mesh size at publish: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max {sizes[-1]}")
     print(f"load average during the load: {min(machine['loads']):.2f}..{max(machine['loads']):.2f}")
     print(f"machine busy: {machine['cores']:.2f} of {os.cpu_count()} cores (all processes, ours and others)")
     print("latency, publish -> stored at a node (each attestation x each other node):")
@@ -476,7 +502,10 @@ def report_gossip(a: argparse.Namespace, results: list[dict], base: dict[str, fl
     for name, us in base.items():
         print(f"  baseline {name}: {us:.1f} us/att (node CPU per attestation = {mean_us / us:.1f}x)")
     print(f"validations per message: {[round(r['counters']['validations'] / len(sent), 2) for r in results]}")
-    print(f"gossip stats node 0: {results[0]['stats']}")
+    stuck = {r["index"]: r["queued"] for r in results if r["queued"]}
+    print(f"RPCs left in send queues 1 s after the load, by node and peer: {stuck or 'none'}")
+    totals = {k: sum(r["stats"][k] for r in results) for k in results[0]["stats"]}
+    print(f"gossip stats, all nodes: {totals}")
     for r in results:
         if "profile" in r:
             print(f"\ncProfile of node {r['index']} under the load (top 25 by own time):\n{r['profile']}")
