@@ -257,7 +257,7 @@ class Daemon:
         session = sync.SyncSession(self.store, self.cursor)
         try:
             while (request := session.next_request()) is not None:
-                response = await self.node.request(peer, wire.SYNC_PROTOCOL, request)
+                response = await self.node.request(peer, wire.SYNC_PROTOCOL, request, max_response=wire.MAX_PAGE_BYTES)
                 handshake = session.checkpoint is None
                 session.handle_response(response)
                 if handshake:

@@ -29,7 +29,7 @@ from libp2p.identity_utils import create_identity_from_seed
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
+from libp2p.peer.peerstore import PERMANENT_ADDR_TTL, PeerStoreError
 from libp2p.tools.anyio_service import background_trio_service
 
 from p2paudit.errors import InputError, InternalError
@@ -225,7 +225,11 @@ class Node:
         for other in self.connected_peers():
             if other == peer or self.is_banned(other):
                 continue
-            addrs = [str(a) for a in store.addrs(parse_peer_id(other))][: self.config.max_addrs_per_peer]
+            try:
+                known = store.addrs(parse_peer_id(other))
+            except PeerStoreError:  # connected inbound, no address stored: nothing to tell about it
+                continue
+            addrs = [str(a) for a in known][: self.config.max_addrs_per_peer]
             if addrs:
                 entries.append((other, addrs))
             if len(entries) >= self.config.max_peer_list:

@@ -19,7 +19,6 @@ Each setting answers a fact measured on py-libp2p 0.8.1 (../shared/notes):
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import logging
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 from p2paudit.errors import InputError
 from p2paudit.node.libp2p_config import NodeConfig
 from p2paudit.node.libp2p_framing import TokenBucket
+from p2paudit.node.wire import message_id
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +45,9 @@ GossipValidator = Callable[[str, bytes], Awaitable[bool] | bool]
 
 
 def content_message_id(msg: rpc_pb2.Message) -> bytes:
-    """Gossip message id: SHA-256 of the data."""
-    return hashlib.sha256(msg.data).digest()
+    """Gossip message id: content-addressed, as docs/network.md specifies (wire.message_id: SHA-256 of a
+    domain prefix and the data), so another implementation computes the same ids."""
+    return message_id(msg.data)
 
 
 def raise_library_queues(size: int) -> None:

@@ -454,3 +454,16 @@ def test_five_processes_burst_delivery_counts():
 
 if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
     _child(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+
+
+def test_gossip_message_ids_are_the_documented_content_ids():
+    """docs/network.md: message id = SHA-256("p2paudit/message-id/v1\\0" || data), so other implementations agree."""
+    import hashlib
+
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from p2paudit.node.libp2p_gossip import content_message_id
+
+    data = b"a gossip batch"
+    msg = rpc_pb2.Message(data=data, seqno=b"\x00" * 8)
+    assert content_message_id(msg) == hashlib.sha256(b"p2paudit/message-id/v1\x00" + data).digest()
