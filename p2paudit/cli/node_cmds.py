@@ -28,6 +28,12 @@ def _pm(mean: float, stderr: float, scale: float = 1.0, digits: int = 1) -> str:
 @click.option("--redundancy", type=int, default=2, show_default=True, help="Auditors per step (r).")
 @click.option("--churn", type=float, default=0.0, show_default=True, help="Fraction never reporting.")
 @click.option("--dishonest", type=float, default=0.0, show_default=True, help="Fraction always saying match.")
+@click.option(
+    "--spill/--no-spill",
+    default=True,
+    show_default=True,
+    help="Volunteers with spare capacity take steps nobody checked, as the daemon does.",
+)
 @click.option("--trials", type=int, default=10, show_default=True, help="Monte Carlo trials.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Monte Carlo seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -38,6 +44,7 @@ def plan(
     redundancy: int,
     churn: float,
     dishonest: float,
+    spill: bool,
     trials: int,
     seed: int,
     as_json: bool,
@@ -51,7 +58,7 @@ def plan(
     """
     from p2paudit.node.plan import Scenario, closed_form, monte_carlo, per_volunteer_for
 
-    scenario = Scenario(steps, volunteers, per_volunteer, redundancy, churn, dishonest)
+    scenario = Scenario(steps, volunteers, per_volunteer, redundancy, churn, dishonest, spill)
     exact = closed_form(scenario)
     mc = monte_carlo(scenario, trials=trials, seed=seed)
     k_target = per_volunteer_for(scenario, COVERAGE_TARGET)
@@ -65,6 +72,7 @@ def plan(
                 "effective_redundancy": scenario.effective_redundancy,
                 "churn": churn,
                 "dishonest": dishonest,
+                "spill": spill,
             },
             "closed_form": {
                 "covered_steps": exact.covered_steps(steps),
@@ -95,7 +103,8 @@ def plan(
     )
     click.echo(
         f"run of {steps:,} steps, {volunteers:,} volunteers x {per_volunteer:,} steps, "
-        f"redundancy {scenario.effective_redundancy}, churn {churn:g}, dishonest {dishonest:g}"
+        f"redundancy {scenario.effective_redundancy}, churn {churn:g}, dishonest {dishonest:g}, "
+        f"{'spill-over to unchecked steps' if spill else 'assigned steps only'}"
     )
     rows = [
         ("", "monte carlo", "closed form"),

@@ -10,8 +10,8 @@ A step is *done* for this node when it already holds `redundancy` checks of it
 given; for a disputed step, the margin of the larger side), or when this node
 checked it itself. A node first takes the steps
 assigned to it; when none is left and steps remain unchecked (their assigned
-auditors are away), it spills over to those, lowest pick value first, so a
-run is covered even when volunteers churn.
+auditors are away), it spills over to those, the least checked first, then
+lowest pick value, so a run is covered even when volunteers churn.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def next_step(
     if not allow_spill:
         return None
     spill = [s for s in range(num_steps) if s not in mine and done.get(s, 0) < policy.redundancy]
-    return min(spill, key=lambda s: (pick_value(run_id, s, me), s)) if spill else None
+    # Steps nobody checked first (as `plan --spill` models it), then by this key's pick order.
+    return min(spill, key=lambda s: (done.get(s, 0), pick_value(run_id, s, me), s)) if spill else None
 
 
 def replay_step(view: RunView, step: int, backend: str, policy: AuditPolicy) -> tuple[StepAudit, ...]:

@@ -68,6 +68,7 @@ class Scenario:
     redundancy: int = DEFAULT_REDUNDANCY
     churn: float = 0.0
     dishonest: float = 0.0
+    spill: bool = False  # volunteers with spare capacity take unchecked steps, as the daemon does
 
     def __post_init__(self) -> None:
         for name, low in (("steps", 1), ("volunteers", 1), ("per_volunteer", 0), ("redundancy", 1)):
@@ -78,6 +79,8 @@ class Scenario:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise InputError(f"{name} must be a fraction in [0, 1], got {value!r}")
+        if type(self.spill) is not bool:
+            raise InputError(f"spill must be a bool, got {self.spill!r}")
 
     @property
     def effective_redundancy(self) -> int:
@@ -128,17 +131,34 @@ def pick_probability(steps: int, volunteers: int, per_volunteer: int, redundancy
     return min(1.0, max(0.0, k * mean_inverse + tail))
 
 
+def spare_capacity(steps: int, volunteers: int, per_volunteer: int, redundancy: int) -> float:
+    """E[max(0, k - A)], A ~ Binomial(S, r'/N): audits one volunteer has left after its assigned steps."""
+    p = min(redundancy, volunteers) / volunteers
+    k = per_volunteer
+    return sum(_binomial_pmf(steps, a, p) * (k - a) for a in range(min(k, steps + 1)))
+
+
+def spill_fraction(s: Scenario, unchecked_fraction: float, spare_per_volunteer: float) -> float:
+    """The fraction of steps left unchecked by the assigned round that spare capacity reaches."""
+    if not s.spill or unchecked_fraction <= 0.0:
+        return 0.0
+    spare = s.volunteers * (1.0 - s.churn) * spare_per_volunteer
+    return min(1.0, spare / (s.steps * unchecked_fraction))
+
+
 def closed_form(scenario: Scenario) -> ClosedForm:
     """The expected covered fraction and P(caught) under the model in the module docstring."""
     s, r = scenario, scenario.effective_redundancy
     q = pick_probability(s.steps, s.volunteers, s.per_volunteer, s.redundancy)
     active = 1.0 - s.churn
     honest = active * (1.0 - s.dishonest)
+    unchecked = (1.0 - active * q) ** r
+    f = spill_fraction(s, unchecked, spare_capacity(s.steps, s.volunteers, s.per_volunteer, s.redundancy))
     return ClosedForm(
         pick_probability=q,
-        covered_fraction=1.0 - (1.0 - active * q) ** r,
-        caught_probability=1.0 - (1.0 - honest * q) ** r,
-        expected_audits=s.steps * r * q,
+        covered_fraction=1.0 - unchecked + unchecked * f,
+        caught_probability=1.0 - (1.0 - honest * q) ** r + unchecked * f * (1.0 - s.dishonest),
+        expected_audits=s.steps * r * q + s.steps * unchecked * f,
     )
 
 
@@ -148,7 +168,9 @@ def per_volunteer_for(scenario: Scenario, target: float) -> int | None:
         raise InputError(f"target coverage must be in [0, 1], got {target!r}")
 
     def reaches(k: int) -> bool:
-        trial = Scenario(scenario.steps, scenario.volunteers, k, scenario.redundancy, scenario.churn)
+        trial = Scenario(
+            scenario.steps, scenario.volunteers, k, scenario.redundancy, scenario.churn, spill=scenario.spill
+        )
         return closed_form(trial).covered_fraction >= target
 
     low, high = 0, scenario.steps
@@ -178,10 +200,18 @@ def _exact_trial(s: Scenario, rng: np.random.Generator) -> tuple[float, float]:
     honest = active & (rng.random(s.volunteers) >= s.dishonest)
     covered = np.zeros(s.steps, dtype=bool)
     caught = np.zeros(s.steps, dtype=bool)
+    spare = np.zeros(s.volunteers, dtype=np.int64)
     for v, steps in enumerate(assigned):
         picked = sorted(steps, key=lambda step: (pick_value(run_id, step, keys[v]), step))[: s.per_volunteer]
         covered[picked] |= active[v]
         caught[picked] |= honest[v]
+        spare[v] = (s.per_volunteer - len(picked)) if active[v] else 0
+    if s.spill:  # spare audits go to the steps nobody active checked, one volunteer per step
+        unchecked = rng.permutation(np.flatnonzero(~covered))
+        takers = np.repeat(np.arange(s.volunteers), spare)[: len(unchecked)]
+        unchecked = unchecked[: len(takers)]
+        covered[unchecked] = True
+        caught[unchecked] = honest[takers]
     return float(covered.mean()), float(caught.mean())
 
 
@@ -191,6 +221,7 @@ def _sampled_trial(s: Scenario, rng: np.random.Generator, sample: int) -> tuple[
     p = s.effective_redundancy / s.volunteers
     state: dict[bytes, tuple[int, bool, bool]] = {}  # key -> (load, active, honest), one draw per volunteer
     covered = caught = 0
+    unchecked: list[bool] = []  # per sampled step nobody active checked: whether a spiller would be honest
     for step in rng.choice(s.steps, size=sample, replace=False):
         audited = honest_audit = False
         for key in assigned_keys(run_id, int(step), keys, s.redundancy):
@@ -202,8 +233,17 @@ def _sampled_trial(s: Scenario, rng: np.random.Generator, sample: int) -> tuple[
             if rng.random() < min(s.per_volunteer, load) / load:
                 audited |= is_active
                 honest_audit |= is_honest
+        if s.spill and not audited:
+            unchecked.append(bool(rng.random() >= s.dishonest))  # the spiller, if one comes, is honest?
         covered += audited
         caught += honest_audit
+    if unchecked:
+        spare = float(np.maximum(0, s.per_volunteer - rng.binomial(s.steps, p, size=s.volunteers)).mean())
+        f = spill_fraction(s, len(unchecked) / sample, spare)
+        for spiller_honest in unchecked:
+            if rng.random() < f:
+                covered += 1
+                caught += spiller_honest
     return covered / sample, caught / sample
 
 

@@ -72,6 +72,24 @@ def test_motivating_scenario():
     assert per_volunteer_for(crowd, 0.99) == 16
     assert closed_form(Scenario(100_000, 10_000, 30, 1)).covered_steps(100_000) > 100_000 - 1
     assert per_volunteer_for(Scenario(100, 10, 1, 2, churn=0.5), 0.99) is None  # churn caps coverage at 75%
+    # With spill-over (the daemon's rule: spare capacity takes steps nobody checked) the same crowd covers
+    # all of the run, by closed form and by Monte Carlo over the real assignment.
+    spilled = Scenario(100_000, 10_000, 10, 1, spill=True)
+    assert closed_form(spilled).covered_steps(100_000) == pytest.approx(100_000, abs=0.5)
+    assert monte_carlo(spilled, trials=3, seed=0).covered_mean == 1.0
+    # ... while 100 volunteers still cover about 1% of it: spill-over adds nothing when nobody has spare.
+    assert closed_form(Scenario(100_000, 100, 10, 1, spill=True)).covered_steps(100_000) == pytest.approx(1000, abs=0.5)
+
+
+@pytest.mark.parametrize("r,churn,dishonest,k", [(1, 0.0, 0.0, 40), (2, 0.2, 0.25, 40), (1, 0.1, 0.3, 25)])
+def test_spill_over_monte_carlo_agrees_with_closed_form(r, churn, dishonest, k):
+    scenario = Scenario(1200, 40, k, r, churn, dishonest, spill=True)
+    mc = monte_carlo(scenario, trials=12, seed=5)
+    cf = closed_form(scenario)
+    assert mc.method == "exact"
+    _agree(mc.covered_mean, mc.covered_stderr, cf.covered_fraction)
+    _agree(mc.caught_mean, mc.caught_stderr, cf.caught_probability)
+    assert cf.covered_fraction >= closed_form(Scenario(1200, 40, k, r, churn, dishonest)).covered_fraction
 
 
 def test_churn_and_dishonesty_lower_the_catch_probability():
