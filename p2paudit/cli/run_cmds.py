@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,9 +195,60 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
         click.echo(f"step {step}: this attestation is part of a {kind}; see `p2paudit ledger {kind}s`")
 
 
+@contextmanager
+def _remote_run_dir(url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float) -> Iterator[Path]:
+    """Fetch what `steps` of the run at `url` need (rich progress bars on stderr: bytes and rates),
+    verified into the cache; yields a local run directory of them for the replay."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from p2paudit.audit.replay import parse_step_range
+    from p2paudit.identity import home_dir
+    from p2paudit.run.cache import BlobCache
+    from p2paudit.run.remote import RemoteRun
+
+    cache = BlobCache(cache_dir if cache_dir is not None else home_dir() / "cache", cache_size)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_progress(path: str, done: int, total: int | None) -> None:
+            if path not in tasks:
+                tasks[path] = progress.add_task(path, total=total)
+            progress.update(tasks[path], completed=done, total=total)
+
+        with RemoteRun(url, cache, on_progress, read_timeout=timeout) as remote:
+            step_range = parse_step_range(steps, remote.manifest.num_steps)
+            with remote.local_view(step_range.first, step_range.last) as run_dir:
+                progress.stop()
+                stats = remote.stats
+                click.echo(
+                    f"fetched {stats.received_bytes} bytes from {url}; {len(stats.cached)} file(s) from cache {cache.root}",
+                    err=True,
+                )
+                yield run_dir
+
+
+@contextmanager
+def _local_run_dir(run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float) -> Iterator[Path]:
+    """The run directory `run`, or for an http(s) URL a local view of the verified files `steps` need."""
+    from p2paudit.run.remote import is_remote
+
+    if not is_remote(run):
+        yield Path(run)
+        return
+    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout) as run_dir:
+        yield run_dir
+
+
 @cli.command("verify-range")
 @click.argument("steps")
-@click.option("--run", "run_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--run",
+    "run_dir",
+    required=True,
+    help="The run: a directory, or an http:// or https:// base URL (files fetched as needed).",
+)
 @click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
 @click.option(
     "--against",
@@ -218,15 +271,38 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
     default=None,
     help="Ledger file for --attest (default: $P2PAUDIT_HOME/ledger.db).",
 )
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Cache of verified files of remote runs (default: $P2PAUDIT_HOME/cache).",
+)
+@click.option(
+    "--cache-size",
+    type=click.IntRange(min=1),
+    default=16 * 1024**3,
+    show_default=True,
+    help="Bytes the cache may hold; least recently used files are evicted.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.001),
+    default=60.0,
+    show_default=True,
+    help="Seconds a remote server may stay silent before the fetch fails.",
+)
 def verify_range_cmd(
     steps: str,
-    run_dir: Path,
+    run_dir: str,
     backend: str,
     against: str | None,
     publisher: str | None,
     as_json: bool,
     attest: bool,
     ledger_path: Path | None,
+    cache_dir: Path | None,
+    cache_size: int,
+    timeout: float,
 ) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
@@ -237,9 +313,10 @@ def verify_range_cmd(
     loss all equal the claim. Exit 0 when every check matches, 1 when any
     does not, 2 on bad usage or unreadable input, 3 on the verifier's own failure.
     """
-    report = _verify(run_dir, steps, backend, as_json, against, publisher)
-    if attest:
-        _attest(run_dir, report, ledger_path, as_json)
+    with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout) as local_dir:
+        report = _verify(local_dir, steps, backend, as_json, against, publisher)
+        if attest:
+            _attest(local_dir, report, ledger_path, as_json)
     _fail_unless_all_match(report)
 
 

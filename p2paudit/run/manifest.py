@@ -275,23 +275,38 @@ def read_manifest(run_dir: Path) -> Manifest:
     """
     body_path, sig_path = run_dir / MANIFEST_FILE, run_dir / SIGNATURE_FILE
     body_bytes = read_file(body_path, "manifest", MAX_MANIFEST_BYTES, run_dir)
-    run_id, public_key, signature = _read_signature(sig_path, run_dir)
+    sig_bytes = read_file(sig_path, "manifest signature", MAX_SIGNATURE_BYTES, run_dir)
+    return manifest_from_bytes(body_bytes, sig_bytes, str(body_path), str(sig_path))
+
+
+def manifest_from_bytes(body_bytes: bytes, sig_bytes: bytes, body_where: str, sig_where: str) -> Manifest:
+    """Check a manifest given as bytes (read from disk or fetched): run id, signature, every field.
+
+    `body_where` and `sig_where` name the two files (a path or a URL) in error
+    messages. The callers bound the sizes (MAX_MANIFEST_BYTES, MAX_SIGNATURE_BYTES).
+    """
+    if len(body_bytes) > MAX_MANIFEST_BYTES or len(sig_bytes) > MAX_SIGNATURE_BYTES:
+        raise InputError(
+            f"manifest {body_where} ({len(body_bytes)} bytes) or its signature {sig_where} "
+            f"({len(sig_bytes)} bytes) is larger than the {MAX_MANIFEST_BYTES} or {MAX_SIGNATURE_BYTES} allowed"
+        )
+    run_id, public_key, signature = _parse_signature(sig_bytes, sig_where)
     if digest_bytes(body_bytes) != run_id:
         raise InputError(
-            f"manifest {body_path}: its digest {format_digest(digest_bytes(body_bytes))} "
-            f"is not the run id {format_digest(run_id)} in {sig_path}"
+            f"manifest {body_where}: its digest {format_digest(digest_bytes(body_bytes))} "
+            f"is not the run id {format_digest(run_id)} in {sig_where}"
         )
     if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
         raise InputError(
-            f"manifest {body_path}: the signature in {sig_path} does not verify for public key {public_key.hex()}"
+            f"manifest {body_where}: the signature in {sig_where} does not verify for public key {public_key.hex()}"
         )
-    body = _parse_object(body_bytes, body_path)
+    body = _parse_object(body_bytes, body_where)
     if canonical_json(body) != body_bytes:
-        raise InputError(f"manifest {body_path} is not canonical JSON (sorted keys, no whitespace)")
+        raise InputError(f"manifest {body_where} is not canonical JSON (sorted keys, no whitespace)")
     try:
         parsed = check_body(body, complete=True)
     except InputError as exc:
-        raise InputError(f"{body_path}: {exc}") from None
+        raise InputError(f"{body_where}: {exc}") from None
     return Manifest(
         body,
         body_bytes,
@@ -319,15 +334,14 @@ def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict
     return body, check_body(body, complete=False)
 
 
-def _parse_object(data: bytes, path: Path) -> dict:
+def _parse_object(data: bytes, path: Path | str) -> dict:
     value = parse_json(data, str(path))
     if not isinstance(value, dict):
         raise InputError(f"{path} holds a JSON {type(value).__name__}, want an object")
     return value
 
 
-def _read_signature(path: Path, run_dir: Path) -> tuple[bytes, bytes, bytes]:
-    blob = read_file(path, "manifest signature", MAX_SIGNATURE_BYTES, run_dir)
+def _parse_signature(blob: bytes, path: Path | str) -> tuple[bytes, bytes, bytes]:
     envelope = _parse_object(blob, path)
     if (
         envelope.get("format") != SIGNATURE_FORMAT

@@ -1,0 +1,181 @@
+"""A bounded on-disk cache of verified run files, content-addressed, evicted least recently used first.
+
+Layout of a cache directory:
+
+    CACHE/
+      .lock                      flock held while a process fetches into the cache
+      blobs/KEY                  a verified file (KEY: "shard-<hex>", "state-<hex>", "trace-<hex>")
+      blobs/KEY.partial          an unverified download in progress, resumed with an HTTP Range request
+      views/PID-RAND/NAME/       a run directory made of hard links to blobs, for one command
+
+A blob is named by the digest it was verified against (a shard's file digest,
+a checkpoint's state digest, a trace's file digest), so any run that claims
+the same digest can reuse it. A file reaches its final name only by a rename
+after its verification: nothing unverified is ever under a final name.
+Recency is the file's access time, set explicitly on every use (mounts with
+`noatime` or `relatime` would not keep it). Views are removed when their
+command ends; a view left by a killed process is removed by the next one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2paudit.errors import InputError
+
+PARTIAL_SUFFIX = ".partial"
+_KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
+_VIEW = re.compile(r"([0-9]{1,10})-[0-9a-f]{16}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One file of the cache: its path, size and last use (access time, seconds)."""
+
+    path: Path
+    size: int
+    used: float
+
+
+class BlobCache:
+    """The cache directory `root`, holding at most `max_bytes` of blobs and partial downloads."""
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise InputError(f"cache size is {max_bytes} bytes, want at least 1")
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.blobs = self.root / "blobs"
+        self.views = self.root / "views"
+
+    def final(self, key: str) -> Path:
+        """The path of the verified blob `key` (it may not exist)."""
+        if not _KEY.fullmatch(key):
+            raise InputError(f"cache key {key[:80]!r} is not KIND-<64 hex>")
+        return self.blobs / key
+
+    def partial(self, key: str) -> Path:
+        """The path of `key`'s unverified download in progress."""
+        return self.final(key).with_name(key + PARTIAL_SUFFIX)
+
+    def lookup(self, key: str) -> Path | None:
+        """The blob `key` if it is cached as a regular file (its last use set to now), else None."""
+        path = self.final(key)
+        try:
+            if not path.is_file() or path.is_symlink():
+                return None
+            touch(path)
+        except OSError:
+            return None
+        return path
+
+    def commit(self, key: str) -> Path:
+        """Rename `key`'s verified partial download to its final name; the final path."""
+        path = self.final(key)
+        os.replace(self.partial(key), path)
+        touch(path)
+        return path
+
+    def discard(self, key: str) -> None:
+        """Remove `key`'s partial download and its blob (both, if a check found them wrong)."""
+        self.partial(key).unlink(missing_ok=True)
+        self.final(key).unlink(missing_ok=True)
+
+    def entries(self) -> list[CacheEntry]:
+        """Every blob and partial download, least recently used first."""
+        out = []
+        for path in self.blobs.iterdir() if self.blobs.is_dir() else ():
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                continue
+            out.append(CacheEntry(path, info.st_size, info.st_atime))
+        return sorted(out, key=lambda e: (e.used, e.path.name))
+
+    def used_bytes(self) -> int:
+        return sum(e.size for e in self.entries())
+
+    def evict(self, keep: set[str], room: int = 0) -> list[Path]:
+        """Remove least recently used files (never those of `keep`, partials included) until the
+        cache holds at most max_bytes - room; the paths removed."""
+        entries = self.entries()
+        total, removed = sum(e.size for e in entries), []
+        for entry in entries:
+            if total + room <= self.max_bytes:
+                break
+            if entry.path.name.removesuffix(PARTIAL_SUFFIX) in keep:
+                continue
+            entry.path.unlink(missing_ok=True)
+            total -= entry.size
+            removed.append(entry.path)
+        return removed
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the cache's exclusive lock; InputError at once if another process holds it."""
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        self.views.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(f"cache {self.root} is being filled by another process; try again") from None
+            yield
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def view(self, name: str) -> Iterator[Path]:
+        """A fresh empty directory views/PID-RAND/NAME, removed (with views of dead processes) on exit."""
+        self.views.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_views()
+        holder = self.views / f"{os.getpid()}-{secrets.token_hex(8)}"
+        path = holder / name
+        path.mkdir(parents=True)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(holder, ignore_errors=True)
+
+    def _remove_stale_views(self) -> None:
+        for holder in self.views.iterdir():
+            match = _VIEW.fullmatch(holder.name)
+            if match is not None and not _alive(int(match.group(1))):
+                shutil.rmtree(holder, ignore_errors=True)
+
+
+def touch(path: Path) -> None:
+    """Set `path`'s access time to now (its last use), keeping its modification time."""
+    info = path.stat()
+    os.utime(path, ns=(time.time_ns(), info.st_mtime_ns))
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Put `source`'s file at `target` as a hard link (a copy where links are not possible)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

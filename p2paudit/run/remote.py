@@ -1,0 +1,369 @@
+"""A run published on a web server: fetch what a range of steps needs, verify it, cache it, and lay
+it out as a local run directory that the replay reads as it reads any other.
+
+Order of trust: manifest.json and manifest.sig.json are fetched first (bounded
+as the local reader bounds them) and checked exactly as read_manifest checks
+them (run id, Ed25519 signature, every field). Then only the files that steps
+A..B need are fetched: every shard (the data key covers the whole token
+stream; each shard is checked against its file digest in the manifest), the
+checkpoints the replay loads (the nearest one at or before state A and those
+of states A+1..B+1, each checked against the manifest's state and per-tensor
+digests), and the published traces of the replayed steps (for diagnosis).
+Each file is checked before it is used or takes its final name in the cache
+(p2paudit.run.cache). The replay then opens a view of hard links to the
+cached files and checks every file again, as it does for a local run.
+
+HTTP: httpx with connect and read timeouts; at most MAX_REDIRECTS redirects,
+each to the same scheme (https never falls back to http); no content coding
+(byte offsets are the file's); a partial download is resumed with
+`Range: bytes=N-`, and a server that answers 200 instead of 206 is read from
+byte 0 again. Every failure is one line of InputError naming the URL.
+
+Not yet (issue 9): fetching the byte ranges of a shard or the tensors of a
+checkpoint piecewise needs chunk digests in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from p2paudit.engine.state import state_names, state_shapes
+from p2paudit.errors import InputError
+from p2paudit.run.cache import BlobCache, link_or_copy
+from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, load_checkpoint
+from p2paudit.run.digest import format_digest
+from p2paudit.run.manifest import (
+    MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
+    MAX_SIGNATURE_BYTES,
+    SIGNATURE_FILE,
+    Manifest,
+    manifest_from_bytes,
+)
+from p2paudit.run.shards import SHARD_HEADER
+from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
+
+SCHEMES = ("http", "https")
+MAX_REDIRECTS = 5
+CONNECT_TIMEOUT = 10.0  # seconds
+READ_TIMEOUT = 60.0  # seconds without a byte
+CHUNK_BYTES = 1 << 20
+DEFAULT_CACHE_BYTES = 16 * 1024**3
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)", re.ASCII)
+
+# (file path relative to the run, bytes of it present so far, its size if known)
+Progress = Callable[[str, int, int | None], None]
+
+
+def is_remote(run: str) -> bool:
+    """True when `run` names a run by an http:// or https:// URL rather than a directory."""
+    return run[:8].lower().startswith(("http://", "https://"))
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file a range of steps needs: its path in the run, cache key, size bound, and how to check it."""
+
+    path: str
+    key: str
+    max_bytes: int
+    exact: bool  # max_bytes is the file's exact size (a shard)
+    digest: bytes | None  # SHA-256 of the whole file, when the manifest has it (shards, traces)
+    state: int | None = None  # the checkpoint's state index, checked against the state digests
+
+
+@dataclass
+class FetchStats:
+    """What a fetch cost: bytes received per file (over the network) and files served from the cache."""
+
+    received: dict[str, int] = field(default_factory=dict)
+    cached: list[str] = field(default_factory=list)
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(self.received.values())
+
+
+def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> list[RemoteFile]:
+    """The files (besides the manifest) that checking steps first..last needs, as the replay reads them:
+    every shard, the checkpoints of states c..last+1 (c the nearest checkpoint <= first), the traces
+    of steps c..last. None, None: the initial state alone (shards only)."""
+    cfg = manifest.config
+    if cfg is None:
+        raise InputError("manifest has no parsed config")
+    files = [
+        RemoteFile(s.path, f"shard-{s.digest.hex()}", SHARD_HEADER.size + s.tokens, True, s.digest)
+        for s in manifest.data.shards
+    ]
+    if first is None or last is None:
+        return files
+    start = manifest.nearest_checkpoint(first)
+    bound = checkpoint_bound(state_shapes(cfg), len(state_names(cfg)))
+    for c in manifest.checkpoints:
+        if start <= c <= last + 1:
+            key = f"state-{manifest.state_digest(c).digest.hex()}"
+            files.append(RemoteFile(checkpoint_path(c), key, bound, False, None, c))
+    for n in range(start, last + 1):
+        trace = manifest.steps[n].trace
+        if trace is not None:
+            files.append(RemoteFile(trace_path(n), f"trace-{trace.hex()}", MAX_TRACE_BYTES, False, trace))
+    return files
+
+
+class RemoteRun:
+    """A run at `base_url`: the checked manifest, and `local_view` to fetch and lay out a range of steps.
+
+    Use as a context manager (it holds an HTTP client). `on_progress` is
+    called as bytes arrive; `stats` counts what was received and what the cache served.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        cache: BlobCache,
+        on_progress: Progress | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
+        try:
+            url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise InputError(f"run URL {base_url[:200]!r} is not a URL: {exc}") from None
+        if url.scheme not in SCHEMES or not url.host:
+            raise InputError(f"run URL {base_url[:200]!r}: want http:// or https:// and a host")
+        self.base = url
+        self.cache = cache
+        self.on_progress = on_progress
+        self.read_timeout = read_timeout
+        self.stats = FetchStats()
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            follow_redirects=False,  # followed by hand: same scheme only, counted
+            headers={"Accept-Encoding": "identity"},
+            trust_env=False,
+        )
+        self._manifest: Manifest | None = None
+        self._signature = b""
+
+    def __enter__(self) -> RemoteRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def url(self, path: str) -> httpx.URL:
+        return self.base.join(path)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The run's manifest, fetched (once) and checked as read_manifest checks a local one."""
+        if self._manifest is None:
+            body = self._fetch_small(MANIFEST_FILE, MAX_MANIFEST_BYTES)
+            sig = self._fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
+            self._manifest = manifest_from_bytes(body, sig, str(self.url(MANIFEST_FILE)), str(self.url(SIGNATURE_FILE)))
+            self._signature = sig
+        return self._manifest
+
+    @contextmanager
+    def local_view(self, first: int | None, last: int | None) -> Iterator[Path]:
+        """A local run directory holding the manifest and the verified files steps first..last need
+        (see files_for_range), removed on exit; the cache is kept under its size bound."""
+        manifest = self.manifest
+        files = files_for_range(manifest, first, last)
+        name = self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
+        with self.cache.view(name) as view:
+            (view / MANIFEST_FILE).write_bytes(manifest.body_bytes)
+            (view / SIGNATURE_FILE).write_bytes(self._signature)
+            with self.cache.locked():
+                self._make_room(files)
+                for item in files:
+                    self._place(item, view)
+                self.cache.evict({f.key for f in files})
+            yield view
+
+    def _make_room(self, files: list[RemoteFile]) -> None:
+        """Refuse a range whose files cannot fit; evict other files to make room for the missing ones."""
+        need = sum(f.max_bytes for f in files if self.cache.lookup(f.key) is None)
+        if need > self.cache.max_bytes:
+            raise InputError(
+                f"the steps need up to {need} bytes of files not yet cached, more than the cache's "
+                f"{self.cache.max_bytes} (--cache-size)"
+            )
+        self.cache.evict({f.key for f in files}, room=need)
+
+    def _place(self, item: RemoteFile, view: Path) -> None:
+        """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked."""
+        target = view / item.path
+        cached = self.cache.lookup(item.key)
+        if cached is not None:
+            link_or_copy(cached, target)
+            try:
+                self._check(item, cached, view)  # a cache is a disk: check again before use
+                self.stats.cached.append(item.path)
+                return
+            except InputError:
+                target.unlink(missing_ok=True)
+                self.cache.discard(item.key)
+        partial = self.cache.partial(item.key)
+        self._download(item, partial)
+        link_or_copy(partial, target)
+        try:
+            self._check(item, partial, view)
+        except InputError as exc:
+            target.unlink(missing_ok=True)
+            self.cache.discard(item.key)
+            raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
+        self.cache.commit(item.key)
+
+    def _check(self, item: RemoteFile, path: Path, view: Path) -> None:
+        """InputError unless the file at `path` (also linked at view/item.path) is what the manifest claims."""
+        size = path.stat().st_size
+        if size > item.max_bytes or (item.exact and size != item.max_bytes):
+            raise InputError(f"{item.path} has {size} bytes, want {'' if item.exact else 'at most '}{item.max_bytes}")
+        if item.digest is not None:
+            got = _file_digest(path)
+            if got != item.digest:
+                raise InputError(
+                    f"{item.path}: digest {format_digest(got)} is not the manifest's {format_digest(item.digest)}"
+                )
+        if item.state is not None:
+            m = self.manifest
+            cfg = m.config
+            if cfg is None:
+                raise InputError("manifest has no parsed config")
+            load_checkpoint(view, item.state, m.state_digest(item.state), state_names(cfg), state_shapes(cfg))
+
+    def _fetch_small(self, path: str, max_bytes: int) -> bytes:
+        """The whole of a small file (the manifest, its signature), bounded, never cached."""
+        chunks, size = [], 0
+        with self._get(path, {}) as (response, url):
+            if response.status_code != 200:
+                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            _check_length(response, url, max_bytes, 0)
+            for chunk in self._body(response, url, path):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise InputError(f"{url} sent more than the {max_bytes} bytes allowed")
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _download(self, item: RemoteFile, partial: Path) -> None:
+        """Fetch `item` into `partial`, resuming what is there with a Range request; the partial is
+        kept when the transfer breaks off (to resume), removed when the server sends too much."""
+        have = partial.stat().st_size if partial.is_file() and not partial.is_symlink() else 0
+        if have > item.max_bytes or (have == 0 and partial.exists()) or partial.is_symlink():
+            partial.unlink(missing_ok=True)
+            have = 0
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        with self._get(item.path, headers) as (response, url):
+            if response.status_code == 416 and have:  # the partial was complete; the check decides
+                return
+            if response.status_code == 206:
+                _check_content_range(response, url, have, item.max_bytes)
+            elif response.status_code == 200:
+                have = 0  # the server ignored Range (or none was sent): the body is the whole file
+            else:
+                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            _check_length(response, url, item.max_bytes, have)
+            total = item.max_bytes if item.exact else None
+            self._report(item.path, have, total)
+            with open(partial, "ab" if have else "wb") as out:
+                for chunk in self._body(response, url, item.path, have):
+                    if have + len(chunk) > item.max_bytes:
+                        out.close()
+                        partial.unlink(missing_ok=True)
+                        raise InputError(f"{url} sent more than the {item.max_bytes} bytes allowed for {item.path}")
+                    out.write(chunk)
+                    have += len(chunk)
+                    self._report(item.path, have, total)
+                out.flush()
+                os.fsync(out.fileno())
+        if item.exact and have < item.max_bytes:
+            raise InputError(
+                f"{url}: the body ended after {have} of {item.max_bytes} bytes (kept to resume with a Range request)"
+            )
+
+    def _body(self, response: httpx.Response, url: httpx.URL, path: str, start: int = 0) -> Iterator[bytes]:
+        """The raw body, counted in stats; a broken or stalled transfer is one line of InputError."""
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("identity", ""):
+            raise InputError(f"{url}: the server sent content coding {coding[:40]!r}, want none (identity)")
+        received = start
+        try:
+            for chunk in response.iter_raw():  # as it arrives: a chunker would lose its buffer on a break
+                self.stats.received[path] = self.stats.received.get(path, 0) + len(chunk)
+                received += len(chunk)
+                yield chunk
+        except httpx.TimeoutException:
+            raise InputError(
+                f"{url}: no data for {self.read_timeout:g} s after {received} bytes (timed out; kept to resume)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise InputError(f"{url}: the transfer broke off after {received} bytes: {_first_line(exc)}") from None
+
+    @contextmanager
+    def _get(self, path: str, headers: dict[str, str]) -> Iterator[tuple[httpx.Response, httpx.URL]]:
+        """A streamed GET of base/path, following at most MAX_REDIRECTS same-scheme redirects."""
+        url = self.url(path)
+        response = None
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+                if not response.is_redirect:
+                    break
+                location = response.headers.get("location", "")
+                response.close()
+                target = url.join(location)
+                if target.scheme != url.scheme:
+                    raise InputError(f"{url}: redirected to {str(target)[:200]}, another scheme, which is refused")
+                url, response = target, None
+            if response is None:
+                raise InputError(f"{self.url(path)}: more than {MAX_REDIRECTS} redirects")
+            yield response, url
+        except httpx.TimeoutException:
+            raise InputError(f"{url}: no response within {self.read_timeout:g} s (timed out)") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise InputError(f"{url}: {_first_line(exc)}") from None
+        finally:
+            if response is not None:
+                response.close()
+
+    def _report(self, path: str, done: int, total: int | None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(path, done, total)
+
+
+def _check_length(response: httpx.Response, url: httpx.URL, max_bytes: int, start: int) -> None:
+    length = response.headers.get("content-length")
+    if length is not None and (not length.isascii() or not length.isdigit() or start + int(length) > max_bytes):
+        raise InputError(f"{url}: Content-Length {length[:24]!r} from byte {start}, more than the {max_bytes} allowed")
+
+
+def _check_content_range(response: httpx.Response, url: httpx.URL, start: int, max_bytes: int) -> None:
+    text = response.headers.get("content-range", "")
+    match = _CONTENT_RANGE.fullmatch(text.strip())
+    if match is None or int(match.group(1)) != start:
+        raise InputError(f"{url}: Content-Range {text[:60]!r} does not start at the requested byte {start}")
+    if match.group(3) != "*" and int(match.group(3)) > max_bytes:
+        raise InputError(f"{url}: Content-Range says {match.group(3)} bytes, more than the {max_bytes} allowed")
+
+
+def _file_digest(path: Path) -> bytes:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            hasher.update(chunk)
+    return hasher.digest()
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

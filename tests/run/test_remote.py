@@ -1,0 +1,339 @@
+"""Remote runs: fetched over HTTP from a real server on loopback, only what the steps need, each file
+verified before use, cached by digest, resumed with Range requests; every lie of the server is one
+line of InputError and leaves nothing corrupt in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from p2paudit.audit.replay import open_run, parse_step_range, verify_range
+from p2paudit.cli import cli
+from p2paudit.engine.state import state_names, state_shapes
+from p2paudit.errors import EXIT_USAGE, InputError
+from p2paudit.identity import identity_from_seed
+from p2paudit.run.cache import PARTIAL_SUFFIX, BlobCache
+from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
+from p2paudit.run.publisher import TrainPlan, publish_run
+from p2paudit.run.remote import RemoteRun
+
+PUBLISHER = identity_from_seed(b"\x5a" * 32)
+STALL_SECONDS = 3.0
+CLIENT_TIMEOUT = 0.5
+
+
+@dataclass
+class Served:
+    """What the server did: one (path, Range header, status, body bytes sent) per request."""
+
+    root: Path
+    behaviors: dict[str, str] = field(default_factory=dict)  # run-relative path -> behavior
+    log: list[tuple[str, str | None, int, int]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sent(self, path: str | None = None) -> int:
+        return sum(n for p, _, _, n in self.log if path is None or p == path)
+
+    def paths(self) -> set[str]:
+        return {p for p, *_ in self.log}
+
+
+def _handler(served: Served):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _record(self, path, status, sent):
+            with served.lock:
+                served.log.append((path, self.headers.get("Range"), status, sent))
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            raw = self.path.split("?")[0]
+            if raw.startswith("/moved/"):  # a same-scheme redirect
+                return self._redirect(raw, raw[len("/moved") :])
+            if raw.startswith("/loop/"):  # redirects for ever
+                return self._redirect(raw, raw)
+            if raw.startswith("/toscheme/"):  # a downgrade or upgrade of the scheme
+                host, port = self.server.server_address[:2]
+                return self._redirect(raw, f"https://{host}:{port}{raw[len('/toscheme') :]}")
+            path = raw.removeprefix("/run/")
+            file = served.root / path
+            if not raw.startswith("/run/") or ".." in path or not file.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return self._record(path, 404, 0)
+            data = file.read_bytes()
+            behavior = served.behaviors.get(path, "normal")
+            if behavior == "wrong":
+                data = bytes(b ^ 0x01 for b in data[:64]) + data[64:]
+            start = 0
+            wanted = self.headers.get("Range")
+            if wanted and behavior != "ignore-range":
+                start = int(wanted.removeprefix("bytes=").rstrip("-"))
+            body = data[start:]
+            self.send_response(206 if start else 200)
+            if start:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if behavior == "stall":
+                served.stop.wait(STALL_SECONDS)
+            if behavior == "truncate":
+                body = body[: len(body) // 2]
+            try:
+                self.wfile.write(body)
+                self.wfile.flush()
+            except OSError:
+                pass
+            self._record(path, 206 if start else 200, len(body))
+            if behavior == "truncate":
+                self.close_connection = True
+
+        def _redirect(self, raw, location):
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self._record(raw, 302, 0)
+
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> Path:
+    """tiny, 4 steps, checkpoints at states 0, 2, 4 (reference backend)."""
+    run_dir = tmp_path_factory.mktemp("remote") / "run"
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="reference"), PUBLISHER)
+    return run_dir
+
+
+@pytest.fixture
+def server(published):
+    """(base URL of the run, Served) on 127.0.0.1; stopped at the end of the test."""
+    served = Served(published)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", served
+    finally:
+        served.stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def _size(run: Path, path: str) -> int:
+    return (run / path).stat().st_size
+
+
+def _shards(run: Path) -> list[str]:
+    return [s.path for s in read_manifest(run).data.shards]
+
+
+def _fetch(base: str, cache: BlobCache, first: int | None, last: int | None, timeout: float = 10.0) -> RemoteRun:
+    """Fetch what steps first..last need into `cache` (the view is made and removed); the finished RemoteRun."""
+    with (
+        RemoteRun(base + ("" if base.endswith("/loop") else "/run/"), cache, read_timeout=timeout) as remote,
+        remote.local_view(first, last) as view,
+    ):
+        assert (view / MANIFEST_FILE).is_file()
+    return remote
+
+
+def _assert_cache_clean(cache: BlobCache, run: Path) -> None:
+    """Every file under a final name in the cache is byte for byte a genuine file of the run."""
+    manifest = read_manifest(run)
+    genuine = {f"shard-{s.digest.hex()}": (run / s.path).read_bytes() for s in manifest.data.shards}
+    for c in manifest.checkpoints:
+        genuine[f"state-{manifest.state_digest(c).digest.hex()}"] = (run / checkpoint_path(c)).read_bytes()
+    for path in cache.blobs.iterdir():
+        if not path.name.endswith(PARTIAL_SUFFIX):
+            assert path.read_bytes() == genuine[path.name], path.name
+
+
+def _audits(report):
+    return [{k: v for k, v in a.to_dict().items() if k != "seconds"} for a in report.audits]
+
+
+@pytest.mark.slow
+def test_remote_replay_matches_local_and_fetches_only_what_the_steps_need(published, server, tmp_path):
+    base, served = server
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with RemoteRun(base + "/run", cache) as remote:
+        steps = parse_step_range("2-3", remote.manifest.num_steps)
+        with remote.local_view(steps.first, steps.last) as view:
+            remote_report = verify_range(open_run(view), steps, "reference", diagnose=False)
+    local_report = verify_range(open_run(published), steps, "reference", diagnose=False)
+    assert remote_report.all_match and len(remote_report.audits) == 2
+    assert _audits(remote_report) == _audits(local_report)
+
+    needed = [MANIFEST_FILE, SIGNATURE_FILE, *_shards(published), checkpoint_path(2), checkpoint_path(4)]
+    assert served.paths() == set(needed)  # not checkpoint 0, not the unused ones
+    assert served.sent() == sum(_size(published, p) for p in needed) == remote.stats.received_bytes
+    assert remote.stats.cached == []
+    print(f"steps 2-3: {served.sent()} bytes sent for {len(needed)} files")
+
+    served.log.clear()
+    again = _fetch(base, cache, 2, 3)
+    assert served.paths() == {MANIFEST_FILE, SIGNATURE_FILE}  # every other file from the cache
+    assert served.sent() == _size(published, MANIFEST_FILE) + _size(published, SIGNATURE_FILE)
+    assert sorted(again.stats.cached) == sorted(needed[2:])
+    _assert_cache_clean(cache, published)
+    assert list(cache.views.iterdir()) == []  # the view is gone with its command
+
+
+@pytest.mark.slow
+def test_cli_verifies_a_url_and_exits_0(published, server, tmp_path):
+    base, served = server
+    result = CliRunner().invoke(
+        cli,
+        ["verify-range", "3", "--run", base + "/run/", "--backend", "reference", "--cache-dir", str(tmp_path / "c")],
+        env={"P2PAUDIT_HOME": str(tmp_path / "home")},
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 check(s)" in result.output and "1 match" in result.output
+    assert checkpoint_path(0) not in served.paths() and checkpoint_path(4) in served.paths()
+
+
+@pytest.mark.parametrize("victim", ["shard", "checkpoint"])
+def test_wrong_bytes_are_refused_in_one_line_and_never_cached(published, server, tmp_path, victim):
+    base, served = server
+    path = _shards(published)[1] if victim == "shard" else checkpoint_path(2)
+    served.behaviors[path] = "wrong"
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError) as caught:
+        _fetch(base, cache, 2, 3)
+    message = str(caught.value)
+    assert "\n" not in message and path in message and "discarded" in message
+    assert not [p for p in cache.blobs.iterdir() if p.name.endswith(PARTIAL_SUFFIX)]
+    _assert_cache_clean(cache, published)
+
+    result = CliRunner().invoke(
+        cli, ["verify-range", "2-3", "--run", base + "/run", "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert path in result.output.strip().splitlines()[-1]
+    _assert_cache_clean(cache, published)
+
+
+def test_a_truncated_body_is_kept_as_partial_and_resumed_with_a_range_request(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(4)
+    served.behaviors[path] = "truncate"
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match="broke off") as caught:
+        _fetch(base, cache, 2, 3)
+    assert "\n" not in str(caught.value)
+    partials = [p for p in cache.blobs.iterdir() if p.name.endswith(PARTIAL_SUFFIX)]
+    assert len(partials) == 1
+    kept = partials[0].stat().st_size
+    size = _size(published, path)
+    assert 0 < kept < size
+    _assert_cache_clean(cache, published)
+
+    del served.behaviors[path]
+    served.log.clear()
+    _fetch(base, cache, 2, 3)
+    resumed = [entry for entry in served.log if entry[0] == path]
+    assert resumed == [(path, f"bytes={kept}-", 206, size - kept)]
+    assert not [p for p in cache.blobs.iterdir() if p.name.endswith(PARTIAL_SUFFIX)]
+    _assert_cache_clean(cache, published)
+    assert len(list(cache.blobs.glob("state-*"))) == 2
+
+
+def test_a_server_that_ignores_range_is_read_again_from_byte_0(published, server, tmp_path):
+    base, served = server
+    path = _shards(published)[0]
+    manifest = read_manifest(published)
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    key = f"shard-{manifest.data.shards[0].digest.hex()}"
+    cache.blobs.mkdir(parents=True)
+    cache.partial(key).write_bytes(b"\xff" * 100)  # not even a prefix of the file: must be thrown away
+    served.behaviors[path] = "ignore-range"
+    _fetch(base, cache, None, None)
+    assert [e for e in served.log if e[0] == path] == [(path, "bytes=100-", 200, _size(published, path))]
+    assert cache.final(key).read_bytes() == (published / path).read_bytes()
+    assert not cache.partial(key).exists()
+
+
+def test_same_scheme_redirects_are_followed_a_bounded_number_of_times(published, server, tmp_path):
+    base, served = server
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with RemoteRun(base + "/moved/run/", cache) as remote, remote.local_view(None, None) as view:
+        assert (view / _shards(published)[0]).is_file()
+    assert remote.manifest.run_id == read_manifest(published).run_id
+    with pytest.raises(InputError, match="more than 5 redirects"):
+        _fetch(base + "/loop", cache, None, None)
+
+
+def test_a_redirect_to_another_scheme_is_refused(published, server, tmp_path):
+    base, served = server
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match="another scheme") as caught:
+        with RemoteRun(base + "/toscheme/run/", cache) as remote:
+            assert remote.manifest is None  # never reached: the fetch raises
+    assert "https://" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_stalled_server_times_out_in_one_line_and_nothing_is_cached(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(2)
+    served.behaviors[path] = "stall"
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    began = time.monotonic()
+    with pytest.raises(InputError, match="timed out") as caught:
+        _fetch(base, cache, 2, 3, timeout=CLIENT_TIMEOUT)
+    assert time.monotonic() - began < STALL_SECONDS
+    assert "\n" not in str(caught.value) and path in str(caught.value)
+    assert not list(cache.blobs.glob("state-*[0-9a-f]"))  # no checkpoint under a final name
+    _assert_cache_clean(cache, published)
+
+
+def test_the_cache_stays_under_its_size_evicting_the_least_recently_used(published, server, tmp_path):
+    base, served = server
+    shards = sum(_size(published, p) for p in _shards(published))
+    ckpt = _size(published, checkpoint_path(0))
+    cfg = read_manifest(published).config
+    bound = checkpoint_bound(state_shapes(cfg), len(state_names(cfg)))  # room made for a missing checkpoint
+    # Room for the shards and two checkpoints to come, not for a third already there.
+    cache = BlobCache(tmp_path / "cache", shards + 2 * bound + ckpt // 2)
+    _fetch(base, cache, 0, 0)  # checkpoint 0
+    _fetch(base, cache, 2, 3)  # checkpoints 2 and 4: checkpoint 0 is the least recently used
+    manifest = read_manifest(published)
+    names = {p.name for p in cache.blobs.iterdir()}
+    assert f"state-{manifest.state_digest(0).digest.hex()}" not in names
+    assert {f"state-{manifest.state_digest(c).digest.hex()}" for c in (2, 4)} <= names
+    assert cache.used_bytes() <= cache.max_bytes
+    with pytest.raises(InputError, match="--cache-size"):
+        _fetch(base, BlobCache(tmp_path / "small", shards), 0, 0)
+
+
+def test_a_url_that_is_not_http_is_refused(tmp_path):
+    with pytest.raises(InputError, match="http:// or https://"):
+        RemoteRun("ftp://127.0.0.1/run", BlobCache(tmp_path, 1))
+
+
+def test_the_cache_key_must_be_a_digest(tmp_path):
+    with pytest.raises(InputError, match="KIND-<64 hex>"):
+        BlobCache(tmp_path, 1).final("../escape")
+
+
+def test_digest_of_manifest_from_the_server_is_the_run_id(published, server, tmp_path):
+    base, _ = server
+    with RemoteRun(base + "/run", BlobCache(tmp_path, 1 << 20)) as remote:
+        body = remote.manifest.body_bytes
+    assert hashlib.sha256(body).digest() == read_manifest(published).run_id
