@@ -235,10 +235,35 @@ TINY = ModelConfig(name="tiny", vocab_size=256, seq_len=64, n_layer=2, n_head=4,
 SMALL = ModelConfig(
     name="small", vocab_size=256, seq_len=256, n_layer=6, n_head=6, n_embd=384, mlp_mult=4, tied_head=True
 )
-CONFIGS: dict[str, ModelConfig] = {"tiny": TINY, "small": SMALL}
+# GPT-2 / Pythia family shapes on a 50,304-entry vocabulary (GPT-2's BPE padded to a multiple of 64).
+GPT_VOCAB = 50304
+GPT_125M = ModelConfig(
+    name="125m", vocab_size=GPT_VOCAB, seq_len=1024, n_layer=12, n_head=12, n_embd=768, mlp_mult=4, tied_head=True
+)  # GPT-2 small
+GPT_350M = ModelConfig(
+    name="350m", vocab_size=GPT_VOCAB, seq_len=1024, n_layer=24, n_head=16, n_embd=1024, mlp_mult=4, tied_head=True
+)  # GPT-2 medium
+GPT_1B = ModelConfig(
+    name="1b", vocab_size=GPT_VOCAB, seq_len=2048, n_layer=16, n_head=8, n_embd=2048, mlp_mult=4, tied_head=False
+)  # Pythia-1B (untied head)
+CONFIGS: dict[str, ModelConfig] = {"tiny": TINY, "small": SMALL, "125m": GPT_125M, "350m": GPT_350M, "1b": GPT_1B}
 
 # Per-model training defaults: (batch_size, micro_batches, lr, min_lr, warmup_steps, decay_steps).
-_DEFAULTS = {"tiny": (4, 4, 3e-3, 3e-4, 10, 1000), "small": (4, 4, 1e-3, 1e-4, 100, 10000)}
+# The GPT presets read 65,536 tokens per step by default.
+_DEFAULTS = {
+    "tiny": (4, 4, 3e-3, 3e-4, 10, 1000),
+    "small": (4, 4, 1e-3, 1e-4, 100, 10000),
+    "125m": (4, 16, 6e-4, 6e-5, 100, 10000),
+    "350m": (2, 32, 3e-4, 3e-5, 100, 10000),
+    "1b": (1, 32, 3e-4, 3e-5, 100, 10000),
+}
+
+
+def check_preset_name(cfg: TrainConfig) -> None:
+    """InputError if cfg's model carries a preset's name but not exactly that preset's shape."""
+    preset = CONFIGS.get(cfg.model.name)
+    if preset is not None and cfg.model != preset:
+        raise InputError(f"config.model is named {cfg.model.name!r} but is not that preset's shape")
 
 
 def train_config(

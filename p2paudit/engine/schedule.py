@@ -61,10 +61,13 @@ def window_starts(data_key: bytes, cfg: TrainConfig, step: int, n_tokens: int) -
 
 
 def batch_for_step(tokens: np.ndarray, data_key: bytes, cfg: TrainConfig, step: int) -> np.ndarray:
-    """(M, B, T+1) int64 token windows of step `step` (0-based) from the uint8 corpus `tokens`."""
-    if not isinstance(tokens, np.ndarray) or tokens.dtype != np.uint8 or tokens.ndim != 1:
-        raise InputError("corpus tokens must be a 1-d uint8 array")
-    if int(cfg.model.vocab_size) < 256:
+    """(M, B, T+1) int64 token windows of step `step` (0-based) from the corpus `tokens`.
+
+    `tokens`: uint8 byte tokens, or uint16/uint32 token ids (checked below vocab_size when loaded).
+    """
+    if not isinstance(tokens, np.ndarray) or tokens.dtype not in (np.uint8, np.uint16, np.uint32) or tokens.ndim != 1:
+        raise InputError("corpus tokens must be a 1-d uint8, uint16 or uint32 array")
+    if tokens.dtype == np.uint8 and int(cfg.model.vocab_size) < 256:
         raise InputError(f"byte tokens need vocab_size >= 256, the model has {cfg.model.vocab_size}")
     T = cfg.model.seq_len
     starts = window_starts(data_key, cfg, step, tokens.size)  # (M, B)

@@ -29,7 +29,7 @@ import numpy as np
 
 import kernels
 from p2paudit.engine import ENGINE_VERSION
-from p2paudit.engine.config import CONFIGS, MAX_SCHEDULE_STEPS, TrainConfig
+from p2paudit.engine.config import MAX_SCHEDULE_STEPS, TrainConfig, check_preset_name
 from p2paudit.engine.schedule import SCHEDULE_FUNCTION
 from p2paudit.engine.state import state_names
 from p2paudit.errors import InputError
@@ -46,6 +46,7 @@ MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "manifest.sig.json"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 4096
+MAX_CONFIG_BYTES = 64 * 1024
 MAX_STEPS = MAX_SCHEDULE_STEPS  # steps_planned; the schedule counts steps below 2^32
 BODY_KEYS = (
     "arithmetic_version",
@@ -432,18 +433,37 @@ def check_body(body: object, complete: bool = True) -> Body:
 
 def _check_config(value: object) -> TrainConfig:
     cfg = TrainConfig.from_dict(value)
-    preset = CONFIGS.get(cfg.model.name)
-    if preset is not None and cfg.model != preset:
-        raise InputError(f"config.model is named {cfg.model.name!r} but is not that preset's shape")
+    check_preset_name(cfg)
     return cfg
+
+
+def read_config_file(path: Path) -> TrainConfig:
+    """A TrainConfig from a JSON file (`train --config FILE.json`), checked exactly as a manifest's config.
+
+    The file holds {"model": {...}, "optim": {...}, "batch_size", "micro_batches", "seed"}
+    (TrainConfig.to_dict); a bounded regular file, strict JSON; InputError (one line) naming what is wrong.
+    """
+    blob = read_file(path, "config file", MAX_CONFIG_BYTES, path.parent)
+    try:
+        return _check_config(parse_json(blob, str(path)))
+    except InputError as exc:
+        raise InputError(f"config file {path}: {exc}") from None
+
+
+def check_data_for_config(data: DataSpec, cfg: TrainConfig) -> None:
+    """InputError unless the model's vocabulary covers the data's token ids and a window fits in the data."""
+    if data.vocab_size > cfg.model.vocab_size:
+        raise InputError(
+            f"config.model.vocab_size is {cfg.model.vocab_size}, but the data's "
+            f"{'token ids lie below' if data.token_ids else TOKENIZER + ' tokens need'} {data.vocab_size}"
+        )
+    if data.tokens < cfg.model.seq_len + 1:
+        raise InputError(f"data.tokens is {data.tokens}, fewer than seq_len + 1 = {cfg.model.seq_len + 1}")
 
 
 def _check_data(value: object, cfg: TrainConfig) -> DataSpec:
     data = DataSpec.from_dict(value)
-    if data.tokenizer == TOKENIZER and cfg.model.vocab_size < 256:
-        raise InputError(f"config.model.vocab_size is {cfg.model.vocab_size}, but {TOKENIZER} tokens need 256")
-    if data.tokens < cfg.model.seq_len + 1:
-        raise InputError(f"data.tokens is {data.tokens}, fewer than seq_len + 1 = {cfg.model.seq_len + 1}")
+    check_data_for_config(data, cfg)
     return data
 
 

@@ -23,6 +23,7 @@ from p2paudit import __version__, engine
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig, train_config
 from p2paudit.engine.distributed import rank_share
+from p2paudit.engine.memory import check_fits, estimate_memory
 from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity
@@ -34,11 +35,21 @@ from p2paudit.run.manifest import (
     RUN_VERSION,
     SIGNATURE_FILE,
     canonical_json,
+    check_data_for_config,
     read_manifest,
     read_progress,
     write_manifest,
 )
-from p2paudit.run.shards import DataSpec, corpus_tokens, load_tokens, write_shards
+from p2paudit.run.shards import (
+    CORPUS_NAME,
+    DataSpec,
+    copy_shards,
+    corpus_tokens,
+    describe_corpus,
+    load_tokens,
+    read_data_spec,
+    write_shards,
+)
 from p2paudit.run.storage import lock_directory, remove_temp_files, write_atomic
 from p2paudit.run.training import PROGRESS_FILE, StepDone, TrainPlan, train_steps
 from p2paudit.run.workers import train_distributed
@@ -60,9 +71,15 @@ class PublishResult:
     resumed_from: int
 
 
-def check_plan(plan: TrainPlan) -> TrainConfig:
+def check_plan(
+    plan: TrainPlan, config: TrainConfig | None = None, data_dir: Path | None = None, ignore_memory: bool = False
+) -> TrainConfig:
     """The plan's TrainConfig; InputError for a plan that cannot run (numbers out of range, a world
-    size the micro-batches cannot be split over, a directory that is not a run's)."""
+    size the micro-batches cannot be split over, a directory that is not a run's, data the model's
+    vocabulary does not cover, more memory than this machine has unless `ignore_memory`).
+
+    `config`: a config (from `train --config FILE.json`) used instead of the preset plan.config;
+    `data_dir`: a data directory of imported token ids (`p2paudit data import`) instead of the corpus."""
     if plan.steps < 1:
         raise InputError(f"--steps is {plan.steps}, want >= 1")
     if not 1 <= plan.ckpt_every <= plan.steps:
@@ -74,12 +91,26 @@ def check_plan(plan: TrainPlan) -> TrainConfig:
         raise InputError(f"--world-size is {plan.world_size}, want >= 1")
     if plan.traces and plan.world_size != 1:
         raise InputError(f"--traces needs --world-size 1, got {plan.world_size}")
-    cfg = train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    cfg = (
+        config
+        if config is not None
+        else train_config(plan.config, micro_batches=plan.micro_batches, seed=plan.seed, steps=plan.steps)
+    )
+    data = data_spec(data_dir)
+    check_data_for_config(data, cfg)
+    need = plan.world_size * estimate_memory(cfg, data.tokens, data.token_bytes).train_step
+    if not ignore_memory:
+        check_fits(need, f"training {cfg.model.name} on {plan.world_size} process(es)")
     load_backend(plan.backend)
     if plan.world_size > 1:
         rank_share(cfg, 0, plan.world_size)
     _check_directory(plan.run_dir)
     return cfg
+
+
+def data_spec(data_dir: Path | None) -> DataSpec:
+    """The data a run trains on: the built-in corpus's spec, or that of the data directory `data_dir`."""
+    return read_data_spec(data_dir) if data_dir is not None else describe_corpus(CORPUS_NAME)
 
 
 def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
@@ -135,18 +166,24 @@ def _check_directory(run_dir: Path) -> None:
 
 
 def publish_run(
-    plan: TrainPlan, identity: Identity, on_step: Callable[[StepDone], None] | None = None
+    plan: TrainPlan,
+    identity: Identity,
+    on_step: Callable[[StepDone], None] | None = None,
+    config: TrainConfig | None = None,
+    data_dir: Path | None = None,
+    ignore_memory: bool = False,
 ) -> PublishResult:
     """Train `plan` into plan.run_dir (resuming if interrupted), sign and write the manifest.
 
     Returns at once if the directory already holds the finished run of this
-    plan; raises InputError if it holds a different run.
+    plan; raises InputError if it holds a different run. `config`, `data_dir`,
+    `ignore_memory`: as for check_plan.
     """
-    cfg = check_plan(plan)
+    cfg = check_plan(plan, config, data_dir, ignore_memory)
     run_dir = plan.run_dir
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
         manifest = read_manifest(run_dir)
-        if not _same_plan(manifest.body, cfg, plan):
+        if not _same_plan(manifest.body, cfg, plan) or manifest.data != data_spec(data_dir):
             raise InputError(
                 f"run directory {run_dir} already holds a finished run with another config, --steps or --ckpt-every"
             )
@@ -157,7 +194,7 @@ def publish_run(
         # or the resumed run is no longer byte-identical to an uninterrupted one.
         for directory in (run_dir, *(run_dir / sub for sub in RUN_SUBDIRS)):
             remove_temp_files(directory)
-        body, tokens, state = _start_or_resume(run_dir, cfg, plan)
+        body, tokens, state = _start_or_resume(run_dir, cfg, plan, data_dir)
         resumed_from = len(body["steps"])
         if plan.world_size > 1:
             train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
@@ -168,15 +205,25 @@ def publish_run(
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
 
 
-def _start_or_resume(run_dir: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict, np.ndarray, dict]:
-    """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new."""
+def _start_or_resume(
+    run_dir: Path, cfg: TrainConfig, plan: TrainPlan, data_dir: Path | None = None
+) -> tuple[dict, np.ndarray, dict]:
+    """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new.
+
+    The shards are the built-in corpus's, or copies of those in `data_dir` (imported token ids)."""
     progress = run_dir / PROGRESS_FILE
     if progress.exists():
         body, data, claimed = _read_progress(progress, cfg, plan)
+        if data != data_spec(data_dir):
+            raise InputError(f"{progress} belongs to a run on other data; resume it with the same --data")
         tokens = load_tokens(run_dir, data)
         state = load_checkpoint(run_dir, len(body["steps"]), claimed, state_names(cfg), state_shapes(cfg))
         return body, tokens, state
-    data = write_shards(run_dir, corpus_tokens())
+    if data_dir is not None:
+        data = read_data_spec(data_dir)
+        copy_shards(data_dir, data, run_dir)
+    else:
+        data = write_shards(run_dir, corpus_tokens())
     tokens = load_tokens(run_dir, data)
     state = init_state(cfg)
     initial = digest_state(state)

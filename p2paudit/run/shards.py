@@ -1,24 +1,36 @@
-"""The training data: the built-in corpus as byte tokens, cut into digested shard files.
+"""The training data, cut into digested shard files: the built-in byte corpus, or imported token ids.
 
-Tokenizer: one token per byte of the UTF-8 corpus text (vocabulary 256).
+Two kinds of data (docs/run-format.md specifies both byte for byte):
 
-Shard file layout (all integers little-endian, struct format "<8sIIQQ"):
+- byte tokens (tokenizer "utf8-bytes", vocabulary 256): the built-in corpus,
+  one token per byte of its UTF-8 text, in version-1 shards;
+- token ids (tokenizer "token-ids"): ids from any tokenizer below a stated
+  vocab_size, stored as little-endian uint16 when vocab_size <= 65,536 and
+  uint32 otherwise, in version-2 shards, written by `import_tokens`
+  (`p2paudit data import`) into a data directory (data.json + shards/).
 
-    magic   8 bytes  b"P2PSHARD"
-    version u32      1
-    index   u32      shard number, from 0
-    offset  u64      number of tokens in the shards before this one
-    count   u64      number of tokens in this shard
-    tokens  count bytes (uint8)
+Version-1 shard (struct "<8sIIQQ", 32 bytes, then count uint8 tokens):
+
+    magic b"P2PSHARD" | version u32 = 1 | index u32 | offset u64 | count u64
+
+Version-2 shard (struct "<8sIIQQII", 40 bytes, then count tokens of `width` bytes):
+
+    magic b"P2PSHARD" | version u32 = 2 | index u32 | offset u64 | count u64
+    | width u32 (2 or 4) | vocab_size u32
 
 A shard's digest is the SHA-256 of the whole file (header included). The data
 key that the schedule draws batches with is the SHA-256 of all tokens
-concatenated (headers excluded); the schedule uses its 32 raw bytes.
+concatenated as stored (headers excluded); the schedule uses its 32 raw bytes.
+Every shard but the last holds SHARD_TOKENS tokens.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
+import json
+import os
 import struct
 from dataclasses import dataclass
 from importlib import resources
@@ -26,9 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from p2paudit.engine.config import MAX_VOCAB
 from p2paudit.errors import InputError
+from p2paudit.regular_files import open_regular
 from p2paudit.run.digest import digest_bytes, format_digest, parse_digest
-from p2paudit.run.storage import read_file, write_atomic
+from p2paudit.run.storage import parse_json, read_file, write_atomic
 
 SHARD_MAGIC = b"P2PSHARD"
 SHARD_VERSION = 1
@@ -37,6 +51,21 @@ SHARD_TOKENS = 65536  # tokens per shard; the last shard holds the rest
 CORPUS_NAME = "pydoc_topics.txt"
 TOKENIZER = "utf8-bytes"
 KNOWN_CORPORA = frozenset({CORPUS_NAME})  # a corpus name fixes its bytes: see describe_corpus
+TOKEN_IDS = "token-ids"  # the tokenizer of imported data: ids from any tokenizer, below vocab_size
+SHARD_VERSION_IDS = 2
+SHARD_HEADER_IDS = struct.Struct("<8sIIQQII")
+TOKEN_DTYPES = {"uint16": 2, "uint32": 4}  # little-endian in the shard files
+MAX_DATA_TOKENS = 2**32  # the schedule draws windows from at most 2^32 + seq_len tokens
+MAX_CORPUS_CHARS = 64
+DATA_FILE = "data.json"  # a data directory's description: its DataSpec, canonical JSON
+MAX_DATA_FILE_BYTES = 64 * 1024 * 1024
+DATA_KEYS = ("corpus", "data_key", "shards", "tokenizer", "tokens")
+DATA_KEYS_IDS = ("corpus", "data_key", "dtype", "shards", "tokenizer", "tokens", "vocab_size")
+
+
+def token_dtype_for(vocab_size: int) -> str:
+    """The stored dtype of token ids below vocab_size: uint16 when they fit, else uint32."""
+    return "uint16" if vocab_size <= 65536 else "uint32"
 
 
 @dataclass(frozen=True)
@@ -53,45 +82,64 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """What the manifest says about the data: tokenizer, corpus, total size, data key, shards."""
+    """What the manifest says about the data: tokenizer, corpus, total size, data key, shards.
+
+    For token ids (tokenizer TOKEN_IDS) also the stored dtype and the vocabulary
+    every id lies below; byte tokens are uint8 below 256 and their object has
+    neither key (so runs written before token ids existed keep their bytes and ids).
+    """
 
     tokenizer: str
     corpus: str
     tokens: int
     data_key: bytes
     shards: tuple[ShardInfo, ...]
+    dtype: str = "uint8"
+    vocab_size: int = 256
+
+    @property
+    def token_ids(self) -> bool:
+        return self.tokenizer == TOKEN_IDS
+
+    @property
+    def token_bytes(self) -> int:
+        return TOKEN_DTYPES[self.dtype] if self.token_ids else 1
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "tokenizer": self.tokenizer,
             "corpus": self.corpus,
             "tokens": self.tokens,
             "data_key": format_digest(self.data_key),
             "shards": [s.to_dict() for s in self.shards],
         }
+        if self.token_ids:
+            out["dtype"] = self.dtype
+            out["vocab_size"] = self.vocab_size
+        return out
 
     @staticmethod
     def from_dict(data: object) -> DataSpec:
         """Parse the manifest's "data" object strictly; InputError naming the bad field and value.
 
         Exactly the keys of `to_dict`, exact types, every shard but the last
-        holding SHARD_TOKENS tokens, `tokens` their total, and a known corpus:
-        since a corpus name fixes its bytes, the whole object must be what
-        `describe_corpus` gives for that name (shard digests and data key included).
+        holding SHARD_TOKENS tokens, `tokens` their total. Byte tokens must name
+        a known corpus: since a corpus name fixes its bytes, the whole object
+        must be what `describe_corpus` gives for that name (shard digests and
+        data key included). Token ids need a vocab_size 1..MAX_VOCAB, the dtype
+        that vocabulary implies, and a corpus name of printable ASCII.
         """
-        _check_keys(data, ("corpus", "data_key", "shards", "tokenizer", "tokens"), "manifest data")
+        if isinstance(data, dict) and data.get("tokenizer") == TOKEN_IDS:
+            return _token_ids_from_dict(data)
+        _check_keys(data, DATA_KEYS, "manifest data")
         if data["tokenizer"] != TOKENIZER:
-            raise InputError(f"manifest data.tokenizer is {str(data['tokenizer'])[:80]!r}, want {TOKENIZER!r}")
+            raise InputError(
+                f"manifest data.tokenizer is {str(data['tokenizer'])[:80]!r}, want {TOKENIZER!r} or {TOKEN_IDS!r}"
+            )
         corpus = data["corpus"]
         if corpus not in KNOWN_CORPORA:
             raise InputError(f"manifest data.corpus is {str(corpus)[:80]!r}, want one of {sorted(KNOWN_CORPORA)}")
-        shards = data["shards"]
-        if not isinstance(shards, list) or not shards:
-            raise InputError("manifest data.shards must be a non-empty list")
-        infos = tuple(_parse_shard(s, i, i == len(shards) - 1) for i, s in enumerate(shards))
-        tokens, total = data["tokens"], sum(s.tokens for s in infos)
-        if type(tokens) is not int or tokens != total:
-            raise InputError(f"manifest data.tokens is {str(tokens)[:80]}, want the shards' total {total}")
+        infos, tokens = _parse_shards(data)
         spec = DataSpec(TOKENIZER, corpus, tokens, parse_digest(data["data_key"], "manifest data.data_key"), infos)
         expected = describe_corpus(corpus)
         if spec != expected:
@@ -106,6 +154,51 @@ class DataSpec:
                 )
             )
         return spec
+
+
+def _token_ids_from_dict(data: dict) -> DataSpec:
+    _check_keys(data, DATA_KEYS_IDS, "manifest data")
+    vocab = data["vocab_size"]
+    if type(vocab) is not int or not 1 <= vocab <= MAX_VOCAB:
+        raise InputError(f"manifest data.vocab_size is {str(vocab)[:80]}, want an integer 1..{MAX_VOCAB}")
+    dtype = data["dtype"]
+    if dtype != token_dtype_for(vocab):
+        raise InputError(
+            f"manifest data.dtype is {str(dtype)[:80]!r}, want {token_dtype_for(vocab)!r} for vocab_size {vocab}"
+        )
+    corpus = data["corpus"]
+    check_corpus_name(corpus, "manifest data.corpus")
+    infos, tokens = _parse_shards(data)
+    if tokens > MAX_DATA_TOKENS:
+        raise InputError(f"manifest data.tokens is {tokens}, more than the {MAX_DATA_TOKENS} allowed")
+    key = parse_digest(data["data_key"], "manifest data.data_key")
+    return DataSpec(TOKEN_IDS, corpus, tokens, key, infos, dtype, vocab)
+
+
+def check_corpus_name(name: object, where: str) -> str:
+    """`name` if it is 1..MAX_CORPUS_CHARS printable ASCII characters without outer spaces."""
+    if not (
+        isinstance(name, str)
+        and 1 <= len(name) <= MAX_CORPUS_CHARS
+        and name.isascii()
+        and name.isprintable()
+        and name.strip() == name
+    ):
+        raise InputError(f"{where} is {str(name)[:80]!r}, want 1..{MAX_CORPUS_CHARS} printable ASCII characters")
+    return name
+
+
+def _parse_shards(data: dict) -> tuple[tuple[ShardInfo, ...], int]:
+    shards = data["shards"]
+    if not isinstance(shards, list) or not shards:
+        raise InputError("manifest data.shards must be a non-empty list")
+    if len(shards) > MAX_DATA_TOKENS // SHARD_TOKENS + 1:
+        raise InputError(f"manifest data.shards has {len(shards)} entries, more than {MAX_DATA_TOKENS} tokens need")
+    infos = tuple(_parse_shard(s, i, i == len(shards) - 1) for i, s in enumerate(shards))
+    tokens, total = data["tokens"], sum(s.tokens for s in infos)
+    if type(tokens) is not int or tokens != total:
+        raise InputError(f"manifest data.tokens is {str(tokens)[:80]}, want the shards' total {total}")
+    return infos, tokens
 
 
 def _check_keys(value: object, keys: tuple[str, ...], where: str) -> dict:
@@ -184,23 +277,37 @@ def write_shards(run_dir: Path, tokens: np.ndarray, shard_tokens: int = SHARD_TO
 
 
 def load_tokens(run_dir: Path, spec: DataSpec) -> np.ndarray:
-    """Read and check every shard; the concatenated tokens (uint8).
+    """Read and check every shard; the concatenated tokens (uint8 bytes, or uint16/uint32 ids).
 
-    Raises InputError naming the shard file when it is missing, its digest is
-    not the manifest's, or its header disagrees with the manifest.
+    Raises InputError naming the shard file when it is missing, shorter or
+    longer than the manifest says, its digest is not the manifest's, its
+    header disagrees with the manifest, or (token ids) an id is not below
+    vocab_size (naming its position).
     """
+    width = spec.token_bytes
+    header = SHARD_HEADER_IDS if spec.token_ids else SHARD_HEADER
     parts, offset = [], 0
     for index, info in enumerate(spec.shards):
         path = run_dir / info.path
-        blob = read_file(path, "shard", SHARD_HEADER.size + info.tokens, run_dir)
+        size = header.size + info.tokens * width
+        blob = read_file(path, "shard", size, run_dir)
+        if len(blob) != size:
+            raise InputError(
+                f"shard {path} has {len(blob)} bytes, want {size} (a {header.size}-byte header and "
+                f"{info.tokens} tokens of {width} byte(s), as the manifest says)"
+            )
         if digest_bytes(blob) != info.digest:
             raise InputError(
                 f"shard {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's {format_digest(info.digest)}"
             )
-        parts.append(_decode_shard(path, blob, index, offset, info.tokens))
+        if spec.token_ids:
+            parts.append(_decode_ids_shard(path, blob, index, offset, info.tokens, spec))
+        else:
+            parts.append(_decode_shard(path, blob, index, offset, info.tokens))
         offset += info.tokens
     tokens = np.concatenate(parts)
-    if digest_bytes(tokens.tobytes()) != spec.data_key:
+    stored = tokens.astype("<u" + str(width), copy=False)  # the data key hashes the stored little-endian bytes
+    if digest_bytes(stored.tobytes()) != spec.data_key:
         raise InputError(f"shards in {run_dir / 'shards'} do not add up to the manifest's data key")
     return tokens
 
@@ -219,3 +326,165 @@ def _decode_shard(path: Path, blob: bytes, index: int, offset: int, count: int) 
             f"want {index} {offset} {count}"
         )
     return np.frombuffer(blob, dtype=np.uint8, offset=SHARD_HEADER.size)
+
+
+def _decode_ids_shard(path: Path, blob: bytes, index: int, offset: int, count: int, spec: DataSpec) -> np.ndarray:
+    width = TOKEN_DTYPES[spec.dtype]
+    if len(blob) < SHARD_HEADER_IDS.size:
+        raise InputError(f"shard {path} has {len(blob)} bytes, shorter than its {SHARD_HEADER_IDS.size}-byte header")
+    magic, version, got_index, got_offset, got_count, got_width, got_vocab = SHARD_HEADER_IDS.unpack_from(blob)
+    if magic != SHARD_MAGIC or version != SHARD_VERSION_IDS:
+        raise InputError(
+            f"shard {path} has magic {magic!r} version {version}, want {SHARD_MAGIC!r} version {SHARD_VERSION_IDS}"
+        )
+    got = (got_index, got_offset, got_count, got_width, got_vocab)
+    want = (index, offset, count, width, spec.vocab_size)
+    if got != want or len(blob) != SHARD_HEADER_IDS.size + count * width:
+        raise InputError(
+            f"shard {path} header says index/offset/count/width/vocab_size {got}, want {want} "
+            f"and {SHARD_HEADER_IDS.size + count * width} bytes in all"
+        )
+    ids = np.frombuffer(blob, dtype="<u" + str(width), offset=SHARD_HEADER_IDS.size).astype(spec.dtype, copy=False)
+    bad = np.flatnonzero(ids >= spec.vocab_size)
+    if bad.size:
+        raise InputError(
+            f"shard {path}: token {int(bad[0])} (position {offset + int(bad[0])} of the data) is id "
+            f"{int(ids[bad[0]])}, not below vocab_size {spec.vocab_size}"
+        )
+    return ids
+
+
+def encode_ids_shard(index: int, offset: int, ids: np.ndarray, vocab_size: int) -> bytes:
+    """The bytes of one version-2 shard of token ids (`ids` already in token_dtype_for(vocab_size))."""
+    width = TOKEN_DTYPES[token_dtype_for(vocab_size)]
+    stored = ids.astype("<u" + str(width), copy=False)
+    header = SHARD_HEADER_IDS.pack(SHARD_MAGIC, SHARD_VERSION_IDS, index, offset, ids.size, width, vocab_size)
+    return header + stored.tobytes()
+
+
+def write_data_file(data_dir: Path, spec: DataSpec) -> None:
+    """Write data_dir/data.json: the spec as canonical JSON (sorted keys, no whitespace)."""
+    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    write_atomic(data_dir / DATA_FILE, text.encode("utf-8"))
+
+
+def read_data_dir(data_dir: Path) -> tuple[DataSpec, np.ndarray]:
+    """(spec, tokens) of a data directory written by import_tokens: data.json checked strictly, every shard too."""
+    spec = read_data_spec(data_dir)
+    return spec, load_tokens(data_dir, spec)
+
+
+def read_data_spec(data_dir: Path) -> DataSpec:
+    """The DataSpec in data_dir/data.json, checked strictly (the shards are not read)."""
+    if not data_dir.is_dir():
+        raise InputError(f"data directory {data_dir} does not exist")
+    blob = read_file(data_dir / DATA_FILE, "data description", MAX_DATA_FILE_BYTES, data_dir)
+    try:
+        spec = DataSpec.from_dict(parse_json(blob, str(data_dir / DATA_FILE)))
+    except InputError as exc:
+        raise InputError(f"{data_dir / DATA_FILE}: {exc}") from None
+    return spec
+
+
+def copy_shards(source: Path, spec: DataSpec, run_dir: Path) -> None:
+    """Copy the shard files of `spec` from the data directory `source` into run_dir, each checked again."""
+    width = spec.token_bytes
+    header = SHARD_HEADER_IDS if spec.token_ids else SHARD_HEADER
+    for info in spec.shards:
+        blob = read_file(source / info.path, "shard", header.size + info.tokens * width, source)
+        if digest_bytes(blob) != info.digest:
+            raise InputError(f"shard {source / info.path} changed while it was copied into {run_dir}")
+        write_atomic(run_dir / info.path, blob)
+
+
+def _read_exact(fd: int, n: int, path: Path) -> bytes:
+    chunks, left = [], n
+    while left > 0:
+        try:
+            chunk = os.read(fd, min(left, 1 << 24))
+        except OSError as exc:
+            raise InputError(f"token file {path} cannot be read: {exc.strerror}") from None
+        if not chunk:
+            raise InputError(f"token file {path} ended {left} bytes early (was it truncated while read?)")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _npy_layout(fd: int, path: Path, size: int) -> tuple[np.dtype, int, int]:
+    """(dtype, count, data offset) of a 1-d integer .npy file; its header read with numpy's bounded parser."""
+    head = io.BytesIO(_read_exact(fd, min(size, 1 << 16), path))  # numpy refuses headers over 10,000 bytes
+    try:
+        version = np.lib.format.read_magic(head)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(head)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(head)
+        else:
+            raise ValueError(f".npy format version {version}, want 1.0 or 2.0")
+    except (ValueError, EOFError, SyntaxError) as exc:
+        raise InputError(f"token file {path} is not a readable .npy file: {str(exc).splitlines()[0][:120]}") from None
+    if len(shape) != 1:
+        raise InputError(f"token file {path} holds an array of shape {shape}, want a 1-d array")
+    if dtype.kind not in "iu":
+        raise InputError(f"token file {path} holds {dtype} values, want an integer dtype")
+    count, start = shape[0], head.tell()
+    if size != start + count * dtype.itemsize:
+        raise InputError(
+            f"token file {path} has {size} bytes, want {start + count * dtype.itemsize} for {count} {dtype} "
+            f"values (truncated, or trailing bytes)"
+        )
+    return dtype, count, start
+
+
+def import_tokens(source: Path, vocab_size: int, out_dir: Path, corpus: str | None = None) -> DataSpec:
+    """Turn a flat token file into a data directory `out_dir` (data.json and version-2 shards); its DataSpec.
+
+    `source`: a .npy file (a 1-d array of any integer dtype) or else a raw
+    little-endian uint16 array (nanoGPT's train.bin). Read in bounded pieces of
+    one shard each; every id must lie in [0, vocab_size) (InputError naming
+    its position). `out_dir` must be new or empty.
+    """
+    if type(vocab_size) is not int or not 1 <= vocab_size <= MAX_VOCAB:
+        raise InputError(f"--vocab-size is {vocab_size}, want 1..{MAX_VOCAB}")
+    name = check_corpus_name(corpus if corpus is not None else source.name, "corpus name (--name)")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise InputError(f"output {out_dir} exists and is not an empty directory")
+    dtype_name = token_dtype_for(vocab_size)
+    fd = open_regular(source, "token file")
+    try:
+        size = os.fstat(fd).st_size
+        if source.suffix == ".npy":
+            src_dtype, count, start = _npy_layout(fd, source, size)
+            os.lseek(fd, start, os.SEEK_SET)
+        else:
+            if size % 2:
+                raise InputError(f"token file {source} has {size} bytes, an odd number: not a uint16 array")
+            src_dtype, count = np.dtype("<u2"), size // 2
+        if count < 1 or count > MAX_DATA_TOKENS:
+            raise InputError(f"token file {source} holds {count} tokens, want 1..{MAX_DATA_TOKENS}")
+        hasher, infos = hashlib.sha256(), []
+        for index, begin in enumerate(range(0, count, SHARD_TOKENS)):
+            n = min(SHARD_TOKENS, count - begin)
+            ids = np.frombuffer(_read_exact(fd, n * src_dtype.itemsize, source), dtype=src_dtype)
+            _check_ids(ids, begin, vocab_size, source)
+            blob = encode_ids_shard(index, begin, ids.astype(dtype_name), vocab_size)
+            hasher.update(blob[SHARD_HEADER_IDS.size :])
+            write_atomic(out_dir / shard_path(index), blob)
+            infos.append(ShardInfo(shard_path(index), n, digest_bytes(blob)))
+    finally:
+        os.close(fd)
+    spec = DataSpec(TOKEN_IDS, name, count, hasher.digest(), tuple(infos), dtype_name, vocab_size)
+    write_data_file(out_dir, spec)
+    return spec
+
+
+def _check_ids(ids: np.ndarray, begin: int, vocab_size: int, source: Path) -> None:
+    bad = (
+        np.flatnonzero((ids < 0) | (ids >= vocab_size)) if ids.dtype.kind == "i" else np.flatnonzero(ids >= vocab_size)
+    )
+    if bad.size:
+        raise InputError(
+            f"token file {source}: token at position {begin + int(bad[0])} is id {int(ids[bad[0]])}, "
+            f"not in [0, {vocab_size})"
+        )
