@@ -31,6 +31,7 @@ from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import init_state, state_names, state_shapes
+from p2paudit.engine.step import StepResult
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import parse_public_key_hex
 from p2paudit.run.checkpoint import load_checkpoint
@@ -184,11 +185,15 @@ def verify_range(
     on_audit: Callable[[StepAudit], None] | None = None,
     diagnose: bool = True,
     against: str | None = None,
+    step_factory: Callable[[TrainConfig, str], Callable[..., StepResult]] = single_process_step,
 ) -> RangeReport:
     """Check `steps` with `backend`: the initial state if steps.init, then one StepAudit per step.
 
+    Each step runs through `step_factory(cfg, backend)(state, batch)`: one process
+    by default; audit.distributed_replay passes the step of one rank of a process
+    group, and every rank then runs this same function in lock-step.
     A mismatching step is diagnosed (unless `diagnose` is false) by tracing it
-    on `backend` and on `against` (default: second_backend(backend)).
+    on `backend` and on `against` (default: second_backend(backend)), on one process.
 
     Every checkpoint of states in [start, last + 1] is checked first (InputError
     on any fault, before any step runs). After a step whose replayed state is
@@ -198,7 +203,7 @@ def verify_range(
     m = view.manifest
     state: dict = {}
     if steps.first is not None and steps.last is not None:
-        step_fn = single_process_step(view.cfg, backend)
+        step_fn = step_factory(view.cfg, backend)
         if diagnose:
             load_backend(against or second_backend(backend))
         start = m.nearest_checkpoint(steps.first)

@@ -180,17 +180,46 @@ def _summary(report: RangeReport, manifest: Manifest) -> dict:
     }
 
 
-def _verify(
-    run_dir: Path, steps: str, backend: str, as_json: bool, against: str | None = None, publisher: str | None = None
-) -> RangeReport:
-    """Open and check the run, replay the range, print; returns the report."""
-    from p2paudit.audit.replay import check_publisher, open_run, parse_step_range, verify_range
+WORLD_FROM_ENV = "from-env"
 
-    view = open_run(run_dir)
-    if publisher is not None:
-        check_publisher(view, publisher)
-    step_range = parse_step_range(steps, view.manifest.num_steps)
-    report = verify_range(view, step_range, backend, on_audit=None if as_json else _echo_audit, against=against)
+
+def _world_size(text: str) -> int | None:
+    """--world-size: a process count, or None for "from-env" (torchrun's group); one-line exit 2 otherwise."""
+    if text == WORLD_FROM_ENV:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        from p2paudit.errors import InputError
+
+        raise InputError(f"--world-size {text[:20]!r} is not a process count or {WORLD_FROM_ENV}")
+    return int(text)
+
+
+def _verify(
+    run_dir: Path,
+    steps: str,
+    backend: str,
+    as_json: bool,
+    against: str | None = None,
+    publisher: str | None = None,
+    world_size: int | None = 1,
+) -> RangeReport | None:
+    """Open and check the run, replay the range (on world_size processes; None: torchrun's group), print.
+
+    Returns the report, or None on a rank other than 0 of torchrun's group (it prints nothing).
+    """
+    from functools import partial
+
+    from p2paudit.audit.distributed_replay import ReplayTask, verify_range_from_env, verify_range_spawned
+    from p2paudit.audit.replay import open_run
+
+    task = ReplayTask(partial(open_run, run_dir), steps, backend, against, publisher)
+    on_audit = None if as_json else _echo_audit
+    if world_size is None:
+        rank, view, report = verify_range_from_env(task, on_audit)
+        if rank != 0:
+            return None
+    else:
+        view, report = verify_range_spawned(task, world_size, on_audit)
     summary = _summary(report, view.manifest)
     if as_json:
         click.echo(
@@ -304,6 +333,15 @@ def _local_run_dir(run: str, steps: str, cache_dir: Path | None, cache_size: int
     metavar="KEYHEX",
     help="Refuse the run unless its manifest is signed by this Ed25519 public key (64 hex digits).",
 )
+@click.option(
+    "--world-size",
+    "world_text",
+    default="1",
+    show_default=True,
+    metavar="N|from-env",
+    help="Spread each step's micro-batches over N processes here (a power of two <= micro_batches), "
+    "or join torchrun's group across machines (from-env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
 @click.option("--attest", is_flag=True, help="Sign each step's result with the node key into the node's ledger.")
 @click.option(
@@ -339,6 +377,7 @@ def verify_range_cmd(
     backend: str,
     against: str | None,
     publisher: str | None,
+    world_text: str,
     as_json: bool,
     attest: bool,
     ledger_path: Path | None,
@@ -354,9 +393,13 @@ def verify_range_cmd(
     matches when its input's step counter, its data, its output state and its
     loss all equal the claim. Exit 0 when every check matches, 1 when any
     does not, 2 on bad usage or unreadable input, 3 on the verifier's own failure.
+    With --world-size from-env (under torchrun, see docs/engine.md) rank 0
+    prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
     """
     with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout) as local_dir:
-        report = _verify(local_dir, steps, backend, as_json, against, publisher)
+        report = _verify(local_dir, steps, backend, as_json, against, publisher, _world_size(world_text))
+        if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
+            return
         if attest:
             _attest(local_dir, report, ledger_path, as_json)
     _fail_unless_all_match(report)
