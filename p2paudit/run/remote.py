@@ -48,7 +48,6 @@ from p2paudit.run.manifest import (
     Manifest,
     manifest_from_bytes,
 )
-from p2paudit.run.shards import SHARD_HEADER
 from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
 
 SCHEMES = ("http", "https")
@@ -100,7 +99,7 @@ def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> 
     if cfg is None:
         raise InputError("manifest has no parsed config")
     files = [
-        RemoteFile(s.path, f"shard-{s.digest.hex()}", SHARD_HEADER.size + s.tokens, True, s.digest)
+        RemoteFile(s.path, f"shard-{s.digest.hex()}", manifest.data.shard_bytes(s), True, s.digest)
         for s in manifest.data.shards
     ]
     if first is None or last is None:

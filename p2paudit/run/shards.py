@@ -105,6 +105,11 @@ class DataSpec:
     def token_bytes(self) -> int:
         return TOKEN_DTYPES[self.dtype] if self.token_ids else 1
 
+    def shard_bytes(self, info: ShardInfo) -> int:
+        """The exact size of a shard file: its header and `info.tokens` tokens of token_bytes each."""
+        header = SHARD_HEADER_IDS if self.token_ids else SHARD_HEADER
+        return header.size + info.tokens * self.token_bytes
+
     def to_dict(self) -> dict:
         out = {
             "tokenizer": self.tokenizer,
@@ -289,7 +294,7 @@ def load_tokens(run_dir: Path, spec: DataSpec) -> np.ndarray:
     parts, offset = [], 0
     for index, info in enumerate(spec.shards):
         path = run_dir / info.path
-        size = header.size + info.tokens * width
+        size = spec.shard_bytes(info)
         blob = read_file(path, "shard", size, run_dir)
         if len(blob) != size:
             raise InputError(

@@ -43,7 +43,7 @@ def config(**changes) -> NodeConfig:
     return NodeConfig(**base)
 
 
-async def wait_until(predicate, what: str, timeout: float = 20.0, step: float = 0.05) -> None:
+async def wait_until(predicate, what: str, timeout: float = 60.0, step: float = 0.05) -> None:
     with trio.move_on_after(timeout):
         while not predicate():
             await trio.sleep(step)
@@ -63,15 +63,29 @@ async def start_chain(stack: AsyncExitStack, n: int, events=None, **changes):
     return nodes
 
 
+def _first_leaf(error: BaseException) -> BaseException:
+    """The first non-group exception inside nested exception groups (trio nests one per nursery)."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+# Upper bounds on waiting only (never on ban windows or rates): a CI machine may be busier than this one.
+SLACK = 3
+
+
 def run(fn, limit: float):
     async def main():
-        with trio.fail_after(limit):
+        with trio.fail_after(limit * SLACK):
             await fn()
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:  # show what failed, not ten levels of nurseries
+        raise _first_leaf(group) from group
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_peer_id_is_ours_and_binds_loopback():
     async def body():
         identity = ident(7)
@@ -86,7 +100,7 @@ def test_peer_id_is_ours_and_binds_loopback():
     run(body, 20)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_plaintext_dialer_is_refused():
     async def body():
         async with open_node(ident(1), config()) as node:
@@ -108,7 +122,7 @@ def test_plaintext_dialer_is_refused():
     run(body, 25)
 
 
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)
 def test_chain_of_five_finds_everyone_by_peer_exchange():
     async def body():
         async with AsyncExitStack() as stack:
@@ -121,7 +135,7 @@ def test_chain_of_five_finds_everyone_by_peer_exchange():
     run(body, 35)
 
 
-@pytest.mark.timeout(75)
+@pytest.mark.timeout(225)
 def test_burst_delivery_counts_and_latency():
     n, per_node, topic = 5, 100, "p2paudit/test/burst"
 
@@ -169,7 +183,7 @@ def test_burst_delivery_counts_and_latency():
     run(body, 70)
 
 
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)
 def test_raising_validator_rejects_and_pubsub_survives():
     topic = "p2paudit/test/validate"
 
@@ -210,7 +224,7 @@ def test_raising_validator_rejects_and_pubsub_survives():
     run(body, 35)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_per_origin_rate_limit_rejects_the_excess():
     topic = "p2paudit/test/rate"
 
@@ -232,7 +246,7 @@ def test_per_origin_rate_limit_rejects_the_excess():
     run(body, 25)
 
 
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)
 def test_request_response_limits_and_timeouts():
     async def body():
         events = [[], []]
@@ -283,7 +297,7 @@ def test_request_response_limits_and_timeouts():
     run(body, 35)
 
 
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)
 def test_banned_peer_cannot_reconnect_until_ban_ends():
     async def body():
         events = [[], []]
@@ -357,7 +371,7 @@ def test_frames_and_token_bucket():
     assert bucket.take(now=0.5) and not bucket.take(now=0.5)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 def test_kademlia_provider_records_find_a_peer_beyond_the_bootstrap_list():
     async def body():
         async with AsyncExitStack() as stack:
@@ -408,7 +422,7 @@ def _child(index: int, boot: str, n: int, per_node: int, topic: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(270)
 def test_five_processes_burst_delivery_counts():
     # 50 per node keeps the file inside its time budget; the 100-per-node burst is tested in one process.
     n, per_node, topic = 5, 50, "p2paudit/test/procs"
