@@ -29,6 +29,7 @@ from p2paudit.audit.records import ERROR, INIT, MATCH, MISMATCH, StepAudit, same
 from p2paudit.engine import ENGINE_VERSION
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.memory import check_fits, estimate_memory
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.engine.step import StepResult
@@ -77,14 +78,22 @@ class RangeReport:
         return any(a.verdict == MISMATCH for a in self.audits)
 
 
-def open_run(run_dir: Path) -> RunView:
-    """Read and check the manifest and every shard of `run_dir`."""
+def open_run(run_dir: Path, ignore_memory: bool = False) -> RunView:
+    """Read and check the manifest and every shard of `run_dir`.
+
+    Before any shard or checkpoint is loaded, the memory a replay of this
+    config needs is estimated and checked against what the machine has
+    (InputError, one line, unless `ignore_memory`).
+    """
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist")
     manifest = read_manifest(run_dir)
     cfg = manifest.config  # parsed and checked with the manifest
     if cfg is None:
         raise InternalError(f"read_manifest returned no config for {run_dir}")
+    if not ignore_memory:
+        need = estimate_memory(cfg, manifest.data.tokens, manifest.data.token_bytes).replay
+        check_fits(need, f"replaying a step of the run in {run_dir}")
     tokens = load_tokens(run_dir, manifest.data)
     return RunView(run_dir, manifest, cfg, tokens, tuple(state_names(cfg)))
 

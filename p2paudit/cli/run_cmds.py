@@ -202,6 +202,7 @@ def _verify(
     against: str | None = None,
     publisher: str | None = None,
     world_size: int | None = 1,
+    ignore_memory: bool = False,
 ) -> RangeReport | None:
     """Open and check the run, replay the range (on world_size processes; None: torchrun's group), print.
 
@@ -212,7 +213,7 @@ def _verify(
     from p2paudit.audit.distributed_replay import ReplayTask, verify_range_from_env, verify_range_spawned
     from p2paudit.audit.replay import open_run
 
-    task = ReplayTask(partial(open_run, run_dir), steps, backend, against, publisher)
+    task = ReplayTask(partial(open_run, run_dir, ignore_memory=ignore_memory), steps, backend, against, publisher)
     on_audit = None if as_json else _echo_audit
     if world_size is None:
         rank, view, report = verify_range_from_env(task, on_audit)
@@ -371,6 +372,9 @@ def _local_run_dir(run: str, steps: str, cache_dir: Path | None, cache_size: int
     show_default=True,
     help="Seconds a remote server may stay silent before the fetch fails.",
 )
+@click.option(
+    "--ignore-memory-check", is_flag=True, help="Replay even if the estimated memory exceeds what is available."
+)
 def verify_range_cmd(
     steps: str,
     run_dir: str,
@@ -384,6 +388,7 @@ def verify_range_cmd(
     cache_dir: Path | None,
     cache_size: int,
     timeout: float,
+    ignore_memory_check: bool,
 ) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
@@ -397,7 +402,9 @@ def verify_range_cmd(
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
     """
     with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout) as local_dir:
-        report = _verify(local_dir, steps, backend, as_json, against, publisher, _world_size(world_text))
+        report = _verify(
+            local_dir, steps, backend, as_json, against, publisher, _world_size(world_text), ignore_memory_check
+        )
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return
         if attest:

@@ -86,3 +86,16 @@ def test_hostile_ranges_exit_2_in_one_line(small_run, tmp_path, text, message):
     result = _invoke(["verify-range", text, "--run", str(small_run)], tmp_path)
     assert result.exit_code == EXIT_USAGE and message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_replay_that_cannot_fit_is_refused_before_loading_unless_overridden(small_run, tmp_path, monkeypatch):
+    from p2paudit.engine import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**20)  # 1 MiB: the tiny replay needs more
+    refused = _invoke(["verify-range", "1", "--run", str(small_run), "--backend", "reference"], tmp_path)
+    assert refused.exit_code == EXIT_USAGE
+    assert "replaying a step of the run in" in refused.output and "1.00 MiB is available" in refused.output
+    forced = _invoke(
+        ["verify-range", "1", "--run", str(small_run), "--backend", "reference", "--ignore-memory-check"], tmp_path
+    )
+    assert forced.exit_code == 0, forced.output
