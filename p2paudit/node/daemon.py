@@ -9,8 +9,10 @@ snapshot (`status.write_status`) that `p2paudit status` reads.
 
 Loops, all in one trio nursery:
 - audit: pick the next step (auditor.next_step), replay it off-loop, sign and
-  append, gossip the new attestations in batches, announce new conflicts on
+  append, queue the new attestations for gossip, announce new conflicts on
   the evidence topic;
+- flush: every second, gossip the queued attestations in as few batches as
+  the limits allow (a message costs the same whatever it carries);
 - sync: every few seconds, with each connected peer, a status handshake and
   page-proved range requests from the stored cursor (sync.SyncSession);
 - witness: after the ledger grows, ask each connected peer to cosign the new
@@ -47,6 +49,7 @@ WITNESS_INTERVAL = 3.0
 IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
+FLUSH_INTERVAL = 1.0
 # Adapter events that mark the peer as a sender of bad data. Stateless validation is the same on every honest
 # node, so an honest forwarder never relays what we reject; rate_limited is not here: buckets differ per node.
 BAN_EVENTS = ("rejected", "validator_errors")
@@ -100,6 +103,9 @@ class Daemon:
         self.received = 0
         self.events: list[str] = []
         self.busy_step: tuple[bytes, int] | None = None
+        # Own attestations wait here up to FLUSH_INTERVAL, so that one gossip message carries many of them:
+        # a message costs ~3 ms per copy per node whatever it holds (docs/benchmarks.md, Network).
+        self.outbox: dict[bytes, list[bytes]] = {}
         self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         for view in config.runs:
@@ -242,13 +248,26 @@ class Daemon:
             self._changed()
             verdicts = ", ".join(f"{a.subject} {a.verdict}" if a.subject == "init" else a.verdict for a in audits)
             self._report("audited", f"step {step} of {view.run_dir.name}: {verdicts} ({time.monotonic() - began:.2f}s)")
-            if self.node is not None:
-                for message in wire.batches(view.manifest.run_id, signed):
-                    await self.node.publish(wire.run_topic(view.manifest.run_id), message)
+            self.outbox.setdefault(view.manifest.run_id, []).extend(signed)
+            if sum(len(items) for items in self.outbox.values()) >= wire.MAX_BATCH:
+                await self.flush_outbox()
             for conflict_step, kind in recorded.conflicts:
                 for _, item in self.store.step_attestations(view.manifest.run_id, conflict_step):
                     if item.verifier == self.identity.public_key:
                         await self._announce(item.encoded, kind)
+
+    async def flush_outbox(self) -> None:
+        """Publish the waiting attestations of each run in as few batches as the limits allow."""
+        pending, self.outbox = self.outbox, {}
+        for run_id, signed in pending.items():
+            for message in wire.batches(run_id, signed):
+                if self.node is not None:
+                    await self.node.publish(wire.run_topic(run_id), message)
+
+    async def flush_loop(self) -> None:
+        while True:
+            await trio.sleep(FLUSH_INTERVAL)
+            await self.flush_outbox()
 
     # -- sync -----------------------------------------------------------------------------------------------
 
@@ -374,7 +393,7 @@ class Daemon:
                 return False
         peers = set(self.node.connected_peers()) if self.node is not None else set()
         quiet = time.monotonic() - self.last_change >= self.config.linger
-        return quiet and peers <= self.synced_since_change and self.busy_step is None
+        return quiet and peers <= self.synced_since_change and self.busy_step is None and not self.outbox
 
     async def status_loop(self, cancel: trio.CancelScope) -> None:
         started = time.monotonic()
@@ -429,6 +448,7 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(daemon.status_loop, nursery.cancel_scope)
                 nursery.start_soon(daemon.audit_loop)
+                nursery.start_soon(daemon.flush_loop)
                 nursery.start_soon(daemon.sync_loop)
                 nursery.start_soon(daemon.witness_loop)
                 nursery.start_soon(daemon.discover_loop)
