@@ -29,15 +29,15 @@ from pathlib import Path
 # Run as a script from anywhere: the repository root first, so `ledger` is the package here.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from synthetic_attestations import synthetic_attestation  # noqa: E402
+
 from ledger import Ledger  # noqa: E402
-from p2paudit.attest.record import DOMAIN, Attestation, SignedAttestation, sign_attestation  # noqa: E402
+from p2paudit.attest.record import DOMAIN, SignedAttestation  # noqa: E402
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed, verify_signature  # noqa: E402
 
 RUN = hashlib.sha256(b"benchmark run").digest()
 KEYS = 16  # verifiers; attestation n is key n % KEYS on step n // KEYS
-
-LOSS_BITS = 0x4013_3333_3333_3333  # 4.8 as binary64 bits: every record claims and observes one loss
 
 
 def make_keys() -> list[Identity]:
@@ -49,32 +49,7 @@ def make_attestations(keys: list[Identity], start: int, count: int) -> list[Sign
     out = []
     for n in range(start, start + count):
         identity, step = keys[n % KEYS], n // KEYS
-        claimed = hashlib.sha256(b"state %d" % (step + 1)).digest()
-        verdict = "error" if n % 97 == 0 else "mismatch" if n % 89 == 0 else "match"
-        observed = {"match": claimed, "error": None}.get(verdict, hashlib.sha256(b"bad %d" % n).digest())
-        data = hashlib.sha256(b"data %d" % step).digest()
-        ran = verdict != "error"
-        record = Attestation(
-            run_id=RUN,
-            subject="step",
-            step=step,
-            input_digest=hashlib.sha256(b"state %d" % step).digest(),
-            claimed_data_digest=data,
-            observed_data_digest=data if ran else None,
-            claimed_output_digest=claimed,
-            observed_output_digest=observed,
-            claimed_loss_bits=LOSS_BITS,
-            observed_loss_bits=LOSS_BITS if ran else None,
-            findings=("state",) if verdict == "mismatch" else (),
-            verdict=verdict,
-            engine_version="p2paudit 0.1.0",
-            arithmetic_version=1,
-            backend="cpu",
-            hardware="x86_64 AMD EPYC, 2 cores",
-            time_ms=1_764_000_000_000 + n,
-            verifier=identity.public_key,
-        )
-        out.append(sign_attestation(identity, record))
+        out.append(synthetic_attestation(identity, RUN, step, n))
     return out
 
 

@@ -48,8 +48,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trio  # noqa: E402
+from synthetic_attestations import synthetic_attestation  # noqa: E402
 
-from p2paudit.attest.record import DOMAIN, Attestation, decode_signed, sign_attestation  # noqa: E402
+from p2paudit.attest.record import DOMAIN, decode_signed  # noqa: E402
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed, verify_signature  # noqa: E402
 from p2paudit.node import sync, wire  # noqa: E402
@@ -59,7 +60,6 @@ from p2paudit.node.validate import validate_gossip  # noqa: E402
 RUN = hashlib.sha256(b"network benchmark run").digest()
 STEPS = 100_000
 TOPIC = wire.run_topic(RUN)
-LOSS_BITS = 0x4013_3333_3333_3333  # 4.8 as binary64 bits
 
 
 # -- attestations and machine facts ------------------------------------------------------------------------
@@ -70,33 +70,8 @@ def node_key(index: int) -> Identity:
 
 
 def make_attestation(identity: Identity, step: int, n: int) -> bytes:
-    """A signed v2 attestation of `step` (as attest_bench.make_attestations builds them)."""
-    claimed = hashlib.sha256(b"state %d" % (step + 1)).digest()
-    verdict = "error" if n % 97 == 0 else "mismatch" if n % 89 == 0 else "match"
-    observed = {"match": claimed, "error": None}.get(verdict, hashlib.sha256(b"bad %d" % n).digest())
-    data = hashlib.sha256(b"data %d" % step).digest()
-    ran = verdict != "error"
-    record = Attestation(
-        run_id=RUN,
-        subject="step",
-        step=step,
-        input_digest=hashlib.sha256(b"state %d" % step).digest(),
-        claimed_data_digest=data,
-        observed_data_digest=data if ran else None,
-        claimed_output_digest=claimed,
-        observed_output_digest=observed,
-        claimed_loss_bits=LOSS_BITS,
-        observed_loss_bits=LOSS_BITS if ran else None,
-        findings=("state",) if verdict == "mismatch" else (),
-        verdict=verdict,
-        engine_version="p2paudit 0.1.0",
-        arithmetic_version=1,
-        backend="cpu",
-        hardware="x86_64 AMD EPYC, 2 cores",
-        time_ms=1_764_000_000_000 + n,
-        verifier=identity.public_key,
-    )
-    return sign_attestation(identity, record).encoded
+    """A signed v2 attestation of `step`, made as attest_bench.py makes its records."""
+    return synthetic_attestation(identity, RUN, step, n).encoded
 
 
 def vm_rss_kib() -> int:
