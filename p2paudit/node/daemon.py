@@ -50,6 +50,8 @@ IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
 FLUSH_INTERVAL = 1.0
+# --until-covered only: "are you covered too?" (empty request; one byte, 1 or 0, in reply).
+SETTLED_PROTOCOL = "/p2paudit/settled/1.0.0"
 # Adapter events that mark the peer as a sender of bad data. Stateless validation is the same on every honest
 # node, so an honest forwarder never relays what we reject; rate_limited is not here: buckets differ per node.
 BAN_EVENTS = ("rejected", "validator_errors")
@@ -402,10 +404,26 @@ class Daemon:
             if self.config.duration is not None and time.monotonic() - started >= self.config.duration:
                 self._report("done", f"ran for {self.config.duration:.0f}s")
                 cancel.cancel()
-            if self.config.stop_when_covered and self.covered():
-                self._report("done", "every step is covered and every peer synced")
+            if self.config.stop_when_covered and self.covered() and await self.peers_settled():
+                self._report("done", "every step is covered, every peer synced and settled too")
                 cancel.cancel()
             await trio.sleep(1.0)
+
+    async def serve_settled(self, peer: str, request: bytes) -> bytes:
+        """Whether this node is covered by its own rule (--until-covered coordination): b"\x01" or b"\x00"."""
+        return b"\x01" if self.covered() else b"\x00"
+
+    async def peers_settled(self) -> bool:
+        """True when every connected peer says it is covered too. A node that stops only then cannot leave
+        before a peer that still audits or sends: what the last of them signs reaches everyone still here."""
+        for peer in list(self.node.connected_peers()) if self.node is not None else []:
+            try:
+                answer = await self.node.request(peer, SETTLED_PROTOCOL, b"", max_response=1, timeout=5.0)
+            except (RequestFailed, InputError):
+                return False
+            if answer != b"\x01":
+                return False
+        return True
 
 
 def stateless_validator(topic: str) -> Callable[[str, bytes], bool]:
@@ -439,6 +457,7 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                 max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
                 timeout=10.0,
             )
+            node.set_handler(SETTLED_PROTOCOL, daemon.serve_settled, max_request=0, max_response=1, timeout=5.0)
             for view in config.runs:
                 topic = wire.run_topic(view.manifest.run_id)
                 node.set_validator(topic, stateless_validator(topic))
