@@ -13,6 +13,10 @@ resident memory is its own:
   (benchmarks/step_bench.torch_stepper), torch.set_num_threads = numba's
   thread count, one untimed warm-up step, then `--repeats` timed steps.
 
+`--interleave` instead runs both sides in one child process taking turns
+step by step (step_bench.time_alternating), so that load changes on a shared
+machine hit both alike; it reports times only.
+
 Peak RSS is VmHWM after `clear_refs` = 5 (reset after the warm-up), so it
 covers the timed steps and includes the resident state.
 
@@ -134,6 +138,15 @@ def child(args: argparse.Namespace) -> dict:
             times.append(time.perf_counter() - t0)
         out["peak"] = proc_status("VmHWM")
         out["times"] = times
+    elif args.child == "both":
+        # Both sides in one process, taking turns step by step (step_bench.time_alternating), so that a
+        # change in machine load hits both alike; peak RSS is not separable here and is not reported.
+        from step_bench import engine_stepper, time_alternating, torch_stepper
+
+        cfg = sized_config(args.config, args.seq_len, args.batch)
+        batches = [random_batch(cfg, r) for r in range(args.repeats + 1)]
+        eng, ref = time_alternating([engine_stepper(cfg, "cpu"), torch_stepper(cfg)], batches)
+        out.update(times=eng, torch_times=ref)
     elif args.child == "engine-mb":
         from p2paudit.engine.backends import load_backend
         from p2paudit.engine.memory import estimate_memory
@@ -210,6 +223,7 @@ def main() -> None:
         help="before each part, wait for 1-min load below this (--max-wait s in all)",
     )
     ap.add_argument("--max-wait", type=float, default=300.0)
+    ap.add_argument("--interleave", action="store_true", help="both sides in one process, alternating (no RSS)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -229,7 +243,19 @@ def main() -> None:
           "| ratio (median) | engine peak RSS | torch peak RSS | threads | load (1 min) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     breakdown = {}
-    for name in args.configs:
+    for name in args.configs if args.interleave else []:
+        cfg = sized_config(name, args.seq_len, args.batch)
+        wait_for_load(args.wait_load, args.max_wait)
+        r = run_child("both", name, args.seq_len, args.batch, args.repeats)
+        e, t = r["times"], r["torch_times"]
+        print(
+            f"| {name} (interleaved) | {count_parameters(cfg.model) / 1e6:.1f} M | {args.batch} x {args.seq_len} "
+            f"({args.batch * args.seq_len}) | {min(e):.2f} / {statistics.median(e):.2f} s "
+            f"| {min(t):.2f} / {statistics.median(t):.2f} s | {min(e) / min(t):.2f}x "
+            f"| {statistics.median(e) / statistics.median(t):.2f}x | - | - | {r['threads']} | {load_str(r)} |",
+            flush=True,
+        )
+    for name in args.configs if not args.interleave else []:
         cfg = sized_config(name, args.seq_len, args.batch)
         wait_for_load(args.wait_load, args.max_wait)
         eng = run_child("engine", name, args.seq_len, args.batch, args.repeats)
