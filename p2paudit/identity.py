@@ -259,7 +259,10 @@ def parse_public_key_hex(text: str) -> bytes:
     return key
 
 
-def _varint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """The unsigned LEB128 (multiformats varint) encoding of a non-negative integer."""
+    if value < 0:
+        raise InputError(f"varint value {value} is negative")
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -292,11 +295,11 @@ def peer_id_of(public_key: bytes) -> str:
     """
     if len(public_key) != PUBLIC_KEY_SIZE:
         raise InputError(f"public key has {len(public_key)} bytes, want {PUBLIC_KEY_SIZE}")
-    proto = b"\x08" + _varint(_LIBP2P_KEY_TYPE_ED25519) + b"\x12" + _varint(len(public_key)) + public_key
+    proto = b"\x08" + encode_uvarint(_LIBP2P_KEY_TYPE_ED25519) + b"\x12" + encode_uvarint(len(public_key)) + public_key
     if len(proto) <= _MAX_INLINE_KEY_LEN:
-        multihash = bytes([_MULTIHASH_IDENTITY]) + _varint(len(proto)) + proto
+        multihash = bytes([_MULTIHASH_IDENTITY]) + encode_uvarint(len(proto)) + proto
     else:  # kept for completeness; unreachable for 32-byte keys
-        multihash = bytes([_MULTIHASH_SHA256]) + _varint(32) + hashlib.sha256(proto).digest()
+        multihash = bytes([_MULTIHASH_SHA256]) + encode_uvarint(32) + hashlib.sha256(proto).digest()
     return _base58btc(multihash)
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Protocol
 
 from p2paudit.errors import InputError
+from p2paudit.identity import encode_uvarint  # one varint encoder (peer ids and frames)
 
 # multiformats unsigned-varint caps values at 2**63 - 1, i.e. 9 bytes.
 _MAX_VARINT_BYTES = 9
@@ -23,21 +24,6 @@ class ByteStream(Protocol):
     async def read(self, n: int | None = None) -> bytes: ...
 
     async def write(self, data: bytes) -> None: ...
-
-
-def encode_uvarint(value: int) -> bytes:
-    """The unsigned LEB128 encoding of a non-negative integer."""
-    if value < 0:
-        raise InputError(f"varint value {value} is negative")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 async def read_exactly(stream: ByteStream, n: int) -> bytes:
