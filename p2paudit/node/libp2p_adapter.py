@@ -388,6 +388,7 @@ async def open_node(
                 node._nursery = nursery
                 nursery.start_soon(node._maintain)
                 nursery.start_soon(node._exchange_loop)
+                nursery.start_soon(node.gossip.keep_subscriptions_known)
                 for addr in config.bootstrap:
                     await node.add_bootstrap(addr)
                 try:

@@ -37,6 +37,9 @@ class NodeConfig:
     queue_size: int = 4096
     max_gossip_message: int = 1 << 20
     deliveries_clear_interval: float = 30.0
+    # Our subscriptions are re-announced to a peer whose pubsub stream is new (the library's
+    # hello can miss a topic subscribed during the handshake) and to every peer this often.
+    subscription_refresh_interval: float = 30.0
     max_seen_ids: int = 1 << 17
     # Our per-origin rate limit (the library's counts forwarders and throttles relays).
     # None turns it off. Over the limit a message is rejected: not delivered, not forwarded.

@@ -13,7 +13,12 @@ Each setting answers a fact measured on py-libp2p 0.8.1 (../shared/notes):
 - strict signing stays on: it authenticates the origin, which the rate limit keys on;
 - eclipse protection OFF: it wants distinct IPs in the mesh (all 127.0.0.1 on loopback);
 - the topic validator is async: a raising *sync* validator kills the whole pubsub
-  service. Ours never raises: an exception in the caller's check counts as reject.
+  service. Ours never raises: an exception in the caller's check counts as reject;
+- a subscription can go unannounced: `_handle_new_peer` builds the hello, then awaits
+  its write before it adds the peer, so a `subscribe()` in between reaches neither
+  (seen in CI: a line of three nodes never learned one subscription in 60 s). We
+  re-announce to every new pubsub stream and, periodically, to all
+  (`keep_subscriptions_known`); a repeated subscription is a no-op for the receiver.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -165,6 +171,41 @@ class Gossip:
         if len(data) > self.config.max_gossip_message:
             raise InputError(f"gossip message of {len(data)} bytes exceeds {self.config.max_gossip_message}")
         await self.pubsub.publish(topic, data)
+
+    def _announcement(self, topics: frozenset[str]) -> rpc_pb2.RPC:
+        packet = rpc_pb2.RPC()
+        packet.subscriptions.extend(rpc_pb2.RPC.SubOpts(subscribe=True, topicid=t) for t in sorted(topics))
+        return packet
+
+    def announce_subscriptions(self, announced: dict[ID, tuple[object, frozenset[str]]], everyone: bool) -> int:
+        """Send our topics to each peer whose pubsub stream or our topic set changed since
+        `announced` (updated in place), or to every peer if `everyone`. Returns how many were sent."""
+        peers = dict(self.pubsub.peers)
+        for gone in announced.keys() - peers.keys():
+            del announced[gone]
+        topics = frozenset(self.pubsub.topic_ids)
+        if not topics:
+            return 0
+        sent = 0
+        for peer, stream in peers.items():
+            before = announced.get(peer)
+            if not everyone and before is not None and before[0] is stream and before[1] == topics:
+                continue
+            queue = self.pubsub.peer_queues.get(peer)
+            if queue is not None and queue.push(self._announcement(topics)):
+                announced[peer] = (stream, topics)
+                sent += 1
+        return sent
+
+    async def keep_subscriptions_known(self, tick: float = 0.5) -> None:
+        announced: dict[ID, tuple[object, frozenset[str]]] = {}
+        last_full = time.monotonic()
+        while True:
+            await trio.sleep(tick)
+            everyone = time.monotonic() - last_full >= self.config.subscription_refresh_interval
+            if everyone:
+                last_full = time.monotonic()
+            self.announce_subscriptions(announced, everyone)
 
     def topic_peers(self, topic: str) -> list[str]:
         return sorted(str(p) for p in self.pubsub.peer_topics.get(topic, ()))

@@ -20,7 +20,9 @@ import trio
 from libp2p import new_host
 from libp2p.custom_types import TProtocol
 from libp2p.identity_utils import create_identity_from_seed
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.pb import rpc_pb2
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
@@ -222,6 +224,39 @@ def test_raising_validator_rejects_and_pubsub_survives():
             assert [e.peer for e in events[1] if e.kind == "validator_errors"] == [a.peer_id, a.peer_id]
 
     run(body, 35)
+
+
+@pytest.mark.timeout(90)
+def test_subscription_missing_from_the_hello_is_announced_to_the_new_peer():
+    """py-libp2p builds its hello, then awaits the write before it registers the peer: a topic
+    subscribed in between is announced to nobody. Here the hello leaves the topic out."""
+    topic = "p2paudit/test/hello"
+
+    async def body():
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(open_node(ident(1), config(subscription_refresh_interval=3600)))
+            await a.subscribe(topic, lambda origin, data: None)
+            a.gossip.pubsub.get_hello_packet = lambda: rpc_pb2.RPC()  # the hello that raced a subscribe
+            b = await stack.enter_async_context(open_node(ident(2), config(bootstrap=(a.listen_addrs()[0],))))
+            await wait_until(lambda: b.gossip_peers(topic) == [a.peer_id], "b to learn a's subscription", 10)
+
+    run(body, 20)
+
+
+@pytest.mark.timeout(90)
+def test_forgotten_subscription_is_re_announced_periodically():
+    topic = "p2paudit/test/refresh"
+
+    async def body():
+        async with AsyncExitStack() as stack:
+            a, b = await start_chain(stack, 2, subscription_refresh_interval=1.0)
+            await a.subscribe(topic, lambda origin, data: None)
+            await wait_until(lambda: b.gossip_peers(topic) == [a.peer_id], "b to learn a's subscription", 10)
+            b.gossip.pubsub.peer_topics[topic].discard(ID.from_base58(a.peer_id))  # as if the announcement was lost
+            assert b.gossip_peers(topic) == []
+            await wait_until(lambda: b.gossip_peers(topic) == [a.peer_id], "the re-announcement", 10)
+
+    run(body, 20)
 
 
 @pytest.mark.timeout(90)
