@@ -25,6 +25,19 @@ BH batch*heads, V vocabulary, N tokens.
     embedding_backward(idx, dout, vocab_size) -> dtable (V, C)
     adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> (p', m', v')
 
+Between kernels, an engine needs a few exact layout and elementwise ops; with
+them (and the two transfers) a whole step stays in the backend's own arrays.
+On numpy these are the numpy expressions of kernels/numpy_layout.py, which the
+reference and cpu backends re-export (to_device and to_host move nothing); the
+triton backend does them on its device tensors, with the same bits:
+
+    to_device(x)            numpy array -> the backend's array (triton: one host-to-device copy)
+    to_host(x)              the backend's array -> numpy array (triton: one device-to-host copy)
+    add(a, b)               float32 a + b, one rounding; same shape (or two 0-d values)
+    div_scalar(x, d)        float32 x / float32(d), one rounding
+    split_heads(x, B, T, H) (N, C) -> (BH, T, D), contiguous; merge_heads(x, B, H) is its inverse
+    split_tokens(tokens)    int64 (B, T+1) -> (inputs, targets, positions), each int64 (B*T,)
+
 Scalars (eps, lr, betas, dloss) are Python floats or numpy float32; each
 backend converts them with `numpy.float32` before use. Bad input (wrong dtype,
 shape mismatch, index out of range) raises `KernelInputError`.

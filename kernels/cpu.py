@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import constants as K
-from kernels import validate
+from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
 from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import matmul_batched
@@ -40,6 +40,15 @@ from kernels.cpu_nn import (
 from kernels.cpu_reduce import max_rows_2d, sum_cols_2d, sum_rows_2d
 
 F32 = np.float32
+
+# The layout ops between kernels (kernels/__init__.py): numpy expressions; to_device and to_host move nothing.
+to_device = numpy_layout.to_device
+to_host = numpy_layout.to_host
+add = numpy_layout.add
+div_scalar = numpy_layout.div_scalar
+split_heads = numpy_layout.split_heads
+merge_heads = numpy_layout.merge_heads
+split_tokens = numpy_layout.split_tokens
 
 # ------------------------------------------------------------ matrix products
 

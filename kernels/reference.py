@@ -13,10 +13,19 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import constants as K
-from kernels import validate
+from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
 
 F32 = np.float32
+
+# The layout ops between kernels (kernels/__init__.py): numpy expressions; to_device and to_host move nothing.
+to_device = numpy_layout.to_device
+to_host = numpy_layout.to_host
+add = numpy_layout.add
+div_scalar = numpy_layout.div_scalar
+split_heads = numpy_layout.split_heads
+merge_heads = numpy_layout.merge_heads
+split_tokens = numpy_layout.split_tokens
 
 
 def _next_pow2(n: int) -> int:

@@ -6,6 +6,16 @@ tensors already on the backend's device (kept there; results are torch
 tensors), but not a mix. Inputs are checked by kernels.validate, so this
 backend refuses exactly what the others refuse.
 
+Keeping a whole step on the device: `to_device` uploads a numpy array once
+(and notes an int64 array's value range, read on the host, so the index
+checks of embedding and cross-entropy need no copy back for it or for the
+slices `split_tokens` cuts from it); `add`, `div_scalar`, `split_heads`,
+`merge_heads` and `split_tokens` do the engine's work between kernels on the
+device; `to_host` copies a result back. Host scalars (eps, 1/N, AdamW's) go up
+as small vectors that kernels.triton_launch keeps by value, so a repeated one
+is uploaded once. Nothing else copies between host and device for tensor
+inputs (tests/engine/test_device_residency.py counts).
+
 Importing needs CUDA or TRITON_INTERPRET=1 (set before the import); without
 either, the import raises ImportError("triton backend needs CUDA or
 TRITON_INTERPRET=1 ...").
@@ -25,6 +35,8 @@ products or softmaxes has at most 65535 elements (a CUDA grid axis).
 
 from __future__ import annotations
 
+import weakref
+
 from kernels.triton_math import MODE  # first: raises ImportError without a device
 
 if MODE == "compile":
@@ -35,6 +47,7 @@ import torch  # noqa: E402
 
 from kernels import (
     KernelInputError,  # noqa: E402
+    numpy_layout,  # noqa: E402
     validate,  # noqa: E402
 )
 from kernels import constants as K  # noqa: E402
@@ -49,25 +62,95 @@ SCATTER_BC = 128  # columns per program of the embedding gradient
 # ------------------------------------------------------------ inputs, outputs
 
 
-def _checkable(x: object, name: str, values: bool = False) -> object:
-    """What kernels.validate sees for `x`: numpy input itself; for a tensor, an array of its shape and dtype.
+# numpy's name for each torch dtype validate may be shown (others are refused as not float32)
+_NUMPY_DTYPES = {
+    t: np.dtype(n)
+    for t, n in (
+        (torch.float32, np.float32),
+        (torch.float64, np.float64),
+        (torch.float16, np.float16),
+        (torch.int64, np.int64),
+        (torch.int32, np.int32),
+        (torch.int16, np.int16),
+        (torch.int8, np.int8),
+        (torch.uint8, np.uint8),
+        (torch.bool, np.bool_),
+    )
+}
 
-    With `values` the tensor's values are copied to the host (index arrays,
-    whose range is checked). Refuses tensors on another device or not contiguous.
-    """
-    if not isinstance(x, torch.Tensor):
-        return x
+
+def _check_tensor(x: torch.Tensor, name: str) -> None:
+    """Refuse a tensor on another device or not contiguous."""
     if x.device.type != L.DEVICE.type:
         raise KernelInputError(f"{name} is on {x.device}, want {L.DEVICE.type} (the triton backend's device)")
     if not x.is_contiguous():
         raise KernelInputError(f"{name} is not contiguous (strides {tuple(x.stride())}), want a contiguous tensor")
-    if values:
-        return x.detach().cpu().numpy()
-    try:
-        dtype = torch.empty((), dtype=x.dtype).numpy().dtype
-    except TypeError:
-        raise KernelInputError(f"{name} has dtype {x.dtype}, want float32") from None
-    return np.empty(x.shape, dtype=dtype)  # never written or read: shape and dtype only
+
+
+def _checkable(x: object, name: str) -> object:
+    """What kernels.validate sees for `x`: numpy input itself; for a tensor, an array of its shape and dtype.
+
+    Refuses tensors on another device or not contiguous.
+    """
+    if not isinstance(x, torch.Tensor):
+        return x
+    _check_tensor(x, name)
+    if x.dtype not in _NUMPY_DTYPES:
+        raise KernelInputError(f"{name} has dtype {x.dtype}, want float32")
+    return np.empty(tuple(x.shape), dtype=_NUMPY_DTYPES[x.dtype])  # never written or read: shape and dtype only
+
+
+# ------------------------------------------------- index tensors, checked on the host
+
+# id(tensor) -> (weak reference, tensor._version, lo, hi): int64 device tensors
+# whose values are known to lie in [lo, hi] (lo > hi: empty) without reading
+# them, because they were uploaded by to_device (range read from the numpy
+# array) or cut from such a tensor by split_tokens. An in-place change bumps
+# _version (shared by every view of a tensor) and the entry no longer counts.
+_INDEX_RANGES: dict[int, tuple[weakref.ref, int, int, int]] = {}
+
+
+def _remember_range(t: torch.Tensor, lo: int, hi: int) -> None:
+    """Note that every value of t lies in [lo, hi]."""
+    key = id(t)
+
+    def forget(ref: weakref.ref, key: int = key) -> None:
+        entry = _INDEX_RANGES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _INDEX_RANGES[key]
+
+    _INDEX_RANGES[key] = (weakref.ref(t, forget), t._version, lo, hi)
+
+
+def _known_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """(lo, hi) noted for t or for the tensor t is a view of, if still unchanged; else None."""
+    for cand in (t, t._base):
+        entry = _INDEX_RANGES.get(id(cand)) if cand is not None else None
+        if entry is not None and entry[0]() is cand and entry[1] == cand._version:
+            return entry[2], entry[3]
+    return None
+
+
+def _index_checkable(x: object, name: str) -> tuple[object, tuple[int, int] | None]:
+    """(what kernels.validate sees for an index array `x`, its known value range or None).
+
+    numpy input: itself. A device tensor with a known range: an all-zero
+    stand-in of its shape (the range is checked by _check_range); any other
+    tensor: its values, copied to the host.
+    """
+    if not isinstance(x, torch.Tensor):
+        return x, None
+    _check_tensor(x, name)
+    known = _known_range(x) if x.dtype == torch.int64 else None
+    if known is None:
+        return x.detach().cpu().numpy(), None
+    return np.zeros(tuple(x.shape), dtype=np.int64), known
+
+
+def _check_range(known: tuple[int, int] | None, name: str, size: int) -> None:
+    """Refuse a known index range that leaves [0, size)."""
+    if known is not None and known[0] <= known[1] and (known[0] < 0 or known[1] >= size):
+        raise KernelInputError(f"{name} holds values in [{known[0]}, {known[1]}], outside [0, {size})")
 
 
 def _torch_mode(*arrays: object) -> bool:
@@ -320,7 +403,9 @@ def _softmax_parts(tl_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 def cross_entropy(logits, targets):
     """Mean over rows of logsumexp(l_i) - l[i, t_i]: logits (N, V), targets int64 (N,) -> 0-d float32."""
     as_torch = _torch_mode(logits, targets)
-    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), _checkable(targets, "targets", values=True))
+    checkable, known = _index_checkable(targets, "targets")
+    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), checkable)
+    _check_range(known, "targets", v)
     tl_, tt = _to_device(logits), _to_device(targets)
     m, _, s = _softmax_parts(tl_)
     loss = torch.empty(n, dtype=torch.float32, device=tl_.device)  # (N,)
@@ -334,7 +419,9 @@ def cross_entropy(logits, targets):
 def cross_entropy_backward(logits, targets, dloss):
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
     as_torch = _torch_mode(logits, targets)
-    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), _checkable(targets, "targets", values=True))
+    checkable, known = _index_checkable(targets, "targets")
+    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), checkable)
+    _check_range(known, "targets", v)
     g = validate.to_float32(dloss, "dloss") / F32(n)  # host scalar, one rounding
     tl_, tt = _to_device(logits), _to_device(targets)
     _, e, s = _softmax_parts(tl_)
@@ -357,7 +444,9 @@ def cross_entropy_backward(logits, targets, dloss):
 def embedding(table, idx):
     """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
     as_torch = _torch_mode(table, idx)
-    _, c, n = validate.check_embedding(_checkable(table, "table"), _checkable(idx, "idx", values=True))
+    checkable, known = _index_checkable(idx, "idx")
+    v, c, n = validate.check_embedding(_checkable(table, "table"), checkable)
+    _check_range(known, "idx", v)
     tt, ti = _to_device(table), _to_device(idx)
     out = torch.empty((n, c), dtype=torch.float32, device=tt.device)
     L.launch(tr.gather_rows_kernel, L.flat_grid(n * c), tt, ti, out, n * c, c, BLOCK=L.FLAT_BLOCK)
@@ -367,15 +456,16 @@ def embedding(table, idx):
 def embedding_backward(idx, dout, vocab_size):
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
     as_torch = _torch_mode(idx, dout)
-    v, c, n = validate.check_embedding_backward(
-        _checkable(idx, "idx", values=True), _checkable(dout, "dout"), vocab_size
-    )
+    checkable, known = _index_checkable(idx, "idx")
+    v, c, n = validate.check_embedding_backward(checkable, _checkable(dout, "dout"), vocab_size)
+    _check_range(known, "idx", v)
     ti, td = _to_device(idx), _to_device(dout)
     # Integer bookkeeping only: each id's tokens in increasing n (a stable sort),
-    # and where each id's run starts; the float sums happen in the kernel.
-    order = torch.sort(ti, stable=True).indices  # (N,)
-    start = torch.zeros(v + 1, dtype=torch.int64, device=td.device)
-    start[1:] = torch.cumsum(torch.bincount(ti, minlength=v), 0)
+    # and where each id's run starts (the first sorted position holding an id
+    # >= j; a search, because bincount would read the ids' maximum back to
+    # the host); the float sums happen in the kernel.
+    ids, order = torch.sort(ti, stable=True)  # (N,), (N,)
+    start = torch.searchsorted(ids, torch.arange(v + 1, dtype=torch.int64, device=td.device))  # (V + 1,)
     dtable = torch.empty((v, c), dtype=torch.float32, device=td.device)
     L.launch(tr.scatter_rows_kernel, (v, L.cdiv(c, SCATTER_BC)), td, order, start, dtable, c, BC=SCATTER_BC)
     return _to_caller(dtable, as_torch)
@@ -391,3 +481,95 @@ def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay):
     outs = [torch.empty_like(tp) for _ in range(3)]
     L.launch(tr.adamw_kernel, L.flat_grid(tp.numel()), tp, tg, tm, tv, *outs, scal, tp.numel(), BLOCK=L.FLAT_BLOCK)
     return tuple(_to_caller(o, as_torch) for o in outs)
+
+
+# ------------------------------------------- between kernels: layout, +, /, transfers
+
+
+def to_device(x):
+    """A host numpy array as a contiguous tensor on the backend's device (one copy).
+
+    A tensor already on the device is returned as it is. For an int64 array
+    the value range is read here, on the host, so index checks of the tensor
+    (and of split_tokens' slices of it) need no copy back.
+    """
+    if isinstance(x, torch.Tensor):
+        _check_tensor(x, "x")
+        return x
+    if not isinstance(x, np.ndarray):
+        raise KernelInputError(f"x is a {type(x).__name__}, want a numpy array or a device tensor")
+    host = np.ascontiguousarray(x)
+    if not host.flags.writeable:
+        host = host.copy()  # torch.from_numpy warns on a read-only array; a host copy, not a transfer
+    t = torch.from_numpy(host).to(L.DEVICE, copy=True)
+    if host.dtype == np.int64:
+        lo, hi = (int(host.min()), int(host.max())) if host.size else (0, -1)
+        _remember_range(t, lo, hi)
+    return t
+
+
+def to_host(x):
+    """A device tensor as a numpy array (one copy); numpy input is returned as np.asarray(x)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return numpy_layout.to_host(x)
+
+
+def add(a, b):
+    """a + b, float32, rounded once: two device tensors of one shape (numpy input: the numpy sum)."""
+    if not _torch_mode(a, b):
+        return numpy_layout.add(a, b)
+    validate.check_pair(_checkable(a, "a"), "a", _checkable(b, "b"), "b")
+    y = torch.empty_like(a)
+    L.launch(tr.add_kernel, L.flat_grid(a.numel()), a, b, y, a.numel(), BLOCK=L.FLAT_BLOCK)
+    return y
+
+
+def div_scalar(x, d):
+    """x / float32(d), rounded once (div_rn), on a float32 device tensor (numpy input: the numpy quotient)."""
+    if not _torch_mode(x):
+        return numpy_layout.div_scalar(x, d)
+    validate.check_elementwise(_checkable(x, "x"))
+    d32 = validate.to_float32(d, "d")
+    y = torch.empty_like(x)
+    L.launch(tr.divide_kernel, L.flat_grid(x.numel()), x, y, L.device_scalars(d32), x.numel(), BLOCK=L.FLAT_BLOCK)
+    return y
+
+
+def split_heads(x, B: int, T: int, H: int):
+    """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h (an exact copy on the device)."""
+    if not _torch_mode(x):
+        return numpy_layout.split_heads(x, B, T, H)
+    _check_tensor(x, "x")
+    D = x.shape[1] // H
+    return x.reshape(B, T, H, D).permute(0, 2, 1, 3).contiguous().reshape(B * H, T, D)
+
+
+def merge_heads(x, B: int, H: int):
+    """(BH, T, D) -> (N, C), the inverse of split_heads (an exact copy on the device)."""
+    if not _torch_mode(x):
+        return numpy_layout.merge_heads(x, B, H)
+    _check_tensor(x, "x")
+    _, T, D = x.shape
+    return x.reshape(B, H, T, D).permute(0, 2, 1, 3).contiguous().reshape(B * T, H * D)
+
+
+def split_tokens(tokens):
+    """int64 tokens (B, T+1) -> (inputs, targets, positions), each int64 (B*T,), on the device.
+
+    inputs = tokens[:, :-1] and targets = tokens[:, 1:] inherit the value range
+    noted for tokens (by to_device); positions are 0..T-1 repeated B times.
+    """
+    if not _torch_mode(tokens):
+        return numpy_layout.split_tokens(tokens)
+    _check_tensor(tokens, "tokens")
+    B, T = tokens.shape[0], tokens.shape[1] - 1
+    idx = tokens[:, :-1].contiguous().reshape(B * T)
+    targets = tokens[:, 1:].contiguous().reshape(B * T)
+    pos = torch.arange(T, dtype=torch.int64, device=tokens.device).repeat(B)
+    known = _known_range(tokens)
+    if known is not None:
+        _remember_range(idx, *known)
+        _remember_range(targets, *known)
+    _remember_range(pos, 0, T - 1)
+    return idx, targets, pos

@@ -8,6 +8,8 @@ decide how work is spread, never the order of a reduction.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -50,10 +52,33 @@ def rows_per_block(log2w: int) -> int:
     return max(1, ROW_ELEMS >> log2w)
 
 
+SCALAR_CACHE_SIZE = 256  # distinct scalar vectors kept on the device (a step uses about 8)
+_SCALARS: OrderedDict[tuple[int, bytes], torch.Tensor] = OrderedDict()
+
+
 def device_scalars(*values) -> torch.Tensor:
-    """Host float32 scalars (already rounded by numpy) as a device float32 vector."""
+    """Host float32 scalars (already rounded by numpy) as a device float32 vector.
+
+    The vectors are kept on the device by their bits (the kernels only read
+    them), so a repeated scalar (eps, 1/sqrt(D), 1/N, ...) is uploaded once,
+    not once per kernel call; at most SCALAR_CACHE_SIZE are kept.
+    """
     host = np.array([np.float32(v) for v in values], dtype=np.float32)
-    return torch.from_numpy(host).to(DEVICE)
+    key = (torch.cuda.current_device() if DEVICE.type == "cuda" else -1, host.tobytes())
+    cached = _SCALARS.get(key)
+    if cached is not None:
+        _SCALARS.move_to_end(key)
+        return cached
+    tensor = torch.from_numpy(host).to(DEVICE)
+    _SCALARS[key] = tensor
+    if len(_SCALARS) > SCALAR_CACHE_SIZE:
+        _SCALARS.popitem(last=False)
+    return tensor
+
+
+def clear_scalar_cache() -> None:
+    """Forget the device scalar vectors (tests count uploads from a cold cache)."""
+    _SCALARS.clear()
 
 
 def _fold(

@@ -31,6 +31,15 @@ def mul_kernel(a_ptr, b_ptr, y_ptr, numel, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def add_kernel(a_ptr, b_ptr, y_ptr, numel, BLOCK: tl.constexpr):
+    """y = a + b, elementwise (one rounding)."""
+    offs, ok = _flat(numel, BLOCK)
+    a = tl.load(a_ptr + offs, mask=ok, other=0.0)
+    b = tl.load(b_ptr + offs, mask=ok, other=0.0)
+    tl.store(y_ptr + offs, a + b, mask=ok)
+
+
+@triton.jit
 def rmsnorm_forward_kernel(x_ptr, w_ptr, ss_ptr, y_ptr, rstd_ptr, scal_ptr, numel, C, BLOCK: tl.constexpr):
     """rstd[r] = 1 / sqrt(ss[r] / C + eps); y = (x * rstd[r]) * w[c] (section 4.3).
 

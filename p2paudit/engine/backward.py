@@ -4,7 +4,8 @@ Gradients are of the micro-batch loss (the mean over its N tokens). Where a
 value receives two contributions, the order of the float32 add is fixed and
 documented in docs/engine.md: residual stream `upstream + branch`, the three
 attention input projections `(from q + from k) + from v`, the tied embedding
-`from head + from lookup`.
+`from head + from lookup`. Those adds, and the head splits and merges, are
+the backend's (`be.add`, ...), so the arrays stay the backend's throughout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from types import ModuleType
 import numpy as np
 
 from p2paudit.engine.config import ModelConfig
-from p2paudit.engine.model import ForwardCache, LayerCache, Trace, emit, head_weight, merge_heads, prefixed, split_heads
+from p2paudit.engine.model import ForwardCache, LayerCache, Trace, emit, head_weight, host_trace, prefixed
 from p2paudit.engine.state import param_shapes
 
 
@@ -42,29 +43,33 @@ def block_backward(
     dxn2, dln2 = be.rmsnorm_backward(c.x_mid, state[p + "ln2"], c.rstd2, da2)  # (N, C), (C,)
     emit(tr, "ln2.dx", dxn2)
     grads[g_ + "ln2"] = emit(tr, "ln2.dw", dln2)
-    dx_mid = emit(tr, "resid2", dx_out + dxn2)  # (N, C)
+    dx_mid = emit(tr, "resid2", be.add(dx_out, dxn2))  # (N, C)
     # Attention branch: y = merge(attention(q, k, v)) @ wo
     grads[g_ + "attn.wo"] = emit(tr, "attn.proj.dw", be.matmul_tn(c.o, dx_mid))  # (C, C)
     do = emit(tr, "attn.proj.dx", be.matmul_nt(dx_mid, state[p + "attn.wo"]))  # (N, C)
-    dq_h, dk_h, dv_h = be.attention_backward(c.q, c.k, c.v, c.p, split_heads(do, B, T, H))  # (BH, T, D) x3
-    dq = emit(tr, "attn.dq", merge_heads(dq_h, B, H))  # (N, C)
-    dk = emit(tr, "attn.dk", merge_heads(dk_h, B, H))  # (N, C)
-    dv = emit(tr, "attn.dv", merge_heads(dv_h, B, H))  # (N, C)
+    dq_h, dk_h, dv_h = be.attention_backward(c.q, c.k, c.v, c.p, be.split_heads(do, B, T, H))  # (BH, T, D) x3
+    dq = emit(tr, "attn.dq", be.merge_heads(dq_h, B, H))  # (N, C)
+    dk = emit(tr, "attn.dk", be.merge_heads(dk_h, B, H))  # (N, C)
+    dv = emit(tr, "attn.dv", be.merge_heads(dv_h, B, H))  # (N, C)
     da1 = None
     for name, d in (("wq", dq), ("wk", dk), ("wv", dv)):
         grads[g_ + "attn." + name] = emit(tr, f"attn.{name}.dw", be.matmul_tn(c.a1, d))  # (C, C)
         part = emit(tr, f"attn.{name}.dx", be.matmul_nt(d, state[p + "attn." + name]))  # (N, C)
-        da1 = part if da1 is None else emit(tr, f"attn.{name}.dx_acc", da1 + part)  # (N, C)
+        da1 = part if da1 is None else emit(tr, f"attn.{name}.dx_acc", be.add(da1, part))  # (N, C)
     dxn1, dln1 = be.rmsnorm_backward(c.x_in, state[p + "ln1"], c.rstd1, da1)  # (N, C), (C,)
     emit(tr, "ln1.dx", dxn1)
     grads[g_ + "ln1"] = emit(tr, "ln1.dw", dln1)
-    return emit(tr, "resid1", dx_mid + dxn1)  # (N, C)
+    return emit(tr, "resid1", be.add(dx_mid, dxn1))  # (N, C)
 
 
 def backward(
     cache: ForwardCache, state: dict[str, np.ndarray], model: ModelConfig, be: ModuleType, trace: Trace | None = None
 ) -> dict[str, np.ndarray]:
-    """Gradients of cache.loss for every parameter, keyed by param name (no "params/"), in state order."""
+    """Gradients of cache.loss for every parameter, keyed by param name (no "params/"), in state order.
+
+    The gradients are arrays of the kind cache and state hold (the backend's own).
+    """
+    trace = host_trace(trace, be)
     grads: dict[str, np.ndarray] = {}
     dlogits = emit(trace, "bwd/logits", be.cross_entropy_backward(cache.logits, cache.targets, np.float32(1.0)))
     head = head_weight(state, model)
@@ -79,7 +84,7 @@ def backward(
     dwte = emit(trace, "bwd/wte.lookup", be.embedding_backward(cache.idx, dx, model.vocab_size))  # (V, C)
     grads["wpe"] = emit(trace, "bwd/wpe", be.embedding_backward(cache.pos, dx, model.seq_len))  # (T, C)
     if model.tied_head:
-        grads["wte"] = emit(trace, "bwd/wte", dhead + dwte)  # (V, C): head first, then lookup
+        grads["wte"] = emit(trace, "bwd/wte", be.add(dhead, dwte))  # (V, C): head first, then lookup
     else:
         grads["wte"] = dwte
         grads["lm_head"] = dhead

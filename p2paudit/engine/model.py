@@ -9,8 +9,13 @@ H = n_head, D = C / H, F = mlp_mult * C, V = vocab_size, BH = B*H.
                   a2 = rmsnorm(x, ln2); x = x + silu(a2 @ w_fc) @ w_proj
     xf = rmsnorm(x, ln_f); logits = xf @ head^T; loss = cross_entropy(logits, targets)
 
-Residual adds, reshapes and transposes are numpy float32 (exactly rounded, or
-exact). `trace(name, value)` is called after every operation, in execution order.
+Residual adds, reshapes and transposes between the kernels are the backend's
+too (`be.add`, `be.split_heads`, ...: float32 exactly rounded, or exact copies;
+on numpy they are the numpy expressions of kernels/numpy_layout.py), so the
+arrays stay the backend's own from the first kernel to the last (docs/engine.md,
+"Where the arrays live"). `trace(name, value)` is called after every operation,
+in execution order, always with a numpy array (a device array is copied to the
+host for it: the debugging path).
 """
 
 from __future__ import annotations
@@ -35,23 +40,18 @@ def emit(trace: Trace | None, name: str, value: np.ndarray) -> np.ndarray:
     return value
 
 
+def host_trace(trace: Trace | None, be: ModuleType) -> Trace | None:
+    """A trace that gets every value as a numpy array (be.to_host of it); None stays None."""
+    if trace is None:
+        return None
+    return lambda name, value: trace(name, be.to_host(value))
+
+
 def prefixed(trace: Trace | None, prefix: str) -> Trace | None:
     """A trace that prepends `prefix` to every op name (None stays None)."""
     if trace is None:
         return None
     return lambda name, value: trace(prefix + name, value)
-
-
-def split_heads(x: np.ndarray, B: int, T: int, H: int) -> np.ndarray:
-    """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h."""
-    D = x.shape[1] // H
-    return np.ascontiguousarray(x.reshape(B, T, H, D).transpose(0, 2, 1, 3)).reshape(B * H, T, D)
-
-
-def merge_heads(x: np.ndarray, B: int, H: int) -> np.ndarray:
-    """(BH, T, D) -> (N, C), the inverse of split_heads."""
-    _, T, D = x.shape
-    return np.ascontiguousarray(x.reshape(B, H, T, D).transpose(0, 2, 1, 3)).reshape(B * T, H * D)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class LayerCache:
 
 @dataclass(frozen=True)
 class ForwardCache:
-    """Everything the backward pass reads, plus the micro-batch loss."""
+    """Everything the backward pass reads, plus the micro-batch loss; arrays are the backend's."""
 
     idx: np.ndarray  # (N,) int64 input tokens
     pos: np.ndarray  # (N,) int64 positions
@@ -85,7 +85,7 @@ class ForwardCache:
     xf: np.ndarray  # (N, C) rmsnorm(x_last, ln_f)
     rstdf: np.ndarray  # (N,)
     logits: np.ndarray  # (N, V)
-    loss: np.float32
+    loss: np.ndarray  # 0-d float32 (np.float32 on numpy backends)
 
 
 def check_tokens(tokens: np.ndarray, model: ModelConfig) -> None:
@@ -116,21 +116,21 @@ def block_forward(
     a1, rstd1 = be.rmsnorm(x, state[p + "ln1"], NORM_EPS)  # (N, C), (N,)
     emit(tr, "ln1", a1)
     emit(tr, "ln1.rstd", rstd1)
-    q = split_heads(emit(tr, "attn.q", be.matmul(a1, state[p + "attn.wq"])), B, T, H)  # (BH, T, D)
-    k = split_heads(emit(tr, "attn.k", be.matmul(a1, state[p + "attn.wk"])), B, T, H)  # (BH, T, D)
-    v = split_heads(emit(tr, "attn.v", be.matmul(a1, state[p + "attn.wv"])), B, T, H)  # (BH, T, D)
+    q = be.split_heads(emit(tr, "attn.q", be.matmul(a1, state[p + "attn.wq"])), B, T, H)  # (BH, T, D)
+    k = be.split_heads(emit(tr, "attn.k", be.matmul(a1, state[p + "attn.wk"])), B, T, H)  # (BH, T, D)
+    v = be.split_heads(emit(tr, "attn.v", be.matmul(a1, state[p + "attn.wv"])), B, T, H)  # (BH, T, D)
     o_h, probs = be.attention(q, k, v)  # (BH, T, D), (BH, T, T)
     emit(tr, "attn.softmax", probs)
-    o = merge_heads(emit(tr, "attn.pv", o_h), B, H)  # (N, C)
+    o = be.merge_heads(emit(tr, "attn.pv", o_h), B, H)  # (N, C)
     y = emit(tr, "attn.proj", be.matmul(o, state[p + "attn.wo"]))  # (N, C)
-    x_mid = emit(tr, "resid1", x + y)  # (N, C)
+    x_mid = emit(tr, "resid1", be.add(x, y))  # (N, C)
     a2, rstd2 = be.rmsnorm(x_mid, state[p + "ln2"], NORM_EPS)  # (N, C), (N,)
     emit(tr, "ln2", a2)
     emit(tr, "ln2.rstd", rstd2)
     h = emit(tr, "mlp.fc", be.matmul(a2, state[p + "mlp.w_fc"]))  # (N, F)
     g = emit(tr, "mlp.silu", be.silu(h))  # (N, F)
     z = emit(tr, "mlp.proj", be.matmul(g, state[p + "mlp.w_proj"]))  # (N, C)
-    x_out = emit(tr, "resid2", x_mid + z)  # (N, C)
+    x_out = emit(tr, "resid2", be.add(x_mid, z))  # (N, C)
     cache = LayerCache(x, a1, rstd1, q, k, v, probs, o, x_mid, a2, rstd2, h, g)
     return x_out, cache
 
@@ -138,15 +138,28 @@ def block_forward(
 def forward(
     state: dict[str, np.ndarray], tokens: np.ndarray, model: ModelConfig, be: ModuleType, trace: Trace | None = None
 ) -> ForwardCache:
-    """The forward pass of one micro-batch `tokens` (B, T+1): inputs tokens[:, :-1], targets tokens[:, 1:]."""
+    """The forward pass of one micro-batch `tokens` (B, T+1): inputs tokens[:, :-1], targets tokens[:, 1:].
+
+    tokens is numpy, checked here (InputError); state's arrays are numpy or the backend's.
+    """
     check_tokens(tokens, model)
-    B, T = tokens.shape[0], model.seq_len
-    idx = np.ascontiguousarray(tokens[:, :-1]).reshape(B * T)  # (N,)
-    targets = np.ascontiguousarray(tokens[:, 1:]).reshape(B * T)  # (N,)
-    pos = np.tile(np.arange(T, dtype=np.int64), B)  # (N,)
+    if not isinstance(state["params/wte"], np.ndarray):
+        tokens = be.to_device(tokens)  # the state is on the device: the tokens go there too
+    return forward_checked(state, tokens, model, be, host_trace(trace, be))
+
+
+def forward_checked(
+    state: dict[str, np.ndarray], tokens: np.ndarray, model: ModelConfig, be: ModuleType, trace: Trace | None = None
+) -> ForwardCache:
+    """forward() on tokens already checked by check_tokens, in the kind of array state holds.
+
+    Every array stays the backend's (no host copy), except what `trace` is
+    given: pass a host_trace.
+    """
+    idx, targets, pos = be.split_tokens(tokens)  # (N,) x3
     tok_emb = emit(trace, "fwd/wte", be.embedding(state["params/wte"], idx))  # (N, C)
     pos_emb = emit(trace, "fwd/wpe", be.embedding(state["params/wpe"], pos))  # (N, C)
-    x = emit(trace, "fwd/x0", tok_emb + pos_emb)  # (N, C)
+    x = emit(trace, "fwd/x0", be.add(tok_emb, pos_emb))  # (N, C)
     layers = []
     for layer in range(model.n_layer):
         x, cache = block_forward(x, state, layer, model, be, prefixed(trace, f"fwd/h.{layer}/"))
@@ -155,5 +168,5 @@ def forward(
     emit(trace, "fwd/ln_f", xf)
     emit(trace, "fwd/ln_f.rstd", rstdf)
     logits = emit(trace, "fwd/logits", be.matmul_nt(xf, head_weight(state, model)))  # (N, V)
-    loss = np.float32(emit(trace, "fwd/loss", be.cross_entropy(logits, targets)))
+    loss = emit(trace, "fwd/loss", be.cross_entropy(logits, targets))  # 0-d
     return ForwardCache(idx, pos, targets, tuple(layers), x, xf, rstdf, logits, loss)

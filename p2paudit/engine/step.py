@@ -7,6 +7,13 @@
 
 Nothing here reads a clock, a global generator or a thread count, and no
 argument is mutated: every new tensor is a new array.
+
+The public functions take and return numpy arrays. Inside, the work runs on
+the backend's own arrays: the state (less its step counter, a host integer)
+and the batch go up once with `backend.to_device`, every op between kernels
+is the backend's, and the new state, gradients and loss come back once with
+`backend.to_host` (on the numpy backends both move nothing). The `*_on`
+functions are those insides.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import numpy as np
 
 from p2paudit.engine.backward import backward
 from p2paudit.engine.config import TrainConfig
-from p2paudit.engine.model import Trace, emit, forward, prefixed
+from p2paudit.engine.model import Trace, check_tokens, emit, forward_checked, host_trace, prefixed
 from p2paudit.engine.schedule import lr_at
 from p2paudit.engine.state import check_state, param_shapes
 from p2paudit.errors import InputError
@@ -45,7 +52,28 @@ def micro_batch_grads(
     with ids below vocab_size) raises InputError.
     """
     check_state(state, cfg)
-    cache = forward(state, tokens, cfg.model, backend, trace)
+    check_tokens(tokens, cfg.model)
+    grads, loss = micro_batch_grads_on(
+        state_to_device(state, backend), backend.to_device(tokens), cfg, backend, host_trace(trace, backend)
+    )
+    return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
+
+
+def state_to_device(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+    """The state's float tensors as the backend's arrays (one copy each); "step" stays a host array."""
+    return {name: t if name == "step" else backend.to_device(t) for name, t in state.items()}
+
+
+def state_to_host(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+    """The inverse of state_to_device: numpy arrays (one copy each of the float tensors)."""
+    return {name: t if name == "step" else backend.to_host(t) for name, t in state.items()}
+
+
+def micro_batch_grads_on(
+    state: dict[str, np.ndarray], tokens: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """micro_batch_grads on the backend's arrays: checked state and tokens already there; 0-d loss."""
+    cache = forward_checked(state, tokens, cfg.model, backend, trace)
     grads = backward(cache, state, cfg.model, backend, trace)
     return grads, cache.loss
 
@@ -116,15 +144,32 @@ def apply_update(
 
     Weight decay applies to matrices (2-d parameters) only, not to norm gains.
     """
-    o = cfg.optim
-    done = int(state["step"])
-    lr = lr_at(done, o)
-    m_f32 = np.float32(cfg.micro_batches)
-    new_p, new_m, new_v = {}, {}, {}
     for name, shape in param_shapes(cfg.model).items():
         if name not in grads or grads[name].shape != shape or grads[name].dtype != np.float32:
             raise InputError(f"gradient {name} is missing or not float32 {shape}")
-        g = emit(trace, f"update/{name}/grad", grads[name] / m_f32)  # exact unless subnormal: M is 2^j
+    needed = [p + name for p in ("params/", "opt/m/", "opt/v/") for name in param_shapes(cfg.model)]
+    dstate = {key: backend.to_device(state[key]) for key in needed}
+    dstate["step"] = state["step"]
+    dgrads = {name: backend.to_device(grads[name]) for name in param_shapes(cfg.model)}
+    new = apply_update_on(dstate, dgrads, cfg, backend, host_trace(trace, backend))
+    return state_to_host(new, backend)
+
+
+def apply_update_on(
+    state: dict[str, np.ndarray],
+    grads: dict[str, np.ndarray],
+    cfg: TrainConfig,
+    backend: ModuleType,
+    trace: Trace | None = None,
+) -> dict[str, np.ndarray]:
+    """apply_update on the backend's arrays (gradients already checked); "step" is a host array."""
+    o = cfg.optim
+    done = int(state["step"])
+    lr = lr_at(done, o)
+    new_p, new_m, new_v = {}, {}, {}
+    for name, shape in param_shapes(cfg.model).items():
+        # exact unless subnormal: M is 2^j
+        g = emit(trace, f"update/{name}/grad", backend.div_scalar(grads[name], np.float32(cfg.micro_batches)))
         wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
         p2, m2, v2 = backend.adamw(
             state["params/" + name], g, state["opt/m/" + name], state["opt/v/" + name],
@@ -160,14 +205,41 @@ def sum_micro_batches(
     """Tree sums of the gradients and losses of micro-batches `indices` (a power-of-two count).
 
     Each micro-batch's gradients are folded into the tree as soon as they exist,
-    so memory holds O(log M) gradient sets, not M.
+    so memory holds O(log M) gradient sets, not M. Bad input raises InputError
+    (see micro_batch_grads).
     """
-    grad_tree: PairwiseTree[dict[str, np.ndarray]] = PairwiseTree(add_grads)
-    loss_tree: PairwiseTree[np.float32] = PairwiseTree(lambda a, b: np.float32(a + b))
+    check_state(state, cfg)
     for m in indices:
-        g, loss = micro_batch_grads(state, batch[m], cfg, backend, prefixed(trace, f"mb{m}/"))
+        check_tokens(batch[m], cfg.model)
+    share = batch[indices.start : indices.stop : indices.step]  # only these micro-batches go up
+    grads, loss = sum_micro_batches_on(
+        state_to_device(state, backend), backend.to_device(share), indices, cfg, backend, host_trace(trace, backend)
+    )
+    return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
+
+
+def sum_micro_batches_on(
+    state: dict[str, np.ndarray],
+    batch: np.ndarray,
+    indices: range,
+    cfg: TrainConfig,
+    backend: ModuleType,
+    trace: Trace | None = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """sum_micro_batches on the backend's arrays (checked, then moved there); 0-d loss.
+
+    batch holds exactly the micro-batches of `indices`, in order: batch[i] is micro-batch indices[i].
+    """
+
+    def add(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: backend.add(a[name], b[name]) for name in a}  # add_grads, on the backend
+
+    grad_tree: PairwiseTree[dict[str, np.ndarray]] = PairwiseTree(add)
+    loss_tree: PairwiseTree[np.ndarray] = PairwiseTree(backend.add)
+    for i, m in enumerate(indices):
+        g, loss = micro_batch_grads_on(state, batch[i], cfg, backend, prefixed(trace, f"mb{m}/"))
         grad_tree.push(g)
-        loss_tree.push(np.float32(loss))
+        loss_tree.push(loss)
     return grad_tree.total(), loss_tree.total()
 
 
@@ -177,9 +249,15 @@ def train_step(
     """One full step on batch (M, B, T+1); trace op names start with "mb<m>/", "grad/", "loss", "update/"."""
     check_state(state, cfg)
     check_batch(batch, cfg)
-    grads, losses = sum_micro_batches(state, batch, range(cfg.micro_batches), cfg, backend, trace)
+    for m in range(cfg.micro_batches):
+        check_tokens(batch[m], cfg.model)  # token ids are checked here, on the host, before the upload
+    trace = host_trace(trace, backend)
+    dstate = state_to_device(state, backend)
+    grads, losses = sum_micro_batches_on(
+        dstate, backend.to_device(batch), range(cfg.micro_batches), cfg, backend, trace
+    )
     for name, t in grads.items():
         emit(trace, f"grad/{name}", t)
-    loss = np.float32(losses / np.float32(cfg.micro_batches))
-    emit(trace, "loss", np.asarray(loss))
-    return StepResult(state=apply_update(state, grads, cfg, backend, trace), loss=loss)
+    loss = emit(trace, "loss", backend.div_scalar(losses, np.float32(cfg.micro_batches)))
+    new = apply_update_on(dstate, grads, cfg, backend, trace)
+    return StepResult(state=state_to_host(new, backend), loss=np.float32(backend.to_host(loss)))

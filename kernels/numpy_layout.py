@@ -1,0 +1,56 @@
+"""The layout and elementwise ops an engine needs between kernels, on numpy arrays.
+
+These are the `reference` and `cpu` backends' versions (both re-export them),
+and what the `triton` backend does with numpy inputs. Each is exactly the numpy
+expression the engine used inline before they moved behind the backend, so no
+bit changed: float32 `+` and `/` are rounded once, the rest are exact copies.
+Arrays stay numpy arrays: to_device and to_host move nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def to_device(x: np.ndarray) -> np.ndarray:
+    """A host array as this backend's array: the array itself."""
+    return x
+
+
+def to_host(x) -> np.ndarray:
+    """This backend's array (or a numpy scalar) as a numpy array: np.asarray(x), no copy of an array."""
+    return np.asarray(x)
+
+
+def add(a, b):
+    """a + b, float32, rounded once (arrays of one shape, or 0-d values)."""
+    return a + b
+
+
+def div_scalar(x, d):
+    """x / float32(d), rounded once (exact when d is a power of two and the quotient is normal)."""
+    return x / np.float32(d)
+
+
+def split_heads(x: np.ndarray, B: int, T: int, H: int) -> np.ndarray:
+    """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h."""
+    D = x.shape[1] // H
+    return np.ascontiguousarray(x.reshape(B, T, H, D).transpose(0, 2, 1, 3)).reshape(B * H, T, D)
+
+
+def merge_heads(x: np.ndarray, B: int, H: int) -> np.ndarray:
+    """(BH, T, D) -> (N, C), the inverse of split_heads."""
+    _, T, D = x.shape
+    return np.ascontiguousarray(x.reshape(B, H, T, D).transpose(0, 2, 1, 3)).reshape(B * T, H * D)
+
+
+def split_tokens(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int64 tokens (B, T+1) -> (inputs (N,), targets (N,), positions (N,)), N = B*T, all int64 contiguous.
+
+    inputs = tokens[:, :-1], targets = tokens[:, 1:] (row by row), positions 0..T-1 repeated B times.
+    """
+    B, T = tokens.shape[0], tokens.shape[1] - 1
+    idx = np.ascontiguousarray(tokens[:, :-1]).reshape(B * T)
+    targets = np.ascontiguousarray(tokens[:, 1:]).reshape(B * T)
+    pos = np.tile(np.arange(T, dtype=np.int64), B)
+    return idx, targets, pos
