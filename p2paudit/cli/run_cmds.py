@@ -203,17 +203,24 @@ def _verify(
     publisher: str | None = None,
     world_size: int | None = 1,
     ignore_memory: bool = False,
+    partial_data: bool = False,
 ) -> RangeReport | None:
     """Open and check the run, replay the range (on world_size processes; None: torchrun's group), print.
 
+    `partial_data`: run_dir holds only the shards the steps read (a remote run's view; audit.remote_view).
     Returns the report, or None on a rank other than 0 of torchrun's group (it prints nothing).
     """
     from functools import partial
 
     from p2paudit.audit.distributed_replay import ReplayTask, verify_range_from_env, verify_range_spawned
+    from p2paudit.audit.remote_view import open_partial_run
     from p2paudit.audit.replay import open_run
 
-    task = ReplayTask(partial(open_run, run_dir, ignore_memory=ignore_memory), steps, backend, against, publisher)
+    if partial_data:
+        opener = partial(open_partial_run, run_dir, steps, ignore_memory=ignore_memory)
+    else:
+        opener = partial(open_run, run_dir, ignore_memory=ignore_memory)
+    task = ReplayTask(opener, steps, backend, against, publisher)
     on_audit = None if as_json else _echo_audit
     if world_size is None:
         rank, view, report = verify_range_from_env(task, on_audit)
@@ -268,9 +275,13 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
 
 
 @contextmanager
-def _remote_run_dir(url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float) -> Iterator[Path]:
+def _remote_run_dir(
+    url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, ignore_memory: bool = False
+) -> Iterator[Path]:
     """Fetch what `steps` of the run at `url` need (rich progress bars on stderr: bytes and rates),
-    verified into the cache; yields a local run directory of them for the replay."""
+    verified into the cache; yields a local run directory of them for the replay (only the shards
+    the steps read: open it with audit.remote_view.open_partial_run). The replay's memory is checked
+    right after the manifest is fetched, before any shard or checkpoint (unless `ignore_memory`)."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -291,7 +302,7 @@ def _remote_run_dir(url: str, steps: str, cache_dir: Path | None, cache_size: in
 
         with RemoteRun(url, cache, on_progress, read_timeout=timeout) as remote:
             step_range = parse_step_range(steps, remote.manifest.num_steps)
-            with remote.local_view(step_range.first, step_range.last) as run_dir:
+            with remote.local_view(step_range.first, step_range.last, ignore_memory) as run_dir:
                 progress.stop()
                 stats = remote.stats
                 click.echo(
@@ -302,15 +313,18 @@ def _remote_run_dir(url: str, steps: str, cache_dir: Path | None, cache_size: in
 
 
 @contextmanager
-def _local_run_dir(run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float) -> Iterator[Path]:
-    """The run directory `run`, or for an http(s) URL a local view of the verified files `steps` need."""
+def _local_run_dir(
+    run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, ignore_memory: bool = False
+) -> Iterator[tuple[Path, bool]]:
+    """(run directory, whether it holds only the shards `steps` read): the directory `run`, or for an
+    http(s) URL a local view of the verified files `steps` need."""
     from p2paudit.run.remote import is_remote
 
     if not is_remote(run):
-        yield Path(run)
+        yield Path(run), False
         return
-    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout) as run_dir:
-        yield run_dir
+    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, ignore_memory) as run_dir:
+        yield run_dir, True
 
 
 @cli.command("verify-range")
@@ -401,9 +415,11 @@ def verify_range_cmd(
     With --world-size from-env (under torchrun, see docs/engine.md) rank 0
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
     """
-    with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout) as local_dir:
+    where = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, ignore_memory_check)
+    with where as (local_dir, partial_data):
+        world_size = _world_size(world_text)
         report = _verify(
-            local_dir, steps, backend, as_json, against, publisher, _world_size(world_text), ignore_memory_check
+            local_dir, steps, backend, as_json, against, publisher, world_size, ignore_memory_check, partial_data
         )
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return

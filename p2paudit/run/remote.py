@@ -1,26 +1,37 @@
-"""A run published on a web server: fetch what a range of steps needs, verify it, cache it, and lay
-it out as a local run directory that the replay reads as it reads any other.
+"""A run published on a web server: fetch what a range of steps needs, verify it piece by piece, cache
+it, and lay it out as a local run directory that the replay reads.
 
 Order of trust: manifest.json and manifest.sig.json are fetched first (bounded
 as the local reader bounds them) and checked exactly as read_manifest checks
-them (run id, Ed25519 signature, every field). Then only the files that steps
-A..B need are fetched: every shard (the data key covers the whole token
-stream; each shard is checked against its file digest in the manifest), the
-checkpoints the replay loads (the nearest one at or before state A and those
-of states A+1..B+1, each checked against the manifest's state and per-tensor
-digests), and the published traces of the replayed steps (for diagnosis).
-Each file is checked before it is used or takes its final name in the cache
-(p2paudit.run.cache). The replay then opens a view of hard links to the
-cached files and checks every file again, as it does for a local run.
+them (run id, Ed25519 signature, every field). The memory the replay needs is
+then checked (engine.memory) before anything else is fetched. Then only what
+steps A..B need:
+
+- the shards holding the windows that steps c..B read (c the nearest
+  checkpoint <= A; run.step_shards computes them from the manifest alone),
+  each checked against its file digest and size in the manifest; `init`
+  alone fetches every shard (it is the replay that checks the data key);
+- the checkpoints of states c..B+1, fetched tensor by tensor with HTTP Range
+  requests: the 8-byte header length, the JSON header (parsed strictly by
+  run.checkpoint_layout against the config's shapes, its metadata checked),
+  then each tensor's byte range, checked against the manifest's per-tensor
+  digest before it is appended to the cache entry's `.partial` file. So a
+  partial file only ever holds verified bytes, a broken transfer resumes at
+  the first tensor not yet verified, and a bad tensor is refused by name;
+- the published traces of steps c..B, if any (whole files, digest-checked).
+
+A server that ignores Range (answers 200 to a Range request) is read once
+from byte 0 instead, each tensor still verified as it passes. Every file is
+checked again as a whole before it takes its final name in the cache
+(p2paudit.run.cache), and again by the replay, which reads a view of hard
+links to the cached files (p2paudit.audit.remote_view for the partial token
+stream).
 
 HTTP: httpx with connect and read timeouts; at most MAX_REDIRECTS redirects,
 each to the same scheme (https never falls back to http); no content coding
-(byte offsets are the file's); a partial download is resumed with
-`Range: bytes=N-`, and a server that answers 200 instead of 206 is read from
-byte 0 again. Every failure is one line of InputError naming the URL.
-
-Not yet (issue 9): fetching the byte ranges of a shard or the tensors of a
-checkpoint piecewise needs chunk digests in the manifest.
+(byte offsets are the file's); a partial shard or trace download is resumed
+with `Range: bytes=N-`, and a server that answers 200 instead of 206 is read
+from byte 0 again. Every failure is one line of InputError naming the URL.
 """
 
 from __future__ import annotations
@@ -28,18 +39,27 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import numpy as np
 
+from p2paudit.engine.memory import check_fits
 from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.run.cache import BlobCache, link_or_copy
-from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, load_checkpoint
-from p2paudit.run.digest import format_digest
+from p2paudit.run.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    checkpoint_bound,
+    checkpoint_path,
+    load_checkpoint,
+)
+from p2paudit.run.checkpoint_layout import CheckpointLayout, TensorSpan, header_length, parse_layout
+from p2paudit.run.digest import digest_tensor, format_digest
 from p2paudit.run.manifest import (
     MANIFEST_FILE,
     MAX_MANIFEST_BYTES,
@@ -48,6 +68,7 @@ from p2paudit.run.manifest import (
     Manifest,
     manifest_from_bytes,
 )
+from p2paudit.run.step_shards import replay_memory, shards_for_range
 from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
 
 SCHEMES = ("http", "https")
@@ -93,14 +114,15 @@ class FetchStats:
 
 def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> list[RemoteFile]:
     """The files (besides the manifest) that checking steps first..last needs, as the replay reads them:
-    every shard, the checkpoints of states c..last+1 (c the nearest checkpoint <= first), the traces
-    of steps c..last. None, None: the initial state alone (shards only)."""
+    the shards of the windows steps c..last read (step_shards.shards_for_range; c the nearest
+    checkpoint <= first), the checkpoints of states c..last+1, the traces of steps c..last.
+    None, None: the initial state alone (every shard: its replay checks the data key)."""
     cfg = manifest.config
     if cfg is None:
         raise InputError("manifest has no parsed config")
+    shards = [manifest.data.shards[i] for i in shards_for_range(manifest, first, last)]
     files = [
-        RemoteFile(s.path, f"shard-{s.digest.hex()}", manifest.data.shard_bytes(s), True, s.digest)
-        for s in manifest.data.shards
+        RemoteFile(s.path, f"shard-{s.digest.hex()}", manifest.data.shard_bytes(s), True, s.digest) for s in shards
     ]
     if first is None or last is None:
         return files
@@ -172,10 +194,17 @@ class RemoteRun:
         return self._manifest
 
     @contextmanager
-    def local_view(self, first: int | None, last: int | None) -> Iterator[Path]:
+    def local_view(self, first: int | None, last: int | None, ignore_memory: bool = False) -> Iterator[Path]:
         """A local run directory holding the manifest and the verified files steps first..last need
-        (see files_for_range), removed on exit; the cache is kept under its size bound."""
+        (see files_for_range), removed on exit; the cache is kept under its size bound.
+
+        Unless `ignore_memory`, the memory the replay needs is checked right after the manifest
+        is fetched, before any shard or checkpoint is (InputError, one line)."""
         manifest = self.manifest
+        if not ignore_memory:
+            steps = "init" if first is None or last is None else f"{first}-{last}"
+            need = replay_memory(manifest, shards_for_range(manifest, first, last))
+            check_fits(need, f"replaying steps {steps} of the run at {self.base}")
         files = files_for_range(manifest, first, last)
         name = self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
         with self.cache.view(name) as view:
@@ -212,7 +241,14 @@ class RemoteRun:
                 target.unlink(missing_ok=True)
                 self.cache.discard(item.key)
         partial = self.cache.partial(item.key)
-        self._download(item, partial)
+        if item.state is None:
+            self._download(item, partial)
+        else:
+            try:
+                self._fetch_checkpoint(item, partial)
+            except _Refused as exc:
+                self.cache.discard(item.key)
+                raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
         link_or_copy(partial, target)
         try:
             self._check(item, partial, view)
@@ -239,6 +275,71 @@ class RemoteRun:
             if cfg is None:
                 raise InputError("manifest has no parsed config")
             load_checkpoint(view, item.state, m.state_digest(item.state), state_names(cfg), state_shapes(cfg))
+
+    def _fetch_checkpoint(self, item: RemoteFile, partial: Path) -> None:
+        """Assemble checkpoint `item` in `partial` tensor by tensor, each verified before it is written.
+
+        Resumes after the verified prefix of an earlier partial (its tensors checked again); _Refused
+        when the file is not the manifest's (bad header, metadata or tensor), InputError when the
+        transfer fails (the verified prefix is kept to resume)."""
+        cfg = self.manifest.config
+        if cfg is None or item.state is None:
+            raise InputError("manifest has no parsed config")
+        plan = _CheckpointPlan(
+            item.path,
+            item.state,
+            self.manifest.state_digest(item.state).text(),
+            self.manifest.state_digest(item.state).tensor_map(),
+            state_shapes(cfg),
+        )
+        layout, have = plan.resume(partial)
+        try:
+            plan.assemble(partial, layout, have, self._ranged_reader(item.path, lambda: plan.size))
+            return
+        except _RangeIgnored:
+            pass
+        layout, have = plan.resume(partial)  # the server ignores Range: read the file once from byte 0
+        with self._get(item.path, {}) as (response, url):
+            if response.status_code != 200:
+                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            _check_length(response, url, item.max_bytes, 0)
+            stream = _Stream(self._body(response, url, item.path))
+
+            def read(start: int, end: int) -> bytes:
+                stream.skip_to(start)
+                data = stream.take(end - start)
+                self._report(item.path, end, plan.size)
+                if len(data) < end - start:
+                    raise InputError(f"{url}: the body ended after {stream.position} bytes, within {item.path}")
+                return data
+
+            plan.assemble(partial, layout, have, read)
+
+    def _ranged_reader(self, path: str, total: Callable[[], int | None]) -> Callable[[int, int], bytes]:
+        """read(start, end): bytes [start, end) of `path` by one Range request (checked 206 reply);
+        progress is reported against the file's size `total()` once it is known."""
+
+        def read(start: int, end: int) -> bytes:
+            if end <= start:
+                return b""
+            chunks, got, want = [], 0, end - start
+            with self._get(path, {"Range": f"bytes={start}-{end - 1}"}) as (response, url):
+                if response.status_code == 200:
+                    raise _RangeIgnored
+                if response.status_code != 206:
+                    raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+                _check_range_reply(response, url, start, end)
+                for chunk in self._body(response, url, path, start):
+                    got += len(chunk)
+                    if got > want:
+                        raise _Refused(f"the server sent more than the {want} bytes asked for ({start}-{end - 1})")
+                    chunks.append(chunk)
+                    self._report(path, start + got, total())
+            if got < want:
+                raise InputError(f"{url}: the body ended after {got} of the {want} bytes asked for ({start}-{end - 1})")
+            return b"".join(chunks)
+
+        return read
 
     def _fetch_small(self, path: str, max_bytes: int) -> bytes:
         """The whole of a small file (the manifest, its signature), bounded, never cached."""
@@ -338,6 +439,165 @@ class RemoteRun:
     def _report(self, path: str, done: int, total: int | None) -> None:
         if self.on_progress is not None:
             self.on_progress(path, done, total)
+
+
+class _Refused(Exception):
+    """The server's bytes are not the manifest's file: the cache entry is discarded (a one-line reason)."""
+
+
+class _RangeIgnored(Exception):
+    """The server answered a Range request with the whole file (200)."""
+
+
+@dataclass
+class _CheckpointPlan:
+    """How to check the pieces of one checkpoint: where it is, its state, the manifest's digests, the shapes."""
+
+    where: str  # the file's path in the run, for messages (the caller adds the URL)
+    state: int
+    state_digest: str  # sha256:<hex>, as the metadata must say
+    digests: dict[str, bytes]  # tensor name -> the manifest's tensor digest
+    shapes: dict
+    size: int | None = None  # the file's length, known once its header is parsed
+
+    def parse(self, prefix: bytes, header: bytes) -> CheckpointLayout:
+        """The layout from the 8-byte length and the header; InputError if either is not this checkpoint's."""
+        header_length(prefix, len(self.shapes), self.where)
+        layout = parse_layout(header, self.shapes, self.where)
+        want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(self.state)}
+        want["state_digest"] = self.state_digest
+        got = {k: layout.metadata.get(k) for k in want}
+        if got != want:
+            raise InputError(f"{self.where}: metadata {got} is not {want}")
+        self.size = layout.file_size
+        return layout
+
+    def check(self, span: TensorSpan, data: bytes) -> str | None:
+        """None if `data` is tensor `span`'s bytes as the manifest digests them, else the one-line reason."""
+        array = np.frombuffer(data, dtype=span.dtype.newbyteorder("<")).reshape(span.shape)
+        got = digest_tensor(span.name, array)
+        want = self.digests[span.name]
+        if got == want:
+            return None
+        return (
+            f"tensor {span.name} (bytes {span.start}-{span.end - 1}): digest {format_digest(got)} "
+            f"is not the manifest's {format_digest(want)}"
+        )
+
+    def resume(self, partial: Path) -> tuple[CheckpointLayout | None, int]:
+        """(layout, length of the verified prefix) of an earlier partial file, its tensors checked again
+        and anything after the first one that fails cut off; (None, 0), the file removed, if its header
+        is unusable."""
+        if partial.is_symlink() or (partial.exists() and not partial.is_file()):
+            partial.unlink(missing_ok=True)
+        if not partial.is_file():
+            return None, 0
+        with open(partial, "rb") as handle:
+            prefix = handle.read(8)
+            try:
+                header = handle.read(header_length(prefix, len(self.shapes), self.where))
+                layout = self.parse(prefix, header)
+            except InputError:
+                layout = None
+            if layout is None or len(header) + 8 != layout.data_start:
+                handle.close()
+                partial.unlink(missing_ok=True)
+                return None, 0
+            have = layout.data_start
+            size = os.fstat(handle.fileno()).st_size
+            for span in _file_order(layout.tensors.values()):
+                if span.end > size:
+                    break
+                handle.seek(span.start)
+                if self.check(span, handle.read(span.end - span.start)) is not None:
+                    break
+                have = span.end
+        os.truncate(partial, have)
+        return layout, have
+
+    def assemble(
+        self, partial: Path, layout: CheckpointLayout | None, have: int, read: Callable[[int, int], bytes]
+    ) -> None:
+        """Fetch (read(start, end)) what `partial` lacks after its verified prefix of `have` bytes: the
+        header if there is no layout yet, then each tensor, appended only once it is verified."""
+        if layout is None:
+            prefix = read(0, 8)
+            try:
+                n = header_length(prefix, len(self.shapes), self.where)
+            except InputError as exc:
+                raise _Refused(str(exc)) from None
+            header = read(8, 8 + n)
+            try:
+                layout = self.parse(prefix, header)
+            except InputError as exc:
+                raise _Refused(str(exc)) from None
+            _write_synced(partial, prefix + header, "wb")
+            have = layout.data_start
+        with open(partial, "ab") as out:
+            try:
+                for span in _file_order(layout.tensors.values()):
+                    if span.end <= have:
+                        continue
+                    data = read(span.start, span.end)
+                    reason = self.check(span, data)
+                    if reason is not None:
+                        raise _Refused(reason)
+                    out.write(data)
+                    have = span.end
+            finally:
+                out.flush()
+                os.fsync(out.fileno())
+
+
+class _Stream:
+    """A response body read as a stream of exact pieces: skip_to(offset), take(n)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+        self.buffer = bytearray()
+        self.position = 0  # the file offset of buffer[0]
+
+    def take(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                break
+            self.buffer += chunk
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        self.position += len(out)
+        return out
+
+    def skip_to(self, offset: int) -> None:
+        while self.position < offset:
+            if not self.take(min(offset - self.position, CHUNK_BYTES)):
+                return
+
+
+def _file_order(spans: Iterable[TensorSpan]) -> list[TensorSpan]:
+    return sorted(spans, key=lambda s: (s.start, s.end))
+
+
+def _write_synced(path: Path, data: bytes, mode: str) -> None:
+    with open(path, mode) as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _check_range_reply(response: httpx.Response, url: httpx.URL, start: int, end: int) -> None:
+    """_Refused unless a 206 reply's Content-Range is exactly bytes start..end-1 of a file of >= end bytes."""
+    text = response.headers.get("content-range", "")
+    match = _CONTENT_RANGE.fullmatch(text.strip())
+    if (
+        match is None
+        or (int(match.group(1)), int(match.group(2))) != (start, end - 1)
+        or (match.group(3) != "*" and int(match.group(3)) < end)
+    ):
+        raise _Refused(f"Content-Range {text[:60]!r} is not the requested bytes {start}-{end - 1}")
+    length = response.headers.get("content-length")
+    if length is not None and (not length.isascii() or not length.isdigit() or int(length) != end - start):
+        raise _Refused(f"Content-Length {length[:24]!r} for the {end - start} bytes {start}-{end - 1} asked for")
 
 
 def _check_length(response: httpx.Response, url: httpx.URL, max_bytes: int, start: int) -> None:

@@ -32,6 +32,7 @@ import io
 import json
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -290,30 +291,64 @@ def load_tokens(run_dir: Path, spec: DataSpec) -> np.ndarray:
     vocab_size (naming its position).
     """
     width = spec.token_bytes
-    header = SHARD_HEADER_IDS if spec.token_ids else SHARD_HEADER
-    parts, offset = [], 0
-    for index, info in enumerate(spec.shards):
-        path = run_dir / info.path
-        size = spec.shard_bytes(info)
-        blob = read_file(path, "shard", size, run_dir)
-        if len(blob) != size:
-            raise InputError(
-                f"shard {path} has {len(blob)} bytes, want {size} (a {header.size}-byte header and "
-                f"{info.tokens} tokens of {width} byte(s), as the manifest says)"
-            )
-        if digest_bytes(blob) != info.digest:
-            raise InputError(
-                f"shard {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's {format_digest(info.digest)}"
-            )
-        if spec.token_ids:
-            parts.append(_decode_ids_shard(path, blob, index, offset, info.tokens, spec))
-        else:
-            parts.append(_decode_shard(path, blob, index, offset, info.tokens))
-        offset += info.tokens
+    offsets = shard_offsets(spec)
+    parts = [_load_shard(run_dir, spec, index, offsets[index]) for index in range(len(spec.shards))]
     tokens = np.concatenate(parts)
     stored = tokens.astype("<u" + str(width), copy=False)  # the data key hashes the stored little-endian bytes
     if digest_bytes(stored.tobytes()) != spec.data_key:
         raise InputError(f"shards in {run_dir / 'shards'} do not add up to the manifest's data key")
+    return tokens
+
+
+def shard_offsets(spec: DataSpec) -> list[int]:
+    """Where each shard's first token lies in the token stream (the tokens of the shards before it)."""
+    offsets, total = [], 0
+    for info in spec.shards:
+        offsets.append(total)
+        total += info.tokens
+    return offsets
+
+
+def _load_shard(run_dir: Path, spec: DataSpec, index: int, offset: int) -> np.ndarray:
+    """Read and check shard `index` (size, digest, header, ids below vocab_size), which starts at
+    token `offset` of the stream; its tokens."""
+    info = spec.shards[index]
+    width = spec.token_bytes
+    header = SHARD_HEADER_IDS if spec.token_ids else SHARD_HEADER
+    path = run_dir / info.path
+    size = spec.shard_bytes(info)
+    blob = read_file(path, "shard", size, run_dir)
+    if len(blob) != size:
+        raise InputError(
+            f"shard {path} has {len(blob)} bytes, want {size} (a {header.size}-byte header and "
+            f"{info.tokens} tokens of {width} byte(s), as the manifest says)"
+        )
+    if digest_bytes(blob) != info.digest:
+        raise InputError(
+            f"shard {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's {format_digest(info.digest)}"
+        )
+    if spec.token_ids:
+        return _decode_ids_shard(path, blob, index, offset, info.tokens, spec)
+    return _decode_shard(path, blob, index, offset, info.tokens)
+
+
+def load_token_subset(run_dir: Path, spec: DataSpec, indices: Iterable[int]) -> np.ndarray:
+    """The whole token stream's array with only the shards `indices` read (each checked as load_tokens
+    checks it) and every other token 0.
+
+    The array is allocated zeroed (np.zeros: pages the OS maps on first
+    write), so the untouched shards cost address space, not memory. The
+    data key covers the whole stream and is not checked here: a caller that
+    needs it loads every shard with load_tokens. A reader of this array must
+    index only tokens of the loaded shards (step_shards.shards_for_steps).
+    """
+    offsets = shard_offsets(spec)
+    tokens = np.zeros(spec.tokens, dtype=np.dtype(spec.dtype) if spec.token_ids else np.uint8)
+    for index in sorted(set(indices)):
+        if not 0 <= index < len(spec.shards):
+            raise InputError(f"shard index {index} is outside the data's {len(spec.shards)} shards")
+        part = _load_shard(run_dir, spec, index, offsets[index])
+        tokens[offsets[index] : offsets[index] + part.size] = part
     return tokens
 
 

@@ -4,38 +4,56 @@ line of InputError and leaves nothing corrupt in the cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from p2paudit.audit.remote_view import open_partial_run
 from p2paudit.audit.replay import open_run, parse_step_range, verify_range
 from p2paudit.cli import cli
+from p2paudit.engine import memory
+from p2paudit.engine.config import train_config
+from p2paudit.engine.schedule import window_starts
 from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import EXIT_USAGE, InputError
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.cache import PARTIAL_SUFFIX, BlobCache
 from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path
+from p2paudit.run.checkpoint_layout import TensorSpan, header_length, parse_layout
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import TrainPlan, publish_run
 from p2paudit.run.remote import RemoteRun
+from p2paudit.run.shards import SHARD_TOKENS, import_tokens, load_token_subset, load_tokens
 
 PUBLISHER = identity_from_seed(b"\x5a" * 32)
 STALL_SECONDS = 3.0
 CLIENT_TIMEOUT = 0.5
+WIDE_SHARDS = 40
 
 
 @dataclass
 class Served:
-    """What the server did: one (path, Range header, status, body bytes sent) per request."""
+    """What the server did: one (path, Range header, status, body bytes sent) per request.
+
+    `behaviors` (run-relative path -> "wrong", "ignore-range", "stall", "truncate") make it lie;
+    `mutate` changes a file's bytes as served; `drop_at` (path -> file offset) breaks the connection
+    once, at that offset, in the first response whose body crosses it."""
 
     root: Path
-    behaviors: dict[str, str] = field(default_factory=dict)  # run-relative path -> behavior
+    behaviors: dict[str, str] = field(default_factory=dict)
+    mutate: dict[str, Callable[[bytes], bytes]] = field(default_factory=dict)
+    drop_at: dict[str, int] = field(default_factory=dict)
     log: list[tuple[str, str | None, int, int]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -45,6 +63,12 @@ class Served:
 
     def paths(self) -> set[str]:
         return {p for p, *_ in self.log}
+
+    def ranges(self, path: str) -> list[str | None]:
+        return [r for p, r, _, _ in self.log if p == path]
+
+
+_RANGE_HEADER = re.compile(r"bytes=([0-9]+)-([0-9]*)")
 
 
 def _handler(served: Served):
@@ -78,27 +102,36 @@ def _handler(served: Served):
             behavior = served.behaviors.get(path, "normal")
             if behavior == "wrong":
                 data = bytes(b ^ 0x01 for b in data[:64]) + data[64:]
-            start = 0
-            wanted = self.headers.get("Range")
-            if wanted and behavior != "ignore-range":
-                start = int(wanted.removeprefix("bytes=").rstrip("-"))
-            body = data[start:]
-            self.send_response(206 if start else 200)
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            if path in served.mutate:
+                data = served.mutate[path](data)
+            start, end = 0, len(data) - 1
+            wanted = _RANGE_HEADER.fullmatch(self.headers.get("Range") or "")
+            ranged = wanted is not None and behavior != "ignore-range"
+            if ranged:
+                start = int(wanted.group(1))
+                end = min(int(wanted.group(2)), end) if wanted.group(2) else end
+            body = data[start : end + 1]
+            self.send_response(206 if ranged else 200)
+            if ranged:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if behavior == "stall":
                 served.stop.wait(STALL_SECONDS)
+            drop = served.drop_at.get(path)
+            broken = behavior == "truncate" or (drop is not None and start <= drop < start + len(body))
             if behavior == "truncate":
                 body = body[: len(body) // 2]
+            elif broken:
+                body = body[: drop - start]
+                del served.drop_at[path]
             try:
                 self.wfile.write(body)
                 self.wfile.flush()
             except OSError:
                 pass
-            self._record(path, 206 if start else 200, len(body))
-            if behavior == "truncate":
+            self._record(path, 206 if ranged else 200, len(body))
+            if broken:
                 self.close_connection = True
 
         def _redirect(self, raw, location):
@@ -119,10 +152,24 @@ def published(tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.fixture
-def server(published):
-    """(base URL of the run, Served) on 127.0.0.1; stopped at the end of the test."""
-    served = Served(published)
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory) -> Path:
+    """tiny on WIDE_SHARDS shards of token ids, two windows per step (one micro-batch of 2), 3 steps,
+    every state checkpointed: a step reads at most 4 of the shards."""
+    root = tmp_path_factory.mktemp("wide")
+    ids = np.random.default_rng(9).integers(0, 256, WIDE_SHARDS * SHARD_TOKENS - 1000, dtype=np.uint16)
+    np.save(root / "ids.npy", ids)
+    import_tokens(root / "ids.npy", 256, root / "data")
+    cfg = dataclasses.replace(train_config("tiny", micro_batches=1, steps=3), batch_size=2)
+    plan = TrainPlan(root / "run", "tiny", steps=3, micro_batches=1, ckpt_every=1, backend="reference")
+    publish_run(plan, PUBLISHER, config=cfg, data_dir=root / "data")
+    return root / "run"
+
+
+@contextmanager
+def _serve(root: Path) -> Iterator[tuple[str, Served]]:
+    """(base URL of the server, Served) for the run directory `root` on 127.0.0.1."""
+    served = Served(root)
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -136,12 +183,44 @@ def server(published):
         thread.join(timeout=5)
 
 
+@pytest.fixture
+def server(published):
+    """(base URL of the run, Served) on 127.0.0.1; stopped at the end of the test."""
+    with _serve(published) as pair:
+        yield pair
+
+
 def _size(run: Path, path: str) -> int:
     return (run / path).stat().st_size
 
 
 def _shards(run: Path) -> list[str]:
     return [s.path for s in read_manifest(run).data.shards]
+
+
+def _needed_shards(run: Path, first: int, last: int) -> list[str]:
+    """The shard files holding a window of steps c..last (c the nearest checkpoint <= first), from
+    schedule.window_starts directly."""
+    manifest = read_manifest(run)
+    cfg, data = manifest.config, manifest.data
+    indices = set()
+    for n in range(manifest.nearest_checkpoint(first), last + 1):
+        for start in window_starts(data.data_key, cfg, n, data.tokens).ravel().tolist():
+            indices |= {start // SHARD_TOKENS, (start + cfg.model.seq_len) // SHARD_TOKENS}
+    return [data.shards[i].path for i in sorted(indices)]
+
+
+def _state_key(run: Path, state: int) -> str:
+    return f"state-{read_manifest(run).state_digest(state).digest.hex()}"
+
+
+def _layout(run: Path, state: int) -> list[TensorSpan]:
+    """The tensors of the published checkpoint of `state`, in file order."""
+    blob = (run / checkpoint_path(state)).read_bytes()
+    shapes = state_shapes(read_manifest(run).config)
+    n = header_length(blob[:8], len(shapes), "test")
+    layout = parse_layout(blob[8 : 8 + n], shapes, "test")
+    return sorted(layout.tensors.values(), key=lambda s: s.start)
 
 
 def _fetch(base: str, cache: BlobCache, first: int | None, last: int | None, timeout: float = 10.0) -> RemoteRun:
@@ -155,13 +234,16 @@ def _fetch(base: str, cache: BlobCache, first: int | None, last: int | None, tim
 
 
 def _assert_cache_clean(cache: BlobCache, run: Path) -> None:
-    """Every file under a final name in the cache is byte for byte a genuine file of the run."""
+    """Every file under a final name in the cache is byte for byte a genuine file of the run, and
+    every partial download a prefix of one."""
     manifest = read_manifest(run)
     genuine = {f"shard-{s.digest.hex()}": (run / s.path).read_bytes() for s in manifest.data.shards}
     for c in manifest.checkpoints:
         genuine[f"state-{manifest.state_digest(c).digest.hex()}"] = (run / checkpoint_path(c)).read_bytes()
     for path in cache.blobs.iterdir():
-        if not path.name.endswith(PARTIAL_SUFFIX):
+        if path.name.endswith(PARTIAL_SUFFIX):
+            assert genuine[path.name.removesuffix(PARTIAL_SUFFIX)].startswith(path.read_bytes()), path.name
+        else:
             assert path.read_bytes() == genuine[path.name], path.name
 
 
@@ -176,14 +258,17 @@ def test_remote_replay_matches_local_and_fetches_only_what_the_steps_need(publis
     with RemoteRun(base + "/run", cache) as remote:
         steps = parse_step_range("2-3", remote.manifest.num_steps)
         with remote.local_view(steps.first, steps.last) as view:
-            remote_report = verify_range(open_run(view), steps, "reference", diagnose=False)
+            remote_report = verify_range(open_partial_run(view, "2-3"), steps, "reference", diagnose=False)
     local_report = verify_range(open_run(published), steps, "reference", diagnose=False)
     assert remote_report.all_match and len(remote_report.audits) == 2
     assert _audits(remote_report) == _audits(local_report)
 
-    needed = [MANIFEST_FILE, SIGNATURE_FILE, *_shards(published), checkpoint_path(2), checkpoint_path(4)]
-    assert served.paths() == set(needed)  # not checkpoint 0, not the unused ones
+    shards = _needed_shards(published, 2, 3)
+    needed = [MANIFEST_FILE, SIGNATURE_FILE, *shards, checkpoint_path(2), checkpoint_path(4)]
+    assert served.paths() == set(needed)  # not checkpoint 0, not the unused shards
     assert served.sent() == sum(_size(published, p) for p in needed) == remote.stats.received_bytes
+    tensors = len(_layout(published, 2))
+    assert len(served.ranges(checkpoint_path(2))) == 2 + tensors  # length, header, one request per tensor
     assert remote.stats.cached == []
     print(f"steps 2-3: {served.sent()} bytes sent for {len(needed)} files")
 
@@ -212,7 +297,7 @@ def test_cli_verifies_a_url_and_exits_0(published, server, tmp_path):
 @pytest.mark.parametrize("victim", ["shard", "checkpoint"])
 def test_wrong_bytes_are_refused_in_one_line_and_never_cached(published, server, tmp_path, victim):
     base, served = server
-    path = _shards(published)[1] if victim == "shard" else checkpoint_path(2)
+    path = _needed_shards(published, 2, 3)[-1] if victim == "shard" else checkpoint_path(2)
     served.behaviors[path] = "wrong"
     cache = BlobCache(tmp_path / "cache", 1 << 30)
     with pytest.raises(InputError) as caught:
@@ -230,9 +315,9 @@ def test_wrong_bytes_are_refused_in_one_line_and_never_cached(published, server,
     _assert_cache_clean(cache, published)
 
 
-def test_a_truncated_body_is_kept_as_partial_and_resumed_with_a_range_request(published, server, tmp_path):
+def test_a_truncated_shard_is_kept_as_partial_and_resumed_with_a_range_request(published, server, tmp_path):
     base, served = server
-    path = checkpoint_path(4)
+    path = _needed_shards(published, 2, 3)[-1]
     served.behaviors[path] = "truncate"
     cache = BlobCache(tmp_path / "cache", 1 << 30)
     with pytest.raises(InputError, match="broke off") as caught:
@@ -253,6 +338,7 @@ def test_a_truncated_body_is_kept_as_partial_and_resumed_with_a_range_request(pu
     assert not [p for p in cache.blobs.iterdir() if p.name.endswith(PARTIAL_SUFFIX)]
     _assert_cache_clean(cache, published)
     assert len(list(cache.blobs.glob("state-*"))) == 2
+    assert len(list(cache.blobs.glob("shard-*"))) == len(_needed_shards(published, 2, 3))
 
 
 def test_a_server_that_ignores_range_is_read_again_from_byte_0(published, server, tmp_path):
@@ -305,11 +391,11 @@ def test_a_stalled_server_times_out_in_one_line_and_nothing_is_cached(published,
 
 def test_the_cache_stays_under_its_size_evicting_the_least_recently_used(published, server, tmp_path):
     base, served = server
-    shards = sum(_size(published, p) for p in _shards(published))
+    shards = sum(_size(published, p) for p in _needed_shards(published, 2, 3))
     ckpt = _size(published, checkpoint_path(0))
     cfg = read_manifest(published).config
     bound = checkpoint_bound(state_shapes(cfg), len(state_names(cfg)))  # room made for a missing checkpoint
-    # Room for the shards and two checkpoints to come, not for a third already there.
+    # Room for the shards of steps 2-3 and two checkpoints to come, not for a third already there.
     cache = BlobCache(tmp_path / "cache", shards + 2 * bound + ckpt // 2)
     _fetch(base, cache, 0, 0)  # checkpoint 0
     _fetch(base, cache, 2, 3)  # checkpoints 2 and 4: checkpoint 0 is the least recently used
@@ -337,3 +423,150 @@ def test_digest_of_manifest_from_the_server_is_the_run_id(published, server, tmp
     with RemoteRun(base + "/run", BlobCache(tmp_path, 1 << 20)) as remote:
         body = remote.manifest.body_bytes
     assert hashlib.sha256(body).digest() == read_manifest(published).run_id
+
+
+@pytest.mark.slow
+def test_a_one_step_replay_fetches_only_the_shards_its_windows_lie_in(wide, tmp_path):
+    needed = _needed_shards(wide, 1, 1)  # step 1 starts at checkpoint 1: its two windows only
+    assert len(needed) <= 4 < WIDE_SHARDS
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with _serve(wide) as (base, served), RemoteRun(base + "/run/", cache) as remote:
+        steps = parse_step_range("1", remote.manifest.num_steps)
+        with remote.local_view(steps.first, steps.last) as view:
+            remote_report = verify_range(open_partial_run(view, "1"), steps, "reference", diagnose=False)
+    local_report = verify_range(open_run(wide), steps, "reference", diagnose=False)
+    assert remote_report.all_match and _audits(remote_report) == _audits(local_report)  # same batches
+
+    fetched_shards = sorted(p for p in served.paths() if p.startswith("shards/"))
+    assert fetched_shards == needed
+    files = [MANIFEST_FILE, SIGNATURE_FILE, *needed, checkpoint_path(1), checkpoint_path(2)]
+    assert served.paths() == set(files)  # not checkpoints 0 and 3
+    assert served.sent() == sum(_size(wide, p) for p in files) == remote.stats.received_bytes
+    all_shards = sum(_size(wide, p) for p in _shards(wide))
+    whole_run = sum(f.stat().st_size for f in wide.rglob("*") if f.is_file())
+    print(
+        f"step 1 of a {WIDE_SHARDS}-shard run: {served.sent()} bytes fetched ({len(needed)} shards, "
+        f"{served.sent(needed[0]) * len(needed)} shard bytes of {all_shards}); the whole run is {whole_run} bytes"
+    )
+
+
+def test_a_token_subset_holds_the_loaded_shards_and_zeros_elsewhere(wide, tmp_path):
+    spec = read_manifest(wide).data
+    full = load_tokens(wide, spec)
+    part = load_token_subset(wide, spec, [3, 7])
+    assert part.dtype == full.dtype and part.size == full.size
+    inside = np.zeros(full.size, dtype=bool)
+    inside[3 * SHARD_TOKENS : 4 * SHARD_TOKENS] = inside[7 * SHARD_TOKENS : 8 * SHARD_TOKENS] = True
+    assert np.array_equal(part[inside], full[inside]) and not part[~inside].any()
+
+    # A view that lacks a shard the steps read is refused by name, never replayed on zeros.
+    view = tmp_path / "view"
+    for name in (MANIFEST_FILE, SIGNATURE_FILE):
+        (view / name).parent.mkdir(parents=True, exist_ok=True)
+        (view / name).write_bytes((wide / name).read_bytes())
+    needed = _needed_shards(wide, 1, 1)
+    for path in needed[1:]:
+        (view / path).parent.mkdir(parents=True, exist_ok=True)
+        (view / path).write_bytes((wide / path).read_bytes())
+    with pytest.raises(InputError, match=needed[0]):
+        open_partial_run(view, "1")
+
+
+@pytest.mark.parametrize("server_kind", ["ranges", "ignores-range"])
+def test_a_corrupt_tensor_is_refused_by_name_and_nothing_of_it_is_cached(published, server, tmp_path, server_kind):
+    base, served = server
+    path = checkpoint_path(2)
+    spans = _layout(published, 2)
+    victim = spans[len(spans) // 2]
+
+    def corrupt(data: bytes) -> bytes:
+        at = victim.start + (victim.end - victim.start) // 2
+        return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1 :]
+
+    served.mutate[path] = corrupt
+    if server_kind == "ignores-range":
+        served.behaviors[path] = "ignore-range"
+    cache_dir = tmp_path / "cache"
+    result = CliRunner().invoke(
+        cli, ["verify-range", "2-3", "--run", base + "/run/", "--backend", "reference", "--cache-dir", str(cache_dir)]
+    )
+    assert result.exit_code == EXIT_USAGE, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert f"tensor {victim.name} " in last and f"{base}/run/{path}" in last and "discarded" in last
+    cache = BlobCache(cache_dir, 1 << 30)
+    assert not cache.final(_state_key(published, 2)).exists()
+    assert not cache.partial(_state_key(published, 2)).exists()
+    _assert_cache_clean(cache, published)
+    if server_kind == "ranges":  # the fetch stopped at the bad tensor
+        assert served.ranges(path)[-1] == f"bytes={victim.start}-{victim.end - 1}"
+
+
+def test_a_dropped_checkpoint_fetch_resumes_at_the_first_tensor_not_yet_verified(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(4)
+    size = _size(published, path)
+    spans = _layout(published, 4)
+    broken = spans[len(spans) // 2]
+    served.drop_at[path] = broken.start + (broken.end - broken.start) // 2
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match="broke off") as caught:
+        _fetch(base, cache, 2, 3)
+    assert "\n" not in str(caught.value) and path in str(caught.value)
+    partial = cache.partial(_state_key(published, 4))
+    assert partial.read_bytes() == (published / path).read_bytes()[: broken.start]  # verified tensors only
+    _assert_cache_clean(cache, published)
+
+    served.log.clear()
+    _fetch(base, cache, 2, 3)
+    rest = [s for s in spans if s.start >= broken.start]
+    assert served.ranges(path) == [f"bytes={s.start}-{s.end - 1}" for s in rest]  # no header, no verified tensor
+    assert served.sent(path) == size - broken.start
+    assert cache.final(_state_key(published, 4)).read_bytes() == (published / path).read_bytes()
+    assert not partial.exists()
+    _assert_cache_clean(cache, published)
+
+
+def test_a_partial_checkpoint_is_checked_again_before_it_is_resumed(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(4)
+    spans = _layout(published, 4)
+    served.drop_at[path] = spans[-1].start + 1
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match="broke off"):
+        _fetch(base, cache, 2, 3)
+    partial = cache.partial(_state_key(published, 4))
+    data = bytearray(partial.read_bytes())
+    assert len(data) == spans[-1].start
+    data[spans[2].start] ^= 0x01  # the disk spoiled the third tensor
+    partial.write_bytes(bytes(data))
+
+    served.log.clear()
+    _fetch(base, cache, 2, 3)
+    assert served.ranges(path) == [f"bytes={s.start}-{s.end - 1}" for s in spans[2:]]
+    assert cache.final(_state_key(published, 4)).read_bytes() == (published / path).read_bytes()
+
+
+def test_a_server_that_ignores_range_serves_a_checkpoint_whole_each_tensor_verified(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(2)
+    served.behaviors[path] = "ignore-range"
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    _fetch(base, cache, 2, 3)
+    assert served.ranges(path) == ["bytes=0-7", None]  # refused ranges, then the whole file once
+    assert cache.final(_state_key(published, 2)).read_bytes() == (published / path).read_bytes()
+    _assert_cache_clean(cache, published)
+
+
+def test_memory_is_checked_after_the_manifest_before_any_shard_or_checkpoint(published, server, tmp_path, monkeypatch):
+    base, served = server
+    monkeypatch.setattr(memory, "available_bytes", lambda: 4096)
+    args = ["--run", base + "/run/", "--backend", "reference", "--cache-dir", str(tmp_path / "cache")]
+    result = CliRunner().invoke(cli, ["verify-range", "2-3", *args])
+    assert result.exit_code == EXIT_USAGE, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert "memory" in last and "4.00 KiB is available" in last and "--ignore-memory-check" in last
+    assert served.paths() == {MANIFEST_FILE, SIGNATURE_FILE}  # not one shard or checkpoint
+
+    result = CliRunner().invoke(cli, ["verify-range", "init", *args, "--ignore-memory-check"])
+    assert result.exit_code == 0, result.output
+    assert set(_shards(published)) <= served.paths()  # init fetches every shard (the data key)
