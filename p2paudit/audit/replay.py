@@ -35,7 +35,7 @@ from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.engine.step import StepResult
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import parse_public_key_hex
-from p2paudit.run.checkpoint import load_checkpoint
+from p2paudit.run.checkpoint import CheckpointReader, load_checkpoint, open_checkpoint
 from p2paudit.run.digest import digest_batch, digest_state, format_digest
 from p2paudit.run.manifest import Manifest, read_manifest
 from p2paudit.run.shards import load_tokens
@@ -60,6 +60,10 @@ class RunView:
     def load_state(self, n: int) -> dict[str, np.ndarray]:
         """The published checkpoint of state n, every tensor's dtype and shape checked before it is read."""
         return load_checkpoint(self.run_dir, n, self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg))
+
+    def open_state(self, n: int) -> CheckpointReader:
+        """The published checkpoint of state n, opened with its header checked; tensors are read on demand."""
+        return open_checkpoint(self.run_dir, n, self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg))
 
 
 @dataclass(frozen=True)
@@ -252,18 +256,7 @@ def _replay_one(
     """Run step n from `state`; the audit (seconds filled in by the caller), new state, diagnosis."""
     m = view.manifest
     record = m.steps[n]
-    base = dict(
-        run_id=m.run_id,
-        step=n,
-        input_digest=m.state_digest(n).digest,
-        claimed_data=record.data_digest,
-        claimed_digest=record.output.digest,
-        claimed_loss=record.loss,
-        backend=backend,
-        seconds=0.0,
-        engine_version=ENGINE_VERSION,
-        arithmetic_version=ARITHMETIC_VERSION,
-    )
+    base = audit_base(view, n, backend)
     if unanchored:  # running it would check nothing: its input is not the claimed one
         return (
             StepAudit(
@@ -290,7 +283,7 @@ def _replay_one(
         findings=(),
         verdict=MATCH,
     )
-    findings, notes = _compare_step(audit, counter, len(differing_names(record.output, observed)))
+    findings, notes = compare_step(audit, counter, len(differing_names(record.output, observed)))
     diagnosis = None
     if "state" in findings and against:
         diagnosis = diagnose_step(view, n, state, batch, result.state, backend, against)
@@ -298,7 +291,25 @@ def _replay_one(
     return replace(audit, findings=findings, verdict=verdict, note="; ".join(notes)), result.state, diagnosis
 
 
-def _compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tuple[tuple[str, ...], list[str]]:
+def audit_base(view: RunView, n: int, backend: str) -> dict:
+    """The StepAudit fields of step n known before it runs (what the manifest claims)."""
+    m = view.manifest
+    record = m.steps[n]
+    return dict(
+        run_id=m.run_id,
+        step=n,
+        input_digest=m.state_digest(n).digest,
+        claimed_data=record.data_digest,
+        claimed_digest=record.output.digest,
+        claimed_loss=record.loss,
+        backend=backend,
+        seconds=0.0,
+        engine_version=ENGINE_VERSION,
+        arithmetic_version=ARITHMETIC_VERSION,
+    )
+
+
+def compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tuple[tuple[str, ...], list[str]]:
     """(findings in FINDINGS order, one note for each) for a replayed step."""
     findings, notes = [], []
     if counter != audit.step:

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
 
+from p2paudit.durable import fsync_dir
 from p2paudit.engine.config import MAX_PARAMS
-from p2paudit.errors import InputError
-from p2paudit.regular_files import regular_size
-from p2paudit.run.digest import StateDigest, digest_state
+from p2paudit.errors import InputError, InternalError
+from p2paudit.regular_files import open_regular
+from p2paudit.run.checkpoint_layout import (
+    SAFETENSORS_DTYPES,
+    CheckpointLayout,
+    header_length,
+    max_header_bytes,
+    parse_layout,
+)
+from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_state, digest_tensor
 from p2paudit.run.storage import write_atomic
 
 CHECKPOINT_FORMAT = "p2paudit-checkpoint"
 CHECKPOINT_VERSION = "1"
-HEADER_ALLOWANCE = 64 * 1024  # safetensors header bytes allowed beyond 256 per tensor
-_DTYPES = {"float32": "F32", "float64": "F64", "int64": "I64", "int32": "I32", "uint8": "U8", "bool": "BOOL"}
+_DTYPES = SAFETENSORS_DTYPES
 
 
 def checkpoint_path(step: int) -> str:
@@ -34,38 +41,118 @@ def checkpoint_path(step: int) -> str:
     return f"checkpoints/step-{step:08d}.safetensors"
 
 
-def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> bytes:
-    """The safetensors bytes of a checkpoint, byte-for-byte reproducible.
+def checkpoint_header(step: int, shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]], digest_text: str) -> bytes:
+    """The length prefix and JSON header of a checkpoint of tensors `shapes`, laid out in name order.
 
     Written here rather than by safetensors.save, whose header key order
     varies between calls: header JSON with sorted keys and no whitespace,
     padded with spaces to a multiple of 8 bytes; tensors laid out in name
-    order, C-contiguous little-endian.
+    order, C-contiguous little-endian, from the first byte after the header.
     """
     metadata = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "step": str(step),
-        "state_digest": digest.text(),
+        "state_digest": digest_text,
     }
     header: dict[str, object] = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name in sorted(state):
-        array = state[name]
-        if array.dtype.name not in _DTYPES:
-            raise InputError(f"tensor {name}: dtype {array.dtype} cannot go into a checkpoint")
-        # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
-        data = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False).tobytes(order="C")
+    offset = 0
+    for name in sorted(shapes):
+        shape, dtype = shapes[name]
+        if np.dtype(dtype).name not in _DTYPES:
+            raise InputError(f"tensor {name}: dtype {np.dtype(dtype)} cannot go into a checkpoint")
+        size = math.prod(shape) * np.dtype(dtype).itemsize
         header[name] = {
-            "dtype": _DTYPES[array.dtype.name],
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + len(data)],
+            "dtype": _DTYPES[np.dtype(dtype).name],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
         }
-        blobs.append(data)
-        offset += len(data)
+        offset += size
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+    return struct.pack("<Q", len(text)) + text
+
+
+def tensor_bytes(array: np.ndarray) -> bytes:
+    """The C-order little-endian bytes of `array` as a checkpoint stores them."""
+    # Not np.ascontiguousarray: it turns the 0-d step counter into shape (1,).
+    return array.astype(array.dtype.newbyteorder("<"), order="C", copy=False).tobytes(order="C")
+
+
+def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> bytes:
+    """The safetensors bytes of a checkpoint, byte-for-byte reproducible (see checkpoint_header)."""
+    shapes = {name: (tuple(array.shape), array.dtype) for name, array in state.items()}
+    header = checkpoint_header(step, shapes, digest.text())
+    return header + b"".join(tensor_bytes(state[name]) for name in sorted(state))
+
+
+class CheckpointWriter:
+    """Writes a checkpoint one tensor at a time, in any order; the bytes are encode_checkpoint's.
+
+    The header's size does not depend on the digest (always `sha256:` and 64
+    hex digits), so every tensor's offset is known before the first is
+    written; the header is written last, with the digest, by `finish`, which
+    also fsyncs and renames the file into place. A full disk is an InputError.
+    """
+
+    def __init__(self, path: Path, step: int, shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+        self.path = path
+        self._step = step
+        self._shapes = dict(shapes)
+        placeholder = checkpoint_header(step, self._shapes, "sha256:" + "0" * 64)
+        self._layout = parse_layout(placeholder[8:], self._shapes, str(path))
+        self._written: set[str] = set()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self._tmp.unlink(missing_ok=True)
+        self._fd: int | None = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        span = self._layout.tensors.get(name)
+        if span is None or tuple(array.shape) != span.shape or array.dtype != span.dtype:
+            raise InternalError(f"checkpoint writer: tensor {name} {array.dtype} {array.shape} is not in the layout")
+        self._pwrite(tensor_bytes(array), span.start)
+        self._written.add(name)
+
+    def finish(self, digest: StateDigest) -> Path:
+        """Write the header with `digest`, make the file durable and give it its name."""
+        missing = sorted(set(self._layout.tensors) - self._written)
+        if missing:
+            raise InternalError(f"checkpoint writer: tensors never written: {missing[:4]}")
+        self._pwrite(checkpoint_header(self._step, self._shapes, digest.text()), 0)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._failed(exc) from None
+        os.close(self._fd)
+        self._fd = None
+        os.replace(self._tmp, self.path)
+        fsync_dir(self.path.parent)
+        return self.path
+
+    def abort(self) -> None:
+        """Remove the unfinished file (safe to call after finish)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+    def _pwrite(self, data: bytes, offset: int) -> None:
+        view, done = memoryview(data), 0
+        while done < len(view):
+            try:
+                done += os.pwrite(self._fd, view[done:], offset + done)
+            except OSError as exc:
+                raise self._failed(exc) from None
+
+    def _failed(self, exc: OSError) -> InputError:
+        return InputError(f"cannot write checkpoint {self.path}: {exc.strerror or exc}")
 
 
 def save_checkpoint(run_dir: Path, step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> Path:
@@ -81,7 +168,103 @@ def checkpoint_bound(shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | No
         data = 3 * MAX_PARAMS * 4 + 8  # params and two moments, float32, and the step counter
     else:
         data = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in shapes.values())
-    return 8 + HEADER_ALLOWANCE + 256 * count + data
+    return 8 + max_header_bytes(count) + data
+
+
+class CheckpointReader:
+    """An open checkpoint whose header, metadata and length are checked; tensors are read one at a time.
+
+    Reads are pread(2) into a fresh array, so holding the reader costs no
+    memory and nothing of the file stays resident after a tensor is dropped.
+    """
+
+    def __init__(self, path: Path, fd: int, layout: CheckpointLayout) -> None:
+        self.path = path
+        self.layout = layout
+        self._fd: int | None = fd
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.layout.tensors)
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor `name` as a new C-contiguous array (little-endian, as stored)."""
+        if self._fd is None:
+            raise InternalError(f"checkpoint {self.path} read after close")
+        span = self.layout.tensors[name]
+        out = np.empty(span.shape, dtype=span.dtype.newbyteorder("<"))
+        view = memoryview(out.reshape(-1)).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                got = os.preadv(self._fd, [view[done:]], span.start + done)
+            except OSError as exc:
+                raise InputError(f"checkpoint {self.path} cannot be read: {exc.strerror}") from None
+            if got == 0:
+                raise InputError(f"checkpoint {self.path} ended inside tensor {name} (truncated while read)")
+            done += got
+        return out if out.dtype.isnative else out.astype(span.dtype.newbyteorder("="))
+
+    def verify(self, expected: StateDigest) -> None:
+        """InputError unless the state digest, computed one tensor at a time, is `expected`."""
+        names = sorted(self.layout.tensors, key=lambda n: n.encode("utf-8"))
+        tensors = tuple((n, digest_tensor(n, self.read(n))) for n in names)
+        observed = StateDigest(combine_tensor_digests(tensors), tensors)
+        if observed.digest != expected.digest:
+            differ = differing_tensors(expected, observed)
+            raise InputError(
+                f"checkpoint {self.path}: state digest {observed.text()} is not the manifest's "
+                f"{expected.text()} (tensors differ: {', '.join(differ) or 'none; names or order'})"
+            )
+
+
+def open_checkpoint(
+    run_dir: Path,
+    step: int,
+    expected: StateDigest,
+    names: list[str],
+    shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
+) -> CheckpointReader:
+    """Open the checkpoint of `step` and check everything but its data: InputError naming the file if it
+    is missing, not a regular file inside `run_dir`, larger than checkpoint_bound, not a safetensors
+    file whose tensors are exactly `names` (with the dtypes and shapes of `shapes`, when given) tiling
+    the file, or if its metadata is not this format, this step and `expected`'s digest."""
+    path = run_dir / checkpoint_path(step)
+    fd = open_regular(path, "checkpoint", run_dir)
+    try:
+        size = os.fstat(fd).st_size
+        bound = checkpoint_bound(shapes, len(names))
+        if size > bound:
+            raise InputError(f"checkpoint {path} has {size} bytes, more than the {bound} allowed for its tensors")
+        where = f"checkpoint {path}"
+        n = header_length(_pread_exact(fd, 8, 0, where), len(names), where)
+        layout = parse_layout(_pread_exact(fd, n, 8, where), shapes, where, names)
+        want = {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "step": str(step),
+            "state_digest": expected.text(),
+        }
+        got = {k: layout.metadata.get(k) for k in want}
+        if got != want:
+            raise InputError(f"{where}: metadata {got} is not {want}")
+        if size != layout.file_size:
+            raise InputError(f"{where} has {size} bytes, its header says {layout.file_size}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return CheckpointReader(path, fd, layout)
 
 
 def load_checkpoint(
@@ -93,63 +276,27 @@ def load_checkpoint(
 ) -> dict[str, np.ndarray]:
     """Load the checkpoint of `step`, tensors in the order of `names`, checked against `expected`.
 
-    The file must be a regular file inside `run_dir` (no link, FIFO or device)
-    no larger than checkpoint_bound; with `shapes` (engine.state.state_shapes),
-    every tensor's dtype and shape is checked from the header before any is read.
-    Raises InputError naming the file if it is missing, truncated or corrupt,
-    if its metadata is not this format or another step, if its tensor names
-    are not `names`, or if its state digest is not `expected` (naming the
+    Every check of open_checkpoint comes first, before any tensor is read;
+    then InputError if its state digest is not `expected` (naming the
     tensors that differ).
     """
-    path = run_dir / checkpoint_path(step)
-    regular_size(path, "checkpoint", run_dir, checkpoint_bound(shapes, len(names)))
-    state, metadata = _read_safetensors(path, names, shapes)
-    want = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "step": str(step),
-        "state_digest": expected.text(),
-    }
-    got = {k: metadata.get(k) for k in want}
-    if got != want:
-        raise InputError(f"checkpoint {path}: metadata {got} is not {want}")
-    state = {name: state[name] for name in names}
+    with open_checkpoint(run_dir, step, expected, names, shapes) as reader:
+        state = {name: reader.read(name) for name in names}
     observed = digest_state(state)
     if observed.digest != expected.digest:
         differ = differing_tensors(expected, observed)
         raise InputError(
-            f"checkpoint {path}: state digest {observed.text()} is not the manifest's "
+            f"checkpoint {reader.path}: state digest {observed.text()} is not the manifest's "
             f"{expected.text()} (tensors differ: {', '.join(differ) or 'none; names or order'})"
         )
     return state
 
 
-def _read_safetensors(
-    path: Path, names: list[str], shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            metadata = handle.metadata() or {}
-            present = list(handle.keys())
-            if sorted(present) != sorted(names):
-                missing, extra = sorted(set(names) - set(present)), sorted(set(present) - set(names))
-                raise InputError(f"checkpoint {path}: tensors missing {missing[:4]}, unexpected {extra[:4]}")
-            for name in names if shapes is not None else ():
-                shape, dtype = shapes[name]
-                found = handle.get_slice(name)
-                got = (tuple(found.get_shape()), found.get_dtype())
-                if got != (tuple(shape), _DTYPES[np.dtype(dtype).name]):
-                    raise InputError(
-                        f"checkpoint {path}: tensor {name} is {got[1]} {list(got[0])}, want "
-                        f"{_DTYPES[np.dtype(dtype).name]} {list(shape)}"
-                    )
-            state = {name: handle.get_tensor(name) for name in names}
-    except InputError:
-        raise
-    except Exception as exc:  # SafetensorError and friends: corrupt or truncated file
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"checkpoint {path} is not a valid safetensors file: {message}") from None
-    return state, metadata
+def _pread_exact(fd: int, n: int, offset: int, where: str) -> bytes:
+    data = os.pread(fd, n, offset)
+    if len(data) != n:
+        raise InputError(f"{where} is not a valid safetensors file: it ends inside its header")
+    return data
 
 
 def differing_tensors(expected: StateDigest, observed: StateDigest) -> list[str]:

@@ -31,6 +31,8 @@ SAFETENSORS_DTYPES = {"float32": "F32", "float64": "F64", "int64": "I64", "int32
 HEADER_ALLOWANCE = 64 * 1024  # header bytes allowed beyond 256 per tensor
 
 Shapes = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+MAX_ELEMENTS = 2**33  # one tensor's elements when no shapes are given (a 1B-class state's largest is ~2^27)
+_CODES = {code: np.dtype(name) for name, code in SAFETENSORS_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,14 @@ def header_length(prefix: bytes, count: int, where: str) -> int:
     return n
 
 
-def parse_layout(header: bytes, shapes: Shapes, where: str) -> CheckpointLayout:
-    """The layout from the JSON header bytes (without the 8-byte length), checked against `shapes`."""
+def parse_layout(header: bytes, shapes: Shapes | None, where: str, names: list[str] | None = None) -> CheckpointLayout:
+    """The layout from the JSON header bytes (without the 8-byte length), checked against `shapes`.
+
+    Without `shapes`, the tensors must be exactly `names` and each takes the
+    dtype and shape its entry states (at most MAX_ELEMENTS elements).
+    """
+    if shapes is None:
+        shapes = _shapes_from_header(header, names or [], where)
     parsed = parse_json(header.rstrip(b" "), f"{where} header")
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: header is not a JSON object")
@@ -118,3 +126,19 @@ def _span(name: str, entry: object, want: tuple[tuple[int, ...], np.dtype], data
 def _is_count(x: object) -> bool:
     """A JSON non-negative integer (JSON true is not 1 here)."""
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _shapes_from_header(header: bytes, names: list[str], where: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    parsed = parse_json(header.rstrip(b" "), f"{where} header")
+    if not isinstance(parsed, dict):
+        raise InputError(f"{where}: header is not a JSON object")
+    shapes = {}
+    for name in names:
+        entry = parsed.get(name)
+        if not isinstance(entry, dict) or entry.get("dtype") not in _CODES or not isinstance(entry.get("shape"), list):
+            raise InputError(f"{where}: tensor {name} is missing or has no known dtype and shape")
+        shape = entry["shape"]
+        if len(shape) > 8 or not all(_is_count(x) for x in shape) or math.prod(shape) > MAX_ELEMENTS:
+            raise InputError(f"{where}: tensor {name} has shape {shape[:9]}, not a bounded list of counts")
+        shapes[name] = (tuple(shape), _CODES[entry["dtype"]])
+    return shapes

@@ -1,0 +1,190 @@
+"""verify_range with bounded memory: the replay of runs whose state does not fit in memory several times.
+
+Same checks, same verdicts and the same observed digests and losses as
+audit.replay.verify_range (tests/audit/test_streamed_replay.py holds them
+equal), computed by engine.streaming:
+
+- every published checkpoint of states start..last + 1 is checked first, one
+  tensor at a time (its digest against the manifest), before any step runs;
+- a step reads its input state's parameters whole and its moments one
+  parameter at a time, from the published checkpoint or, inside a range, from
+  the previous step's output, written to the scratch directory;
+- the new state is digested tensor by tensor as the update makes it; a tensor
+  whose digest is not the claimed one is compared with the published
+  checkpoint's right then (when there is one), so a mismatch is still
+  explained tensor by tensor without ever holding a whole state;
+- partial gradient sums wait in a DiskGradStore in the scratch directory
+  when `spill` is true (in memory otherwise).
+
+Not done here: the trace bisection of a mismatch (it re-runs the step whole
+on two backends); the diagnosis says so, and `--in-memory` does it where the
+step fits.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+from p2paudit.audit.diagnosis import Diagnosis, TensorDiff, compare_tensor
+from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
+from p2paudit.audit.replay import RangeReport, RunView, StepRange, audit_base, audit_initial_state, compare_step
+from p2paudit.engine.backends import load_backend
+from p2paudit.engine.schedule import batch_for_step
+from p2paudit.engine.state import param_shapes, state_shapes
+from p2paudit.engine.streaming import GradStore, MemoryGradStore, streamed_step
+from p2paudit.run.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_path, open_checkpoint
+from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_batch, digest_tensor
+from p2paudit.run.spill import DiskGradStore
+
+NO_BISECT = (
+    "the streaming replay does not hold a whole state, so it does not bisect the step's trace; "
+    "rerun this step with --in-memory where it fits to find the first operation that departs"
+)
+
+
+def verify_range_streamed(
+    view: RunView,
+    steps: StepRange,
+    backend: str,
+    scratch_dir: Path,
+    spill: bool = True,
+    on_audit: Callable[[StepAudit], None] | None = None,
+) -> RangeReport:
+    """Check `steps` as audit.replay.verify_range does, holding at most the parameters, one gradient
+    set and one micro-batch's activations; scratch files go in a fresh directory under `scratch_dir`."""
+    m = view.manifest
+    audits: list[StepAudit] = []
+    if steps.first is not None and steps.last is not None:
+        be = load_backend(backend)
+        start = m.nearest_checkpoint(steps.first)
+        for c in m.checkpoints:  # every file checked before any result
+            if start <= c <= steps.last + 1:
+                with view.open_state(c) as reader:
+                    reader.verify(m.state_digest(c))
+    if steps.init:
+        audits.append(audit_initial_state(view))
+        if on_audit is not None:
+            on_audit(audits[-1])
+    if steps.first is None or steps.last is None:
+        return RangeReport(tuple(audits), ())
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    diagnoses = []
+    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="replay-") as tmp:
+        scratch = Path(tmp)
+        source: tuple[Path, StateDigest] | None = None  # the replayed input state, when not the published one
+        anchored_note = ""
+        for n in range(start, steps.last + 1):
+            if anchored_note and n in m.checkpoints:
+                source, anchored_note = None, ""
+            began = time.perf_counter()
+            if anchored_note:
+                audit = StepAudit(
+                    **audit_base(view, n, backend),
+                    observed_data=None,
+                    observed_digest=None,
+                    observed_loss=None,
+                    findings=(),
+                    verdict=ERROR,
+                    note=anchored_note,
+                )
+                diagnosis = None
+            else:
+                keep = scratch if n < steps.last else None
+                with _GradStore(scratch, spill) as store:
+                    audit, observed, diagnosis = _replay_one(view, n, source, keep, be, backend, store)
+                if source is not None:
+                    source[0].unlink(missing_ok=True)
+                source = (scratch / checkpoint_path(n + 1), observed) if keep is not None else None
+                if audit.observed_digest != audit.claimed_digest:
+                    anchored_note = f"input is not the published state {n + 1} (step {n} mismatched)"
+            audit = replace(audit, seconds=time.perf_counter() - began)
+            if n >= steps.first:
+                audits.append(audit)
+                diagnoses += [diagnosis] if diagnosis is not None else []
+                if on_audit is not None:
+                    on_audit(audit)
+    return RangeReport(tuple(audits), tuple(diagnoses))
+
+
+class _GradStore:
+    """A DiskGradStore in `scratch` when spilling, else a MemoryGradStore; closed on exit."""
+
+    def __init__(self, scratch: Path, spill: bool) -> None:
+        self._store: GradStore = DiskGradStore(scratch) if spill else MemoryGradStore()
+
+    def __enter__(self) -> GradStore:
+        return self._store
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self._store, DiskGradStore):
+            self._store.close()
+
+
+def _replay_one(
+    view: RunView,
+    n: int,
+    source: tuple[Path, StateDigest] | None,
+    keep: Path | None,
+    be,
+    backend: str,
+    store: GradStore,
+) -> tuple[StepAudit, StateDigest, Diagnosis | None]:
+    """Step n from the published state n (source None) or the replayed one; its output is written
+    under `keep` (for the next step) when given. Returns the audit, the output digest, a diagnosis."""
+    m, cfg = view.manifest, view.cfg
+    record = m.steps[n]
+    claimed = record.output.tensor_map()
+    shapes = state_shapes(cfg)
+    names = list(view.names)
+    batch = batch_for_step(view.tokens, m.data.data_key, cfg, n)
+    digests: dict[str, bytes] = {}
+    diffs: list[TensorDiff] = []
+    with ExitStack() as stack:
+        if source is None:
+            reader = stack.enter_context(view.open_state(n))
+        else:
+            path, digest = source
+            reader = stack.enter_context(open_checkpoint(path.parent.parent, n, digest, names, shapes))
+        published_next = stack.enter_context(view.open_state(n + 1)) if n + 1 in m.checkpoints else None
+        writer = stack.enter_context(CheckpointWriter(keep / checkpoint_path(n + 1), n + 1, shapes)) if keep else None
+
+        def out(name: str, array) -> None:
+            digests[name] = digest_tensor(name, array)
+            if digests[name] != claimed.get(name) and published_next is not None:
+                diffs.append(compare_tensor(name, published_next.read(name), array))
+            if writer is not None:
+                writer.write(name, array)
+
+        counter = int(reader.read("step"))
+        params = {"params/" + p: reader.read("params/" + p) for p in param_shapes(cfg.model)}
+        loss = streamed_step(params, counter, _moments(reader), batch, out, cfg, be, store)
+        del params
+        ordered = tuple(sorted(digests.items(), key=lambda item: item[0].encode("utf-8")))
+        observed = StateDigest(combine_tensor_digests(ordered), ordered)
+        if writer is not None:
+            writer.finish(observed)
+    audit = StepAudit(
+        **audit_base(view, n, backend),
+        observed_data=digest_batch(batch),
+        observed_digest=observed.digest,
+        observed_loss=float(loss),
+        findings=(),
+        verdict=MATCH,
+    )
+    differing = tuple(sorted(name for name in set(claimed) | set(digests) if claimed.get(name) != digests.get(name)))
+    findings, notes = compare_step(audit, counter, len(differing))
+    diagnosis = None
+    if "state" in findings:
+        diffs.sort(key=lambda d: d.name)
+        diagnosis = Diagnosis(n, differing, tuple(diffs), (), NO_BISECT)
+    audit = replace(audit, findings=findings, verdict=MISMATCH if findings else MATCH, note="; ".join(notes))
+    return audit, observed, diagnosis
+
+
+def _moments(reader: CheckpointReader):
+    return lambda name: (reader.read("opt/m/" + name), reader.read("opt/v/" + name))
