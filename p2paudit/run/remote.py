@@ -56,7 +56,7 @@ from p2paudit.run.checkpoint import (
     CHECKPOINT_VERSION,
     checkpoint_bound,
     checkpoint_path,
-    load_checkpoint,
+    open_checkpoint,
 )
 from p2paudit.run.checkpoint_layout import CheckpointLayout, TensorSpan, header_length, parse_layout
 from p2paudit.run.digest import digest_tensor, format_digest
@@ -274,7 +274,9 @@ class RemoteRun:
             cfg = m.config
             if cfg is None:
                 raise InputError("manifest has no parsed config")
-            load_checkpoint(view, item.state, m.state_digest(item.state), state_names(cfg), state_shapes(cfg))
+            expected = m.state_digest(item.state)
+            with open_checkpoint(view, item.state, expected, state_names(cfg), state_shapes(cfg)) as reader:
+                reader.verify(expected)  # one tensor at a time: a state's memory is never needed here
 
     def _fetch_checkpoint(self, item: RemoteFile, partial: Path) -> None:
         """Assemble checkpoint `item` in `partial` tensor by tensor, each verified before it is written.
