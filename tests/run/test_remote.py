@@ -46,7 +46,8 @@ WIDE_SHARDS = 40
 class Served:
     """What the server did: one (path, Range header, status, body bytes sent) per request.
 
-    `behaviors` (run-relative path -> "wrong", "ignore-range", "stall", "truncate") make it lie;
+    `behaviors` (run-relative path -> "wrong", "ignore-range", "shift-range", "stall", "truncate")
+    make it lie;
     `mutate` changes a file's bytes as served; `drop_at` (path -> file offset) breaks the connection
     once, at that offset, in the first response whose body crosses it."""
 
@@ -113,7 +114,8 @@ def _handler(served: Served):
             body = data[start : end + 1]
             self.send_response(206 if ranged else 200)
             if ranged:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                shift = 1 if behavior == "shift-range" else 0  # claims other bytes than it sends
+                self.send_header("Content-Range", f"bytes {start + shift}-{end}/{len(data)}")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if behavior == "stall":
@@ -570,3 +572,16 @@ def test_memory_is_checked_after_the_manifest_before_any_shard_or_checkpoint(pub
     result = CliRunner().invoke(cli, ["verify-range", "init", *args, "--ignore-memory-check"])
     assert result.exit_code == 0, result.output
     assert set(_shards(published)) <= served.paths()  # init fetches every shard (the data key)
+
+
+def test_a_reply_to_a_range_request_must_be_the_bytes_asked_for(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(2)
+    served.behaviors[path] = "shift-range"
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match="Content-Range") as caught:
+        _fetch(base, cache, 2, 3)
+    assert "\n" not in str(caught.value) and path in str(caught.value) and "discarded" in str(caught.value)
+    assert served.ranges(path) == ["bytes=0-7"]
+    assert not cache.partial(_state_key(published, 2)).exists()
+    _assert_cache_clean(cache, published)
