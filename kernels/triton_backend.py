@@ -498,9 +498,8 @@ def to_device(x):
         return x
     if not isinstance(x, np.ndarray):
         raise KernelInputError(f"x is a {type(x).__name__}, want a numpy array or a device tensor")
-    host = np.ascontiguousarray(x)
-    if not host.flags.writeable:
-        host = host.copy()  # torch.from_numpy warns on a read-only array; a host copy, not a transfer
+    host = x if x.flags.c_contiguous and x.flags.writeable else x.copy(order="C")  # keeps 0-d arrays 0-d
+    # (torch.from_numpy warns on a read-only array: copied on the host, not a transfer)
     t = torch.from_numpy(host).to(L.DEVICE, copy=True)
     if host.dtype == np.int64:
         lo, hi = (int(host.min()), int(host.max())) if host.size else (0, -1)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, SEED, run_probe
-from kernel_cases import OPS, build_cases, check_backend, compare_outputs, sprinkle, wide
+from kernel_cases import OPS, any_bits, build_cases, check_backend, compare_outputs, sprinkle, tiny, wide
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]  # one subprocess runs the interpreter
 
@@ -63,6 +63,44 @@ def _probe_torch_inputs(triton_backend, reference, rng) -> list[str]:
     y, rstd = triton_backend.rmsnorm(torch.from_numpy(a), torch.from_numpy(b[:, 0].copy()), 1e-5)
     ry, rrstd = reference.rmsnorm(a, b[:, 0].copy(), 1e-5)
     problems.append(compare_outputs((y.numpy(), rstd.numpy()), (ry, rrstd)))
+    return [p for p in problems if p]
+
+
+def _probe_layout_ops(triton_backend, reference, rng) -> list[str]:
+    """The ops between kernels on device tensors: the reference's (numpy's) bits, kept on the device."""
+    import torch
+
+    problems = []
+    up, down = triton_backend.to_device, triton_backend.to_host
+    pairs = [(wide(rng, (33, 7)), wide(rng, (33, 7))), (tiny(rng, (50,)), -tiny(rng, (50,)))]
+    pairs += [
+        (any_bits(rng, (2000,)), any_bits(rng, (2000,))),
+        (sprinkle(rng, wide(rng, (4, 5)), 6), wide(rng, (4, 5))),
+    ]
+    pairs += [(np.array(1.5, np.float32), np.array(2.0**-149, np.float32))]  # 0-d, a subnormal
+    for a, b in pairs:
+        got = triton_backend.add(up(a), up(b))
+        if not isinstance(got, torch.Tensor):
+            problems.append(f"add of tensors returned a {type(got).__name__}")
+        problems.append(compare_outputs(down(got), np.asarray(reference.add(a, b))))
+        for d in (2.0, 8.0, 3.0, 0.1):  # powers of two (exact unless subnormal) and not
+            problems.append(compare_outputs(down(triton_backend.div_scalar(up(a), d)), reference.div_scalar(a, d)))
+    x = wide(rng, (2 * 5, 12))  # B = 2, T = 5, C = 12, H = 3
+    heads = triton_backend.split_heads(up(x), 2, 5, 3)
+    problems.append(compare_outputs(down(heads), reference.split_heads(x, 2, 5, 3)))
+    problems.append(compare_outputs(down(triton_backend.merge_heads(heads, 2, 3)), x))
+    tokens = rng.integers(0, 50, (3, 9))
+    for got, want in zip(triton_backend.split_tokens(up(tokens)), reference.split_tokens(tokens), strict=True):
+        if not np.array_equal(down(got), want) or down(got).dtype != np.int64:
+            problems.append(f"split_tokens: {down(got)} != {want}")
+    # An index range noted at upload is checked without reading the ids back, also on slices.
+    table = wide(rng, (40, 3))
+    idx, _, _ = triton_backend.split_tokens(up(tokens))
+    problems.append("" if "outside [0, 40)" in _error_of(triton_backend.embedding, up(table), idx) else "range")
+    # A tensor changed in place after upload loses its noted range and is checked by value.
+    ids = up(np.array([0, 1], dtype=np.int64))
+    ids[1] = 40
+    problems.append("" if "outside [0, 40)" in _error_of(triton_backend.embedding, up(table), ids) else "in place")
     return [p for p in problems if p]
 
 
@@ -144,6 +182,7 @@ def probe() -> dict:
     result["extra"] = extra
     result["torch"] = _probe_torch_inputs(triton_backend, reference, rng)
     result["errors"] = _probe_errors(triton_backend, reference, rng)
+    result["layout"] = _probe_layout_ops(triton_backend, reference, rng)
     result["baseline"] = {
         op: len(check_backend(_TorchBaseline, reference, op, SEED, small=True)) for op in ("matmul", "sum_rows", "exp")
     }
@@ -169,6 +208,10 @@ def test_triton_matches_reference_bitwise(op, results):
 
 def test_triton_matches_reference_past_one_block(results):
     assert not results["extra"], "\n".join(results["extra"])
+
+
+def test_triton_layout_ops_match_numpy_on_the_device(results):
+    assert not results["layout"], "\n".join(results["layout"])
 
 
 def test_triton_takes_and_returns_torch_tensors(results):
