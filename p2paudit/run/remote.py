@@ -40,7 +40,7 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,7 @@ MAX_REDIRECTS = 5
 CONNECT_TIMEOUT = 10.0  # seconds
 READ_TIMEOUT = 60.0  # seconds without a byte
 CHUNK_BYTES = 1 << 20
+REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
 DEFAULT_CACHE_BYTES = 16 * 1024**3
 _CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)", re.ASCII)
 
@@ -153,6 +154,7 @@ class RemoteRun:
         on_progress: Progress | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
+        request_bytes: int = REQUEST_BYTES,
     ) -> None:
         try:
             url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
@@ -164,6 +166,7 @@ class RemoteRun:
         self.cache = cache
         self.on_progress = on_progress
         self.read_timeout = read_timeout
+        self.request_bytes = max(1, request_bytes)
         self.stats = FetchStats()
         self.client = httpx.Client(
             timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
@@ -296,7 +299,8 @@ class RemoteRun:
         )
         layout, have = plan.resume(partial)
         try:
-            plan.assemble(partial, layout, have, self._ranged_reader(item.path, lambda: plan.size))
+            pieces = self._range_pieces(item.path, lambda: plan.size)
+            plan.assemble(partial, layout, have, pieces, self.request_bytes)
             return
         except _RangeIgnored:
             pass
@@ -305,43 +309,47 @@ class RemoteRun:
             if response.status_code != 200:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
             _check_length(response, url, item.max_bytes, 0)
-            stream = _Stream(self._body(response, url, item.path))
+            stream = _Stream(self._body(response, url, item.path), 0, lambda at: self._report(item.path, at, plan.size))
 
-            def read(start: int, end: int) -> bytes:
-                stream.skip_to(start)
-                data = stream.take(end - start)
-                self._report(item.path, end, plan.size)
-                if len(data) < end - start:
-                    raise InputError(f"{url}: the body ended after {stream.position} bytes, within {item.path}")
-                return data
+            def in_order(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
+                for start, end in bounds:
+                    stream.skip_to(start)
+                    data = stream.take(end - start)
+                    if len(data) < end - start:
+                        raise InputError(f"{url}: the body ended after {stream.position} bytes, within {item.path}")
+                    yield data
 
-            plan.assemble(partial, layout, have, read)
+            plan.assemble(partial, layout, have, in_order, self.request_bytes)
 
-    def _ranged_reader(self, path: str, total: Callable[[], int | None]) -> Callable[[int, int], bytes]:
-        """read(start, end): bytes [start, end) of `path` by one Range request (checked 206 reply);
-        progress is reported against the file's size `total()` once it is known."""
+    def _range_pieces(
+        self, path: str, total: Callable[[], int | None]
+    ) -> Callable[[list[tuple[int, int]]], Iterator[bytes]]:
+        """pieces(bounds): the bytes of each [start, end) of `bounds` (consecutive) of `path`, from one
+        Range request for all of them (a checked 206 reply); progress is reported against `total()`."""
 
-        def read(start: int, end: int) -> bytes:
+        def pieces(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
+            start, end = bounds[0][0], bounds[-1][1]
             if end <= start:
-                return b""
-            chunks, got, want = [], 0, end - start
+                yield from (b"" for _ in bounds)
+                return
+            asked = f"the {end - start} bytes asked for ({start}-{end - 1})"
             with self._get(path, {"Range": f"bytes={start}-{end - 1}"}) as (response, url):
                 if response.status_code == 200:
                     raise _RangeIgnored
                 if response.status_code != 206:
                     raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
                 _check_range_reply(response, url, start, end)
-                for chunk in self._body(response, url, path, start):
-                    got += len(chunk)
-                    if got > want:
-                        raise _Refused(f"the server sent more than the {want} bytes asked for ({start}-{end - 1})")
-                    chunks.append(chunk)
-                    self._report(path, start + got, total())
-            if got < want:
-                raise InputError(f"{url}: the body ended after {got} of the {want} bytes asked for ({start}-{end - 1})")
-            return b"".join(chunks)
+                body = self._body(response, url, path, start)
+                stream = _Stream(body, start, lambda at: self._report(path, at, total()))
+                for a, b in bounds:
+                    data = stream.take(b - a)
+                    if len(data) < b - a:
+                        raise InputError(f"{url}: the body ended after {stream.position - start} of {asked}")
+                    yield data
+                if stream.take(1):
+                    raise _Refused(f"the server sent more than {asked}")
 
-        return read
+        return pieces
 
     def _fetch_small(self, path: str, max_bytes: int) -> bytes:
         """The whole of a small file (the manifest, its signature), bounded, never cached."""
@@ -518,46 +526,54 @@ class _CheckpointPlan:
         return layout, have
 
     def assemble(
-        self, partial: Path, layout: CheckpointLayout | None, have: int, read: Callable[[int, int], bytes]
+        self,
+        partial: Path,
+        layout: CheckpointLayout | None,
+        have: int,
+        pieces: Callable[[list[tuple[int, int]]], Iterator[bytes]],
+        request_bytes: int,
     ) -> None:
-        """Fetch (read(start, end)) what `partial` lacks after its verified prefix of `have` bytes: the
-        header if there is no layout yet, then each tensor, appended only once it is verified."""
+        """Fetch what `partial` lacks after its verified prefix of `have` bytes: the header if there is
+        no layout yet, then the tensors, consecutive ones together up to `request_bytes` per request
+        (pieces(bounds) yields the bytes of each (start, end) of bounds), each appended only once it
+        is verified."""
         if layout is None:
-            prefix = read(0, 8)
+            (prefix,) = pieces([(0, 8)])
             try:
                 n = header_length(prefix, len(self.shapes), self.where)
             except InputError as exc:
                 raise _Refused(str(exc)) from None
-            header = read(8, 8 + n)
+            (header,) = pieces([(8, 8 + n)])
             try:
                 layout = self.parse(prefix, header)
             except InputError as exc:
                 raise _Refused(str(exc)) from None
             _write_synced(partial, prefix + header, "wb")
             have = layout.data_start
+        missing = [span for span in _file_order(layout.tensors.values()) if span.end > have]
         with open(partial, "ab") as out:
             try:
-                for span in _file_order(layout.tensors.values()):
-                    if span.end <= have:
-                        continue
-                    data = read(span.start, span.end)
-                    reason = self.check(span, data)
-                    if reason is not None:
-                        raise _Refused(reason)
-                    out.write(data)
-                    have = span.end
+                for group in _groups(missing, request_bytes):
+                    with closing(pieces([(s.start, s.end) for s in group])) as got:
+                        for span, data in zip(group, got, strict=True):  # strict: the reply's end is checked
+                            reason = self.check(span, data)
+                            if reason is not None:
+                                raise _Refused(reason)
+                            out.write(data)
             finally:
                 out.flush()
                 os.fsync(out.fileno())
 
 
 class _Stream:
-    """A response body read as a stream of exact pieces: skip_to(offset), take(n)."""
+    """A response body read as exact pieces: take(n), skip_to(offset); `position` is the file offset of
+    the next byte, and on_position(offset) is called as chunks arrive (progress)."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], position: int, on_position: Callable[[int], None]) -> None:
         self.chunks = chunks
         self.buffer = bytearray()
-        self.position = 0  # the file offset of buffer[0]
+        self.position = position
+        self.on_position = on_position
 
     def take(self, n: int) -> bytes:
         while len(self.buffer) < n:
@@ -565,6 +581,7 @@ class _Stream:
             if chunk is None:
                 break
             self.buffer += chunk
+            self.on_position(self.position + len(self.buffer))
         out = bytes(self.buffer[:n])
         del self.buffer[:n]
         self.position += len(out)
@@ -574,6 +591,19 @@ class _Stream:
         while self.position < offset:
             if not self.take(min(offset - self.position, CHUNK_BYTES)):
                 return
+
+
+def _groups(spans: list[TensorSpan], limit: int) -> list[list[TensorSpan]]:
+    """Consecutive spans cut into groups of at least `limit` bytes (the last may be smaller)."""
+    groups: list[list[TensorSpan]] = [[]]
+    size = 0
+    for span in spans:
+        if size >= limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(span)
+        size += span.end - span.start
+    return [g for g in groups if g]
 
 
 def _file_order(spans: Iterable[TensorSpan]) -> list[TensorSpan]:

@@ -33,7 +33,7 @@ from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path
 from p2paudit.run.checkpoint_layout import TensorSpan, header_length, parse_layout
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import TrainPlan, publish_run
-from p2paudit.run.remote import RemoteRun
+from p2paudit.run.remote import REQUEST_BYTES, RemoteRun
 from p2paudit.run.shards import SHARD_TOKENS, import_tokens, load_token_subset, load_tokens
 
 PUBLISHER = identity_from_seed(b"\x5a" * 32)
@@ -225,10 +225,13 @@ def _layout(run: Path, state: int) -> list[TensorSpan]:
     return sorted(layout.tensors.values(), key=lambda s: s.start)
 
 
-def _fetch(base: str, cache: BlobCache, first: int | None, last: int | None, timeout: float = 10.0) -> RemoteRun:
+def _fetch(
+    base: str, cache: BlobCache, first: int | None, last: int | None, timeout: float = 10.0, request_bytes: int = 0
+) -> RemoteRun:
     """Fetch what steps first..last need into `cache` (the view is made and removed); the finished RemoteRun."""
+    url = base + ("" if base.endswith("/loop") else "/run/")
     with (
-        RemoteRun(base + ("" if base.endswith("/loop") else "/run/"), cache, read_timeout=timeout) as remote,
+        RemoteRun(url, cache, read_timeout=timeout, request_bytes=request_bytes or REQUEST_BYTES) as remote,
         remote.local_view(first, last) as view,
     ):
         assert (view / MANIFEST_FILE).is_file()
@@ -269,8 +272,13 @@ def test_remote_replay_matches_local_and_fetches_only_what_the_steps_need(publis
     needed = [MANIFEST_FILE, SIGNATURE_FILE, *shards, checkpoint_path(2), checkpoint_path(4)]
     assert served.paths() == set(needed)  # not checkpoint 0, not the unused shards
     assert served.sent() == sum(_size(published, p) for p in needed) == remote.stats.received_bytes
-    tensors = len(_layout(published, 2))
-    assert len(served.ranges(checkpoint_path(2))) == 2 + tensors  # length, header, one request per tensor
+    data_start, size = _layout(published, 2)[0].start, _size(published, checkpoint_path(2))
+    # The header's length, the header, then the tensors (1.4 MB: one request of at most REQUEST_BYTES).
+    assert served.ranges(checkpoint_path(2)) == [
+        "bytes=0-7",
+        f"bytes=8-{data_start - 1}",
+        f"bytes={data_start}-{size - 1}",
+    ]
     assert remote.stats.cached == []
     print(f"steps 2-3: {served.sent()} bytes sent for {len(needed)} files")
 
@@ -499,8 +507,24 @@ def test_a_corrupt_tensor_is_refused_by_name_and_nothing_of_it_is_cached(publish
     assert not cache.final(_state_key(published, 2)).exists()
     assert not cache.partial(_state_key(published, 2)).exists()
     _assert_cache_clean(cache, published)
-    if server_kind == "ranges":  # the fetch stopped at the bad tensor
-        assert served.ranges(path)[-1] == f"bytes={victim.start}-{victim.end - 1}"
+
+
+def test_with_one_tensor_per_request_the_fetch_stops_at_the_bad_tensor(published, server, tmp_path):
+    base, served = server
+    path = checkpoint_path(2)
+    spans = _layout(published, 2)
+    victim = spans[len(spans) // 2]
+    served.mutate[path] = lambda data: data[: victim.start] + bytes([data[victim.start] ^ 1]) + data[victim.start + 1 :]
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(InputError, match=f"tensor {victim.name} ") as caught:
+        _fetch(base, cache, 2, 3, request_bytes=1)
+    assert "\n" not in str(caught.value) and f"{base}/run/{path}" in str(caught.value)
+    upto = [s for s in spans if s.start <= victim.start]
+    header = ["bytes=0-7", f"bytes=8-{spans[0].start - 1}"]
+    assert served.ranges(path) == header + [f"bytes={s.start}-{s.end - 1}" for s in upto]  # nothing after it
+    assert served.sent(path) == victim.end
+    assert not cache.partial(_state_key(published, 2)).exists()
+    _assert_cache_clean(cache, published)
 
 
 def test_a_dropped_checkpoint_fetch_resumes_at_the_first_tensor_not_yet_verified(published, server, tmp_path):
@@ -520,8 +544,7 @@ def test_a_dropped_checkpoint_fetch_resumes_at_the_first_tensor_not_yet_verified
 
     served.log.clear()
     _fetch(base, cache, 2, 3)
-    rest = [s for s in spans if s.start >= broken.start]
-    assert served.ranges(path) == [f"bytes={s.start}-{s.end - 1}" for s in rest]  # no header, no verified tensor
+    assert served.ranges(path) == [f"bytes={broken.start}-{size - 1}"]  # no header, no verified tensor
     assert served.sent(path) == size - broken.start
     assert cache.final(_state_key(published, 4)).read_bytes() == (published / path).read_bytes()
     assert not partial.exists()
@@ -544,7 +567,7 @@ def test_a_partial_checkpoint_is_checked_again_before_it_is_resumed(published, s
 
     served.log.clear()
     _fetch(base, cache, 2, 3)
-    assert served.ranges(path) == [f"bytes={s.start}-{s.end - 1}" for s in spans[2:]]
+    assert served.ranges(path) == [f"bytes={spans[2].start}-{spans[-1].end - 1}"]
     assert cache.final(_state_key(published, 4)).read_bytes() == (published / path).read_bytes()
 
 
