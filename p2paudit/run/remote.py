@@ -14,7 +14,8 @@ steps A..B need:
 - the checkpoints of states c..B+1, fetched tensor by tensor with HTTP Range
   requests: the 8-byte header length, the JSON header (parsed strictly by
   run.checkpoint_layout against the config's shapes, its metadata checked),
-  then each tensor's byte range, checked against the manifest's per-tensor
+  then the tensors' byte ranges (consecutive ones in one request of up to
+  REQUEST_BYTES), each tensor checked against the manifest's per-tensor
   digest before it is appended to the cache entry's `.partial` file. So a
   partial file only ever holds verified bytes, a broken transfer resumes at
   the first tensor not yet verified, and a bad tensor is refused by name;
