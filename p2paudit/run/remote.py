@@ -500,7 +500,10 @@ class _CheckpointPlan:
         and anything after the first one that fails cut off; (None, 0), the file removed, if its header
         is unusable."""
         if partial.is_symlink() or (partial.exists() and not partial.is_file()):
-            partial.unlink(missing_ok=True)
+            try:
+                partial.unlink()
+            except OSError as exc:
+                raise InputError(f"cache entry {partial} is not a file and cannot be removed: {exc.strerror}") from None
         if not partial.is_file():
             return None, 0
         with open(partial, "rb") as handle:
