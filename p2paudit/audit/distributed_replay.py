@@ -33,6 +33,7 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ import torch.multiprocessing as mp
 
 from p2paudit.audit.records import StepAudit
 from p2paudit.audit.replay import RangeReport, RunView, StepRange, check_publisher, parse_step_range, verify_range
+from p2paudit.audit.streamed_replay import verify_range_streamed
 from p2paudit.engine.backends import load_backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.distributed import (
@@ -50,6 +52,7 @@ from p2paudit.engine.distributed import (
     rank_share,
     spawn_workers,
 )
+from p2paudit.engine.memory import available_bytes, estimate_memory, plan_replay
 from p2paudit.engine.step import StepResult
 from p2paudit.errors import EXIT_USAGE, InputError, InternalError, P2PAuditError
 
@@ -71,6 +74,8 @@ class ReplayTask:
     backend: str
     against: str | None = None
     publisher: str | None = None
+    mode: str = "auto"  # engine.memory.REPLAY_MODES; a streaming replay runs on one process
+    scratch_dir: Path | None = None  # where a streaming replay keeps its files (needed when it streams)
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ def prepare(task: ReplayTask, world_size: int) -> tuple[RunView, StepRange]:
         check_publisher(view, task.publisher)
     steps = parse_step_range(task.steps, view.manifest.num_steps)
     check_world_size(view.cfg, world_size)
+    if task.mode == "streaming" and world_size > 1:
+        raise InputError(f"a streaming replay runs on one process, not {world_size}; drop --replay streaming")
     load_backend(task.backend)
     return view, steps
 
@@ -168,6 +175,19 @@ def replay_as_rank(
     return view, report
 
 
+def replay_one_process(
+    view: RunView, steps: StepRange, task: ReplayTask, on_audit: Callable[[StepAudit], None] | None
+) -> RangeReport:
+    """The replay on this process: in memory, or streamed when task.mode asks or the in-memory one does not fit."""
+    data = view.manifest.data
+    plan = plan_replay(estimate_memory(view.cfg, data.tokens, data.token_bytes), task.mode, available_bytes())
+    if not plan.streaming:
+        return verify_range(view, steps, task.backend, on_audit=on_audit, against=task.against)
+    if task.scratch_dir is None:
+        raise InternalError("a streaming replay was chosen without a scratch directory")
+    return verify_range_streamed(view, steps, task.backend, task.scratch_dir, plan.spill, on_audit)
+
+
 def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, audits: Any) -> Any:
     """Body of one spawned rank: rank 0 returns its RangeReport, others None; a failure is returned, not raised,
     so the caller can name the rank whose input failed rather than the peer that lost it."""
@@ -190,7 +210,7 @@ def verify_range_spawned(
     """
     view, steps = prepare(task, world_size)
     if world_size == 1 or steps.first is None:
-        return view, verify_range(view, steps, task.backend, on_audit=on_audit, against=task.against)
+        return view, replay_one_process(view, steps, task, on_audit)
     audits = mp.get_context("spawn").SimpleQueue()
     outcome: dict[str, Any] = {}
 

@@ -29,7 +29,7 @@ from p2paudit.audit.records import ERROR, INIT, MATCH, MISMATCH, StepAudit, same
 from p2paudit.engine import ENGINE_VERSION
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig
-from p2paudit.engine.memory import check_fits, estimate_memory
+from p2paudit.engine.memory import check_fits, estimate_memory, plan_replay
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.engine.step import StepResult
@@ -72,6 +72,7 @@ class RangeReport:
 
     audits: tuple[StepAudit, ...]
     diagnoses: tuple[Diagnosis, ...]
+    replay: str = "in-memory"  # or "streaming" (audit.streamed_replay)
 
     @property
     def all_match(self) -> bool:
@@ -82,12 +83,13 @@ class RangeReport:
         return any(a.verdict == MISMATCH for a in self.audits)
 
 
-def open_run(run_dir: Path, ignore_memory: bool = False) -> RunView:
+def open_run(run_dir: Path, ignore_memory: bool = False, mode: str = "auto") -> RunView:
     """Read and check the manifest and every shard of `run_dir`.
 
     Before any shard or checkpoint is loaded, the memory a replay of this
     config needs is estimated and checked against what the machine has
-    (InputError, one line, unless `ignore_memory`).
+    (InputError, one line, unless `ignore_memory`): the in-memory replay's
+    for `mode` "in-memory", else the streaming replay's (engine.memory.plan_replay).
     """
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist")
@@ -96,10 +98,18 @@ def open_run(run_dir: Path, ignore_memory: bool = False) -> RunView:
     if cfg is None:
         raise InternalError(f"read_manifest returned no config for {run_dir}")
     if not ignore_memory:
-        need = estimate_memory(cfg, manifest.data.tokens, manifest.data.token_bytes).replay
-        check_fits(need, f"replaying a step of the run in {run_dir}")
+        check_replay_fits(cfg, manifest.data.tokens, manifest.data.token_bytes, mode, f"the run in {run_dir}")
     tokens = load_tokens(run_dir, manifest.data)
     return RunView(run_dir, manifest, cfg, tokens, tuple(state_names(cfg)))
+
+
+def check_replay_fits(cfg: TrainConfig, tokens: int, token_bytes: int, mode: str, what: str) -> None:
+    """InputError (one line) unless a replay of `cfg` in `mode` fits in the memory available
+    ("auto" needs what the streaming replay needs; see engine.memory.plan_replay)."""
+    estimate = estimate_memory(cfg, tokens, token_bytes)
+    plan_replay(estimate, mode)  # refuses an unknown mode
+    need = estimate.replay if mode == "in-memory" else estimate.streaming_replay
+    check_fits(need, f"replaying a step of {what} ({'in memory' if mode == 'in-memory' else 'streaming'})")
 
 
 def check_publisher(view: RunView, key_hex: str) -> None:

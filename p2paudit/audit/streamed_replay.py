@@ -17,7 +17,7 @@ equal), computed by engine.streaming:
   when `spill` is true (in memory otherwise).
 
 Not done here: the trace bisection of a mismatch (it re-runs the step whole
-on two backends); the diagnosis says so, and `--in-memory` does it where the
+on two backends); the diagnosis says so, and `--replay in-memory` does it where the
 step fits.
 """
 
@@ -41,9 +41,10 @@ from p2paudit.run.checkpoint import CheckpointReader, CheckpointWriter, checkpoi
 from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_batch, digest_tensor
 from p2paudit.run.spill import DiskGradStore
 
+STREAMING = "streaming"
 NO_BISECT = (
     "the streaming replay does not hold a whole state, so it does not bisect the step's trace; "
-    "rerun this step with --in-memory where it fits to find the first operation that departs"
+    "rerun this step with --replay in-memory where it fits to find the first operation that departs"
 )
 
 
@@ -71,7 +72,7 @@ def verify_range_streamed(
         if on_audit is not None:
             on_audit(audits[-1])
     if steps.first is None or steps.last is None:
-        return RangeReport(tuple(audits), ())
+        return RangeReport(tuple(audits), (), STREAMING)
     scratch_dir.mkdir(parents=True, exist_ok=True)
     diagnoses = []
     with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="replay-") as tmp:
@@ -108,7 +109,7 @@ def verify_range_streamed(
                 diagnoses += [diagnosis] if diagnosis is not None else []
                 if on_audit is not None:
                     on_audit(audit)
-    return RangeReport(tuple(audits), tuple(diagnoses))
+    return RangeReport(tuple(audits), tuple(diagnoses), STREAMING)
 
 
 class _GradStore:

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -177,6 +178,7 @@ def _summary(report: RangeReport, manifest: Manifest) -> dict:
         "steps": len(report.audits),
         **counts,
         "seconds": sum(a.seconds for a in report.audits),
+        "replay": report.replay,
     }
 
 
@@ -194,6 +196,20 @@ def _world_size(text: str) -> int | None:
     return int(text)
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """verify-range's memory options: the check's override, the replay mode, the scratch directory."""
+
+    ignore_memory: bool = False
+    mode: str = "auto"
+    scratch_dir: Path | None = None
+
+    def scratch(self) -> Path:
+        from p2paudit.identity import home_dir
+
+        return self.scratch_dir if self.scratch_dir is not None else home_dir() / "scratch"
+
+
 def _verify(
     run_dir: Path,
     steps: str,
@@ -202,7 +218,7 @@ def _verify(
     against: str | None = None,
     publisher: str | None = None,
     world_size: int | None = 1,
-    ignore_memory: bool = False,
+    replay: ReplayOptions | None = None,
     partial_data: bool = False,
 ) -> RangeReport | None:
     """Open and check the run, replay the range (on world_size processes; None: torchrun's group), print.
@@ -216,11 +232,12 @@ def _verify(
     from p2paudit.audit.remote_view import open_partial_run
     from p2paudit.audit.replay import open_run
 
+    replay = replay or ReplayOptions()
     if partial_data:
-        opener = partial(open_partial_run, run_dir, steps, ignore_memory=ignore_memory)
+        opener = partial(open_partial_run, run_dir, steps, ignore_memory=replay.ignore_memory)
     else:
-        opener = partial(open_run, run_dir, ignore_memory=ignore_memory)
-    task = ReplayTask(opener, steps, backend, against, publisher)
+        opener = partial(open_run, run_dir, ignore_memory=replay.ignore_memory, mode=replay.mode)
+    task = ReplayTask(opener, steps, backend, against, publisher, replay.mode, replay.scratch())
     on_audit = None if as_json else _echo_audit
     if world_size is None:
         rank, view, report = verify_range_from_env(task, on_audit)
@@ -246,7 +263,7 @@ def _verify(
             click.echo(line)
     click.echo(
         f"{summary['steps']} check(s) of run {summary['run_id']}: {summary['match']} match, "
-        f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s); "
+        f"{summary['mismatch']} mismatch, {summary['error']} error ({summary['seconds']:.2f}s, {report.replay}); "
         f"signed by publisher key {summary['publisher']}"
     )
     return report
@@ -389,6 +406,21 @@ def _local_run_dir(
 @click.option(
     "--ignore-memory-check", is_flag=True, help="Replay even if the estimated memory exceeds what is available."
 )
+@click.option(
+    "--replay",
+    "replay_mode",
+    type=click.Choice(["auto", "in-memory", "streaming"]),
+    default="auto",
+    show_default=True,
+    help="in-memory holds whole states (and bisects a mismatch's trace); streaming holds the parameters, one "
+    "gradient set and one micro-batch's activations; auto streams when in-memory would not fit.",
+)
+@click.option(
+    "--scratch-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where a streaming replay keeps partial sums and intermediate states (default: $P2PAUDIT_HOME/scratch).",
+)
 def verify_range_cmd(
     steps: str,
     run_dir: str,
@@ -403,6 +435,8 @@ def verify_range_cmd(
     cache_size: int,
     timeout: float,
     ignore_memory_check: bool,
+    replay_mode: str,
+    scratch_dir: Path | None,
 ) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
@@ -418,9 +452,8 @@ def verify_range_cmd(
     where = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, ignore_memory_check)
     with where as (local_dir, partial_data):
         world_size = _world_size(world_text)
-        report = _verify(
-            local_dir, steps, backend, as_json, against, publisher, world_size, ignore_memory_check, partial_data
-        )
+        replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
+        report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return
         if attest:

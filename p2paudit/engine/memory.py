@@ -23,16 +23,25 @@ next state, read for comparison): train step + 12P. A run on W processes on one
 machine holds W of everything. The estimate is checked against a measured
 peak in tests/engine/test_memory.py.
 
+A streaming replay (engine.streaming, audit.streamed_replay) holds the
+parameters, one gradient set and one micro-batch's activations, plus a few
+tensors of the largest size S at a time (a partial sum read back and the sum
+being formed; in the update the gradient / M, both moments and the three new
+tensors): 4 (2P + A + 6S) + data, and k P more when the partial sums wait in
+memory instead of on disk (`plan_replay` decides).
+
 `available_bytes` reads MemAvailable from /proc/meminfo (falling back to
 os.sysconf), a kernel pseudo-file rather than data: the one read this module does.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
 from p2paudit.engine.config import TrainConfig, check_sizes, count_parameters
+from p2paudit.engine.state import param_shapes
 from p2paudit.errors import InputError
 
 FLOAT_BYTES = 4
@@ -50,10 +59,16 @@ class MemoryEstimate:
     data: int  # the token stream and one step's int64 batch
     train_step: int
     replay: int
+    streaming_replay: int  # with the partial gradient sums on disk
+    waiting_sums: int  # what the partial sums take when they wait in memory instead
+
+    def streaming_in_memory(self) -> int:
+        return self.streaming_replay + self.waiting_sums
 
     def describe(self) -> str:
         return (
             f"train step {format_bytes(self.train_step)}, replay {format_bytes(self.replay)} "
+            f"(streaming {format_bytes(self.streaming_replay)}) "
             f"(parameters {format_bytes(self.parameters)}, gradients {format_bytes(self.gradients)}, "
             f"AdamW moments {format_bytes(self.moments)}, activations {format_bytes(self.activations)})"
         )
@@ -91,6 +106,7 @@ def estimate_memory(cfg: TrainConfig, data_tokens: int = 0, token_bytes: int = 1
     floats = max(3 * P + (k + 1) * P + A, 3 * P + (k + 2) * P, 7 * P)
     data = data_tokens * token_bytes + cfg.micro_batches * cfg.batch_size * (cfg.model.seq_len + 1) * 8
     train = FLOAT_BYTES * floats + data
+    largest = max(math.prod(shape) for shape in param_shapes(cfg.model).values())
     return MemoryEstimate(
         parameters=FLOAT_BYTES * P,
         gradients=FLOAT_BYTES * (k + 2) * P,
@@ -99,7 +115,30 @@ def estimate_memory(cfg: TrainConfig, data_tokens: int = 0, token_bytes: int = 1
         data=data,
         train_step=train,
         replay=train + FLOAT_BYTES * 3 * P,
+        streaming_replay=FLOAT_BYTES * (2 * P + A + 6 * largest) + data,
+        waiting_sums=FLOAT_BYTES * k * P,
     )
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How a replay runs: whole states in memory, or streamed (partial sums on disk when `spill`)."""
+
+    streaming: bool
+    spill: bool
+
+
+REPLAY_MODES = ("auto", "in-memory", "streaming")
+
+
+def plan_replay(estimate: MemoryEstimate, mode: str = "auto", have: int | None = None) -> ReplayPlan:
+    """`mode` "in-memory" or "streaming" as asked; "auto" streams when the in-memory replay does not fit
+    in `have` bytes (None: unknown, in memory). A stream spills its partial sums to disk unless they fit too."""
+    if mode not in REPLAY_MODES:
+        raise InputError(f"replay mode {mode!r}, want one of {', '.join(REPLAY_MODES)}")
+    streaming = mode == "streaming" or (mode == "auto" and have is not None and estimate.replay > have)
+    spill = streaming and (have is None or estimate.streaming_in_memory() > have)
+    return ReplayPlan(streaming, spill)
 
 
 def available_bytes() -> int | None:
