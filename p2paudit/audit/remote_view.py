@@ -29,10 +29,11 @@ from p2paudit.run.shards import load_token_subset, load_tokens
 from p2paudit.run.step_shards import replay_memory, shards_for_range
 
 
-def open_partial_run(run_dir: Path, steps: str, ignore_memory: bool = False) -> RunView:
+def open_partial_run(run_dir: Path, steps: str, ignore_memory: bool = False, mode: str = "auto") -> RunView:
     """Read and check the manifest of `run_dir` and the shards that replaying `steps` ("A-B", "A",
     "init") reads; InputError (one line) if one is missing or wrong, or, unless `ignore_memory`,
-    if the replay's estimated memory exceeds what is available (checked before any shard is read).
+    if the estimated memory of a replay in `mode` (as open_run counts it) exceeds what is available
+    (checked before any shard is read).
     """
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist")
@@ -43,7 +44,9 @@ def open_partial_run(run_dir: Path, steps: str, ignore_memory: bool = False) -> 
     step_range = parse_step_range(steps, manifest.num_steps)
     indices = shards_for_range(manifest, step_range.first, step_range.last)
     if not ignore_memory:
-        check_fits(replay_memory(manifest, indices), f"replaying steps {steps.strip()} of the run in {run_dir}")
+        how = "in memory" if mode == "in-memory" else "streaming"
+        need = replay_memory(manifest, indices, mode)
+        check_fits(need, f"replaying steps {steps.strip()} of the run in {run_dir} ({how})")
     if len(indices) == len(manifest.data.shards):
         tokens = load_tokens(run_dir, manifest.data)  # every shard: the data key is checked too
     else:

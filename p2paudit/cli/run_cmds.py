@@ -234,7 +234,7 @@ def _verify(
 
     replay = replay or ReplayOptions()
     if partial_data:
-        opener = partial(open_partial_run, run_dir, steps, ignore_memory=replay.ignore_memory)
+        opener = partial(open_partial_run, run_dir, steps, ignore_memory=replay.ignore_memory, mode=replay.mode)
     else:
         opener = partial(open_run, run_dir, ignore_memory=replay.ignore_memory, mode=replay.mode)
     task = ReplayTask(opener, steps, backend, against, publisher, replay.mode, replay.scratch())
@@ -293,12 +293,13 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
 
 @contextmanager
 def _remote_run_dir(
-    url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, ignore_memory: bool = False
+    url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, replay: ReplayOptions
 ) -> Iterator[Path]:
     """Fetch what `steps` of the run at `url` need (rich progress bars on stderr: bytes and rates),
     verified into the cache; yields a local run directory of them for the replay (only the shards
     the steps read: open it with audit.remote_view.open_partial_run). The replay's memory is checked
-    right after the manifest is fetched, before any shard or checkpoint (unless `ignore_memory`)."""
+    right after the manifest is fetched, before any shard or checkpoint (for replay.mode, unless
+    replay.ignore_memory)."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -319,7 +320,8 @@ def _remote_run_dir(
 
         with RemoteRun(url, cache, on_progress, read_timeout=timeout) as remote:
             step_range = parse_step_range(steps, remote.manifest.num_steps)
-            with remote.local_view(step_range.first, step_range.last, ignore_memory) as run_dir:
+            view = remote.local_view(step_range.first, step_range.last, replay.ignore_memory, replay.mode)
+            with view as run_dir:
                 progress.stop()
                 stats = remote.stats
                 click.echo(
@@ -331,7 +333,7 @@ def _remote_run_dir(
 
 @contextmanager
 def _local_run_dir(
-    run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, ignore_memory: bool = False
+    run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, replay: ReplayOptions
 ) -> Iterator[tuple[Path, bool]]:
     """(run directory, whether it holds only the shards `steps` read): the directory `run`, or for an
     http(s) URL a local view of the verified files `steps` need."""
@@ -340,7 +342,7 @@ def _local_run_dir(
     if not is_remote(run):
         yield Path(run), False
         return
-    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, ignore_memory) as run_dir:
+    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, replay) as run_dir:
         yield run_dir, True
 
 
@@ -449,10 +451,9 @@ def verify_range_cmd(
     With --world-size from-env (under torchrun, see docs/engine.md) rank 0
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
     """
-    where = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, ignore_memory_check)
-    with where as (local_dir, partial_data):
+    replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
+    with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay) as (local_dir, partial_data):
         world_size = _world_size(world_text)
-        replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
         report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return

@@ -198,17 +198,21 @@ class RemoteRun:
         return self._manifest
 
     @contextmanager
-    def local_view(self, first: int | None, last: int | None, ignore_memory: bool = False) -> Iterator[Path]:
+    def local_view(
+        self, first: int | None, last: int | None, ignore_memory: bool = False, mode: str = "auto"
+    ) -> Iterator[Path]:
         """A local run directory holding the manifest and the verified files steps first..last need
         (see files_for_range), removed on exit; the cache is kept under its size bound.
 
-        Unless `ignore_memory`, the memory the replay needs is checked right after the manifest
-        is fetched, before any shard or checkpoint is (InputError, one line)."""
+        Unless `ignore_memory`, the memory a replay in `mode` (engine.memory.REPLAY_MODES) needs is
+        checked right after the manifest is fetched, before any shard or checkpoint is (InputError,
+        one line)."""
         manifest = self.manifest
         if not ignore_memory:
             steps = "init" if first is None or last is None else f"{first}-{last}"
-            need = replay_memory(manifest, shards_for_range(manifest, first, last))
-            check_fits(need, f"replaying steps {steps} of the run at {self.base}")
+            need = replay_memory(manifest, shards_for_range(manifest, first, last), mode)
+            how = "in memory" if mode == "in-memory" else "streaming"
+            check_fits(need, f"replaying steps {steps} of the run at {self.base} ({how})")
         files = files_for_range(manifest, first, last)
         name = self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
         with self.cache.view(name) as view:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from p2paudit.engine.config import TrainConfig
-from p2paudit.engine.memory import estimate_memory
+from p2paudit.engine.memory import estimate_memory, plan_replay
 from p2paudit.engine.schedule import window_starts
 from p2paudit.errors import InputError
 from p2paudit.run.manifest import Manifest
@@ -52,8 +52,12 @@ def shards_for_range(manifest: Manifest, first: int | None, last: int | None) ->
     return shards_for_steps(manifest, replayed_steps(manifest, first, last))
 
 
-def replay_memory(manifest: Manifest, shards: Iterable[int]) -> int:
-    """Bytes a replay of the manifest's config needs holding the tokens of `shards` (engine.memory)."""
+def replay_memory(manifest: Manifest, shards: Iterable[int], mode: str = "auto") -> int:
+    """Bytes a replay of the manifest's config in `mode` ("in-memory"; "auto" or "streaming": what the
+    streaming replay needs, as audit.replay.check_replay_fits counts it) needs holding the tokens of
+    `shards` (engine.memory); InputError for an unknown mode."""
     data = manifest.data
     tokens = sum(data.shards[i].tokens for i in set(shards))
-    return estimate_memory(_config(manifest), tokens, data.token_bytes).replay
+    estimate = estimate_memory(_config(manifest), tokens, data.token_bytes)
+    plan_replay(estimate, mode)  # refuses an unknown mode
+    return estimate.replay if mode == "in-memory" else estimate.streaming_replay

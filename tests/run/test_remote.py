@@ -35,6 +35,7 @@ from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import TrainPlan, publish_run
 from p2paudit.run.remote import REQUEST_BYTES, RemoteRun
 from p2paudit.run.shards import SHARD_TOKENS, import_tokens, load_token_subset, load_tokens
+from p2paudit.run.step_shards import replay_memory, shards_for_range
 
 PUBLISHER = identity_from_seed(b"\x5a" * 32)
 STALL_SECONDS = 3.0
@@ -608,3 +609,19 @@ def test_a_reply_to_a_range_request_must_be_the_bytes_asked_for(published, serve
     assert served.ranges(path) == ["bytes=0-7"]
     assert not cache.partial(_state_key(published, 2)).exists()
     _assert_cache_clean(cache, published)
+
+
+def test_the_early_memory_check_counts_the_replay_mode(published, server, tmp_path, monkeypatch):
+    base, served = server
+    manifest = read_manifest(published)
+    shards = shards_for_range(manifest, 2, 3)
+    streaming, in_memory = replay_memory(manifest, shards, "auto"), replay_memory(manifest, shards, "in-memory")
+    assert streaming < in_memory
+    monkeypatch.setattr(memory, "available_bytes", lambda: (streaming + in_memory) // 2)
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    with RemoteRun(base + "/run/", cache) as remote:
+        with pytest.raises(InputError, match=r"\(in memory\)"), remote.local_view(2, 3, mode="in-memory"):
+            pass
+        assert served.paths() == {MANIFEST_FILE, SIGNATURE_FILE}
+        with remote.local_view(2, 3, mode="auto") as view:  # streaming fits
+            assert (view / checkpoint_path(4)).is_file()
