@@ -54,7 +54,7 @@ def micro_batch_grads(
     check_state(state, cfg)
     check_tokens(tokens, cfg.model)
     grads, loss = micro_batch_grads_on(
-        state_to_device(state, backend), backend.to_device(tokens), cfg, backend, host_trace(trace, backend)
+        params_to_device(state, backend), backend.to_device(tokens), cfg, backend, host_trace(trace, backend)
     )
     return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
 
@@ -62,6 +62,11 @@ def micro_batch_grads(
 def state_to_device(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
     """The state's float tensors as the backend's arrays (one copy each); "step" stays a host array."""
     return {name: t if name == "step" else backend.to_device(t) for name, t in state.items()}
+
+
+def params_to_device(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+    """Only the parameters ("params/...") as the backend's arrays: all the gradients need."""
+    return {name: backend.to_device(t) for name, t in state.items() if name.startswith("params/")}
 
 
 def state_to_host(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
@@ -72,7 +77,7 @@ def state_to_host(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str
 def micro_batch_grads_on(
     state: dict[str, np.ndarray], tokens: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """micro_batch_grads on the backend's arrays: checked state and tokens already there; 0-d loss."""
+    """micro_batch_grads on the backend's arrays: checked parameters (or state) and tokens already there; 0-d loss."""
     cache = forward_checked(state, tokens, cfg.model, backend, trace)
     grads = backward(cache, state, cfg.model, backend, trace)
     return grads, cache.loss
@@ -213,7 +218,7 @@ def sum_micro_batches(
         check_tokens(batch[m], cfg.model)
     share = batch[indices.start : indices.stop : indices.step]  # only these micro-batches go up
     grads, loss = sum_micro_batches_on(
-        state_to_device(state, backend), backend.to_device(share), indices, cfg, backend, host_trace(trace, backend)
+        params_to_device(state, backend), backend.to_device(share), indices, cfg, backend, host_trace(trace, backend)
     )
     return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
 
