@@ -42,7 +42,7 @@ import torch.multiprocessing as mp
 
 from p2paudit.audit.records import StepAudit
 from p2paudit.audit.replay import RangeReport, RunView, StepRange, check_publisher, parse_step_range, verify_range
-from p2paudit.audit.streamed_replay import verify_range_streamed
+from p2paudit.audit.streamed_replay import verify_range_planned
 from p2paudit.engine.backends import load_backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.distributed import (
@@ -52,7 +52,6 @@ from p2paudit.engine.distributed import (
     rank_share,
     spawn_workers,
 )
-from p2paudit.engine.memory import available_bytes, estimate_memory, plan_replay
 from p2paudit.engine.step import StepResult
 from p2paudit.errors import EXIT_USAGE, InputError, InternalError, P2PAuditError
 
@@ -179,13 +178,10 @@ def replay_one_process(
     view: RunView, steps: StepRange, task: ReplayTask, on_audit: Callable[[StepAudit], None] | None
 ) -> RangeReport:
     """The replay on this process: in memory, or streamed when task.mode asks or the in-memory one does not fit."""
-    data = view.manifest.data
-    plan = plan_replay(estimate_memory(view.cfg, data.tokens, data.token_bytes), task.mode, available_bytes())
-    if not plan.streaming:
-        return verify_range(view, steps, task.backend, on_audit=on_audit, against=task.against)
-    if task.scratch_dir is None:
-        raise InternalError("a streaming replay was chosen without a scratch directory")
-    return verify_range_streamed(view, steps, task.backend, task.scratch_dir, plan.spill, on_audit)
+    if task.scratch_dir is None and task.mode != "in-memory":
+        raise InternalError("a replay that may stream was started without a scratch directory")
+    scratch = task.scratch_dir if task.scratch_dir is not None else Path(".")
+    return verify_range_planned(view, steps, task.backend, task.mode, scratch, on_audit, against=task.against)
 
 
 def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, audits: Any) -> Any:

@@ -32,8 +32,17 @@ from pathlib import Path
 
 from p2paudit.audit.diagnosis import Diagnosis, TensorDiff, compare_tensor
 from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
-from p2paudit.audit.replay import RangeReport, RunView, StepRange, audit_base, audit_initial_state, compare_step
+from p2paudit.audit.replay import (
+    RangeReport,
+    RunView,
+    StepRange,
+    audit_base,
+    audit_initial_state,
+    compare_step,
+    verify_range,
+)
 from p2paudit.engine.backends import load_backend
+from p2paudit.engine.memory import available_bytes, estimate_memory, plan_replay
 from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.state import param_shapes, state_shapes
 from p2paudit.engine.streaming import GradStore, MemoryGradStore, streamed_step
@@ -110,6 +119,25 @@ def verify_range_streamed(
                 if on_audit is not None:
                     on_audit(audit)
     return RangeReport(tuple(audits), tuple(diagnoses), STREAMING)
+
+
+def verify_range_planned(
+    view: RunView,
+    steps: StepRange,
+    backend: str,
+    mode: str,
+    scratch_dir: Path,
+    on_audit: Callable[[StepAudit], None] | None = None,
+    diagnose: bool = True,
+    against: str | None = None,
+) -> RangeReport:
+    """verify_range in memory, or verify_range_streamed when `mode` asks for it or ("auto") when the
+    in-memory replay would not fit in the memory available now (engine.memory.plan_replay)."""
+    data = view.manifest.data
+    plan = plan_replay(estimate_memory(view.cfg, data.tokens, data.token_bytes), mode, available_bytes())
+    if not plan.streaming:
+        return verify_range(view, steps, backend, on_audit=on_audit, diagnose=diagnose, against=against)
+    return verify_range_streamed(view, steps, backend, scratch_dir, plan.spill, on_audit)
 
 
 class _GradStore:

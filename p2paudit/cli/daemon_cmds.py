@@ -111,7 +111,7 @@ def daemon(
     configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
     peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))  # flags first, no repeats
     views = tuple(open_run(run) for run in runs)
-    policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step)
+    policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
         runs=views,
         ledger_path=ledger_path or home / "ledger.db",

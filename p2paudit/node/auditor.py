@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from p2paudit.attest.audits import describe_hardware
 from p2paudit.attest.queries import coverage, disputes
@@ -26,6 +27,7 @@ from p2paudit.attest.recording import Recorded, record_audits
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import MISMATCH, StepAudit
 from p2paudit.audit.replay import RunView, StepRange, verify_range
+from p2paudit.audit.streamed_replay import verify_range_planned
 from p2paudit.identity import Identity
 from p2paudit.node.assignment import pick_value, steps_for
 
@@ -42,6 +44,7 @@ class AuditPolicy:
     redundancy: int = 2
     trusted: frozenset[bytes] | None = None
     lie_about_step: int | None = None
+    scratch_dir: Path | None = None  # where a streaming replay keeps its files; None: in memory always
 
 
 def checked_by(store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None) -> dict[int, int]:
@@ -115,7 +118,11 @@ def next_step(
 
 def replay_step(view: RunView, step: int, backend: str, policy: AuditPolicy) -> tuple[StepAudit, ...]:
     """Replay one step (and the initial state with step 0); pure computation, safe in a worker thread."""
-    report = verify_range(view, StepRange(step == 0, step, step), backend, diagnose=False)
+    steps = StepRange(step == 0, step, step)
+    if policy.scratch_dir is None:
+        report = verify_range(view, steps, backend, diagnose=False)
+    else:  # streams when the in-memory replay would not fit
+        report = verify_range_planned(view, steps, backend, "auto", policy.scratch_dir, diagnose=False)
     return tuple(
         _lie(audit) if audit.step == policy.lie_about_step and audit.subject == "step" else audit
         for audit in report.audits

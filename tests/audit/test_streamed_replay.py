@@ -126,3 +126,22 @@ def test_streamed_step_is_train_step_bit_for_bit(tmp_path, micro_batches):
         assert digest_state(got) == digest_state(want.state)
         assert loss.tobytes() == want.loss.tobytes()
     assert (disk.bytes_written > 0) == (micro_batches > 1)  # partial sums waited on disk
+
+
+def test_planned_replay_streams_only_when_in_memory_would_not_fit(traced_run, tmp_path, monkeypatch):
+    import p2paudit.audit.streamed_replay as streamed_replay
+    from p2paudit.engine.memory import estimate_memory
+    from p2paudit.node.auditor import AuditPolicy, replay_step
+
+    view = open_run(traced_run)
+    estimate = estimate_memory(view.cfg, view.manifest.data.tokens, view.manifest.data.token_bytes)
+    steps = StepRange(False, 2, 3)
+    want = verify_range(view, steps, "cpu", diagnose=False)
+    for have, mode in ((None, "in-memory"), (estimate.replay * 2, "in-memory"), (estimate.replay - 1, "streaming")):
+        monkeypatch.setattr(streamed_replay, "available_bytes", lambda have=have: have)
+        got = streamed_replay.verify_range_planned(view, steps, "cpu", "auto", tmp_path / "s", diagnose=False)
+        assert got.replay == mode
+        _same(got, want)
+        # the daemon's auditor takes the same road when it has a scratch directory
+        (audit,) = replay_step(view, 3, "cpu", AuditPolicy(scratch_dir=tmp_path / "s"))
+        assert replace(audit, seconds=0.0) == replace(want.audits[1], seconds=0.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import p2paudit.audit.distributed_replay as distributed_replay
+import p2paudit.audit.streamed_replay as streamed_replay
 import p2paudit.engine.memory as memory
 from p2paudit.audit.streamed_replay import NO_BISECT
 from p2paudit.cli import cli
@@ -44,7 +44,7 @@ def _timeless(doc: dict) -> list:
 
 def _pretend_available(monkeypatch, n: int) -> None:
     monkeypatch.setattr(memory, "available_bytes", lambda: n)
-    monkeypatch.setattr(distributed_replay, "available_bytes", lambda: n)
+    monkeypatch.setattr(streamed_replay, "available_bytes", lambda: n)
 
 
 def test_streaming_and_in_memory_print_the_same_audits(run, tmp_path):
