@@ -452,8 +452,8 @@ def verify_range_cmd(
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
     """
     replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
+    world_size = _world_size(world_text)  # refused before anything of a remote run is fetched
     with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay) as (local_dir, partial_data):
-        world_size = _world_size(world_text)
         report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return
