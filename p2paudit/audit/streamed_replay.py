@@ -30,7 +30,9 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from p2paudit.audit.diagnosis import Diagnosis, TensorDiff, compare_tensor
+import numpy as np
+
+from p2paudit.audit.diagnosis import Diagnosis, TensorDiff, compare_tensor, differing_names
 from p2paudit.audit.records import ERROR, MATCH, MISMATCH, StepAudit
 from p2paudit.audit.replay import (
     RangeReport,
@@ -44,11 +46,12 @@ from p2paudit.audit.replay import (
 from p2paudit.engine.backends import load_backend
 from p2paudit.engine.memory import available_bytes, estimate_memory, plan_replay
 from p2paudit.engine.schedule import batch_for_step
-from p2paudit.engine.state import param_shapes, state_shapes
-from p2paudit.engine.streaming import GradStore, MemoryGradStore, streamed_step
-from p2paudit.run.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_path, open_checkpoint
-from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_batch, digest_tensor
+from p2paudit.engine.state import state_shapes
+from p2paudit.engine.streaming import GradStore, MemoryGradStore
+from p2paudit.run.checkpoint import CheckpointWriter, checkpoint_path, open_checkpoint
+from p2paudit.run.digest import StateDigest, digest_batch
 from p2paudit.run.spill import DiskGradStore
+from p2paudit.run.streamed_step import stream_step
 
 STREAMING = "streaming"
 NO_BISECT = (
@@ -169,51 +172,35 @@ def _replay_one(
     record = m.steps[n]
     claimed = record.output.tensor_map()
     shapes = state_shapes(cfg)
-    names = list(view.names)
     batch = batch_for_step(view.tokens, m.data.data_key, cfg, n)
-    digests: dict[str, bytes] = {}
     diffs: list[TensorDiff] = []
     with ExitStack() as stack:
         if source is None:
             reader = stack.enter_context(view.open_state(n))
         else:
             path, digest = source
-            reader = stack.enter_context(open_checkpoint(path.parent.parent, n, digest, names, shapes))
+            reader = stack.enter_context(open_checkpoint(path.parent.parent, n, digest, list(view.names), shapes))
         published_next = stack.enter_context(view.open_state(n + 1)) if n + 1 in m.checkpoints else None
         writer = stack.enter_context(CheckpointWriter(keep / checkpoint_path(n + 1), n + 1, shapes)) if keep else None
 
-        def out(name: str, array) -> None:
-            digests[name] = digest_tensor(name, array)
-            if digests[name] != claimed.get(name) and published_next is not None:
+        def explain(name: str, array: np.ndarray, digest: bytes) -> None:
+            if digest != claimed.get(name) and published_next is not None:
                 diffs.append(compare_tensor(name, published_next.read(name), array))
-            if writer is not None:
-                writer.write(name, array)
 
-        counter = int(reader.read("step"))
-        params = {"params/" + p: reader.read("params/" + p) for p in param_shapes(cfg.model)}
-        loss = streamed_step(params, counter, _moments(reader), batch, out, cfg, be, store)
-        del params
-        ordered = tuple(sorted(digests.items(), key=lambda item: item[0].encode("utf-8")))
-        observed = StateDigest(combine_tensor_digests(ordered), ordered)
-        if writer is not None:
-            writer.finish(observed)
+        done = stream_step(reader, batch, cfg, be, store, writer, explain)
     audit = StepAudit(
         **audit_base(view, n, backend),
         observed_data=digest_batch(batch),
-        observed_digest=observed.digest,
-        observed_loss=float(loss),
+        observed_digest=done.output.digest,
+        observed_loss=float(done.loss),
         findings=(),
         verdict=MATCH,
     )
-    differing = tuple(sorted(name for name in set(claimed) | set(digests) if claimed.get(name) != digests.get(name)))
-    findings, notes = compare_step(audit, counter, len(differing))
+    differing = differing_names(record.output, done.output)
+    findings, notes = compare_step(audit, done.counter, len(differing))
     diagnosis = None
     if "state" in findings:
         diffs.sort(key=lambda d: d.name)
         diagnosis = Diagnosis(n, differing, tuple(diffs), (), NO_BISECT)
     audit = replace(audit, findings=findings, verdict=MISMATCH if findings else MATCH, note="; ".join(notes))
-    return audit, observed, diagnosis
-
-
-def _moments(reader: CheckpointReader):
-    return lambda name: (reader.read("opt/m/" + name), reader.read("opt/v/" + name))
+    return audit, done.output, diagnosis

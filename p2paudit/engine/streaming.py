@@ -19,8 +19,12 @@ Here the step keeps only
 The arithmetic is train_step's, op for op and in the same order: the pairwise
 tree ((g0 + g1) + (g2 + g3)) + ... with the older partial sum on the left, the
 division by M, the AdamW call with the same scalars. So the output tensors are
-bitwise those of train_step (tests/engine/test_streaming.py holds them equal).
-Nothing here reads a file: the stores and sinks are the caller's.
+bitwise those of train_step (tests/audit/test_streamed_replay.py holds them
+equal). As in engine.step, the work runs on the backend's arrays: the
+parameters go up once, each micro-batch's tokens, each partial sum taken
+back and each parameter's moments go up when needed, and what leaves (partial
+sums to the store, new tensors to `out`) comes down (on the numpy backends
+nothing moves). Nothing here reads a file: the stores and sinks are the caller's.
 """
 
 from __future__ import annotations
@@ -31,12 +35,11 @@ from typing import Protocol
 
 import numpy as np
 
-from p2paudit.engine.backward import backward
 from p2paudit.engine.config import TrainConfig
-from p2paudit.engine.model import forward
+from p2paudit.engine.model import check_tokens
 from p2paudit.engine.schedule import lr_at
 from p2paudit.engine.state import param_shapes
-from p2paudit.engine.step import PairwiseTree, check_batch
+from p2paudit.engine.step import PairwiseTree, check_batch, micro_batch_grads_on, params_to_device
 from p2paudit.errors import InputError
 
 Moments = Callable[[str], tuple[np.ndarray, np.ndarray]]
@@ -90,31 +93,31 @@ def check_params(params: dict[str, np.ndarray], cfg: TrainConfig) -> None:
 def streamed_grads(
     params: dict[str, np.ndarray], batch: np.ndarray, cfg: TrainConfig, backend: ModuleType, store: GradStore
 ) -> tuple[dict[str, np.ndarray], np.float32]:
-    """The tree-summed gradients of all micro-batches (param name -> array) and the tree-summed loss.
-
-    At most one gradient set is held here at a time; waiting partial sums live in `store`.
-    """
+    """The tree-summed gradients of all micro-batches (param name -> the backend's arrays) and the
+    tree-summed loss. At most one gradient set is held here at a time; waiting partial sums live in
+    `store`, on the host. The parameters go to the backend's device once (engine.step.params_to_device)."""
     check_params(params, cfg)
     check_batch(batch, cfg)
+    for m in range(cfg.micro_batches):
+        check_tokens(batch[m], cfg.model)
+    on_device = params_to_device(params, backend)
     losses: PairwiseTree[np.float32] = PairwiseTree(lambda a, b: np.float32(a + b))
     waiting: list[tuple[int, object]] = []  # (micro-batches summed, handle), sizes decreasing
     total: dict[str, np.ndarray] = {}
     for m in range(cfg.micro_batches):
-        cache = forward(params, batch[m], cfg.model, backend)
-        grads = backward(cache, params, cfg.model, backend)
-        losses.push(np.float32(cache.loss))
-        del cache
+        grads, loss = micro_batch_grads_on(on_device, backend.to_device(batch[m]), cfg, backend)
+        losses.push(np.float32(backend.to_host(loss)))
         size = 1
         while waiting and waiting[-1][0] == size:
             _, handle = waiting.pop()
             for name in grads:  # older partial sum on the left, as add_grads does
-                grads[name] = store.take(handle, name) + grads[name]
+                grads[name] = backend.add(backend.to_device(store.take(handle, name)), grads[name])
             store.drop(handle)
             size *= 2
         if m == cfg.micro_batches - 1:
             total = grads  # M is a power of two: the last push folds every partial sum into this one
         else:
-            waiting.append((size, store.put(grads)))
+            waiting.append((size, store.put({name: backend.to_host(g) for name, g in grads.items()})))
         del grads
     if waiting:
         raise InputError(f"micro_batches is {cfg.micro_batches}, want a power of two")
@@ -130,25 +133,25 @@ def streamed_update(
     cfg: TrainConfig,
     backend: ModuleType,
 ) -> None:
-    """Apply AdamW update `done` + 1 one parameter at a time; each new tensor goes to `out` in state order
-    per parameter (params/<n>, opt/m/<n>, opt/v/<n>), then the new step counter ("step")."""
+    """Apply AdamW update `done` + 1 one parameter at a time; each new tensor goes to `out` (on the host)
+    in state order per parameter (params/<n>, opt/m/<n>, opt/v/<n>), then the new step counter ("step").
+    `grads` are the backend's arrays (streamed_grads); `params` and the moments are numpy."""
     o = cfg.optim
     lr = lr_at(done, o)
-    m_f32 = np.float32(cfg.micro_batches)
     for name, shape in param_shapes(cfg.model).items():
-        g = grads[name] / m_f32  # exact unless subnormal: M is 2^j
+        g = backend.div_scalar(grads[name], np.float32(cfg.micro_batches))  # exact unless subnormal: M is 2^j
         m, v = moments(name)
         if m.shape != shape or v.shape != shape or m.dtype != np.float32 or v.dtype != np.float32:
             raise InputError(f"moments of {name} are not float32 {shape}")
         wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
         p2, m2, v2 = backend.adamw(
-            params["params/" + name], g, m, v,
+            backend.to_device(params["params/" + name]), g, backend.to_device(m), backend.to_device(v),
             done + 1, lr, np.float32(o.beta1), np.float32(o.beta2), np.float32(o.eps), wd,
         )  # fmt: skip
         del g, m, v
-        out("params/" + name, p2)
-        out("opt/m/" + name, m2)
-        out("opt/v/" + name, v2)
+        out("params/" + name, backend.to_host(p2))
+        out("opt/m/" + name, backend.to_host(m2))
+        out("opt/v/" + name, backend.to_host(v2))
         del p2, m2, v2
     out("step", np.array(done + 1, dtype=np.int64))
 
