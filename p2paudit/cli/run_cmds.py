@@ -83,6 +83,20 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity, **options: objec
 @click.option("--seed", type=int, default=None, help="Run seed (default 0; a --config file sets its own).")
 @click.option("--traces", is_flag=True, help="Also publish every step's operation trace (world size 1).")
 @click.option(
+    "--mode",
+    type=click.Choice(["auto", "in-memory", "streaming"]),
+    default="auto",
+    show_default=True,
+    help="in-memory holds whole states; streaming holds the parameters, one gradient set and one micro-batch's "
+    "activations (one process, no traces; the same bytes); auto streams when in-memory would not fit.",
+)
+@click.option(
+    "--scratch-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where a streamed run keeps unpublished states and partial sums (default: $P2PAUDIT_HOME/scratch).",
+)
+@click.option(
     "--key",
     "key_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -101,12 +115,14 @@ def train(
     backend: str,
     seed: int | None,
     traces: bool,
+    mode: str,
+    scratch_dir: Path | None,
     key_path: Path | None,
 ) -> None:
     """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
     from p2paudit.engine.config import CONFIGS, count_parameters
     from p2paudit.engine.memory import available_bytes, estimate_memory, format_bytes
-    from p2paudit.identity import load_identity
+    from p2paudit.identity import home_dir, load_identity
     from p2paudit.run.digest import format_digest
     from p2paudit.run.manifest import read_config_file
     from p2paudit.run.publisher import check_plan, data_spec
@@ -126,7 +142,7 @@ def train(
         run_dir, config.model.name if config else config_name, steps, micro_batches, seed or 0, ckpt_every,
         world_size, backend, traces,
     )  # fmt: skip
-    options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check}
+    options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
     cfg = check_plan(plan, **options)
     data = data_spec(data_dir)
     estimate = estimate_memory(cfg, data.tokens, data.token_bytes)
@@ -136,7 +152,8 @@ def train(
         f"{'unknown' if have is None else format_bytes(have)} available"
     )
     identity = load_identity(key_path) if key_path is not None else _node_identity()
-    result = _publish_with_progress(plan, identity, **options)
+    scratch = scratch_dir if scratch_dir is not None else home_dir() / "scratch"
+    result = _publish_with_progress(plan, identity, scratch_dir=scratch, **options)
     state = (
         "already complete"
         if result.already_complete

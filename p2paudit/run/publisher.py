@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +23,11 @@ from p2paudit import __version__, engine
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig, train_config
 from p2paudit.engine.distributed import rank_share
-from p2paudit.engine.memory import check_fits, estimate_memory
+from p2paudit.engine.memory import MemoryEstimate, ReplayPlan, available_bytes, check_fits, estimate_memory, plan_replay
 from p2paudit.engine.state import init_state, state_names, state_shapes
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity
-from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
+from p2paudit.run.checkpoint import load_checkpoint, open_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
 from p2paudit.run.manifest import (
     MANIFEST_FILE,
@@ -51,6 +51,8 @@ from p2paudit.run.shards import (
     write_shards,
 )
 from p2paudit.run.storage import lock_directory, remove_temp_files, write_atomic
+from p2paudit.run.streamed_step import write_initial_state
+from p2paudit.run.streamed_training import train_steps_streamed
 from p2paudit.run.training import PROGRESS_FILE, StepDone, TrainPlan, train_steps
 from p2paudit.run.workers import train_distributed
 
@@ -72,14 +74,19 @@ class PublishResult:
 
 
 def check_plan(
-    plan: TrainPlan, config: TrainConfig | None = None, data_dir: Path | None = None, ignore_memory: bool = False
+    plan: TrainPlan,
+    config: TrainConfig | None = None,
+    data_dir: Path | None = None,
+    ignore_memory: bool = False,
+    mode: str = "in-memory",
 ) -> TrainConfig:
     """The plan's TrainConfig; InputError for a plan that cannot run (numbers out of range, a world
     size the micro-batches cannot be split over, a directory that is not a run's, data the model's
     vocabulary does not cover, more memory than this machine has unless `ignore_memory`).
 
     `config`: a config (from `train --config FILE.json`) used instead of the preset plan.config;
-    `data_dir`: a data directory of imported token ids (`p2paudit data import`) instead of the corpus."""
+    `data_dir`: a data directory of imported token ids (`p2paudit data import`) instead of the corpus;
+    `mode`: how a step holds its state (engine.memory.REPLAY_MODES; see step_plan)."""
     if plan.steps < 1:
         raise InputError(f"--steps is {plan.steps}, want >= 1")
     if not 1 <= plan.ckpt_every <= plan.steps:
@@ -98,14 +105,27 @@ def check_plan(
     )
     data = data_spec(data_dir)
     check_data_for_config(data, cfg)
-    need = plan.world_size * estimate_memory(cfg, data.tokens, data.token_bytes).train_step
-    if not ignore_memory:
-        check_fits(need, f"training {cfg.model.name} on {plan.world_size} process(es)")
+    estimate = estimate_memory(cfg, data.tokens, data.token_bytes)
+    streaming = step_plan(plan, estimate, mode, available_bytes()).streaming
+    if not ignore_memory and streaming:
+        check_fits(estimate.streaming_replay, f"training {cfg.model.name} streaming (one process)")
+    elif not ignore_memory:
+        check_fits(plan.world_size * estimate.train_step, f"training {cfg.model.name} on {plan.world_size} process(es)")
     load_backend(plan.backend)
     if plan.world_size > 1:
         rank_share(cfg, 0, plan.world_size)
     _check_directory(plan.run_dir)
     return cfg
+
+
+def step_plan(plan: TrainPlan, estimate: MemoryEstimate, mode: str, have: int | None) -> ReplayPlan:
+    """Whether the steps stream (run.streamed_training) and spill: as engine.memory.plan_replay decides
+    from the train step's needs, but never with traces or on several processes (InputError if asked)."""
+    if mode == "streaming" and (plan.traces or plan.world_size != 1):
+        raise InputError("a streamed run is trained on one process and without --traces")
+    if plan.traces or plan.world_size != 1:
+        return ReplayPlan(False, False)
+    return plan_replay(replace(estimate, replay=estimate.train_step), mode, have)
 
 
 def data_spec(data_dir: Path | None) -> DataSpec:
@@ -172,14 +192,22 @@ def publish_run(
     config: TrainConfig | None = None,
     data_dir: Path | None = None,
     ignore_memory: bool = False,
+    mode: str = "in-memory",
+    scratch_dir: Path | None = None,
 ) -> PublishResult:
     """Train `plan` into plan.run_dir (resuming if interrupted), sign and write the manifest.
 
     Returns at once if the directory already holds the finished run of this
     plan; raises InputError if it holds a different run. `config`, `data_dir`,
-    `ignore_memory`: as for check_plan.
+    `ignore_memory`, `mode`: as for check_plan. A streamed run keeps its
+    uncheckpointed states and partial sums under `scratch_dir` (needed then).
+    The bytes of the run do not depend on `mode`.
     """
-    cfg = check_plan(plan, config, data_dir, ignore_memory)
+    cfg = check_plan(plan, config, data_dir, ignore_memory, mode)
+    data = data_spec(data_dir)
+    steps = step_plan(plan, estimate_memory(cfg, data.tokens, data.token_bytes), mode, available_bytes())
+    if steps.streaming and scratch_dir is None:
+        raise InternalError("a streamed run needs a scratch directory")
     run_dir = plan.run_dir
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
         manifest = read_manifest(run_dir)
@@ -194,9 +222,12 @@ def publish_run(
         # or the resumed run is no longer byte-identical to an uninterrupted one.
         for directory in (run_dir, *(run_dir / sub for sub in RUN_SUBDIRS)):
             remove_temp_files(directory)
-        body, tokens, state = _start_or_resume(run_dir, cfg, plan, data_dir)
+        body, tokens, state = _start_or_resume(run_dir, cfg, plan, data_dir, steps.streaming)
         resumed_from = len(body["steps"])
-        if plan.world_size > 1:
+        if steps.streaming:
+            start = _last_claimed(body)
+            train_steps_streamed(run_dir, body, tokens, start, cfg, plan, scratch_dir, steps.spill, on_step)
+        elif plan.world_size > 1:
             train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
         else:
             train_steps(run_dir, body, tokens, state, cfg, plan, single_process_step(cfg, plan.backend), on_step)
@@ -205,19 +236,32 @@ def publish_run(
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
 
 
+def _last_claimed(body: dict) -> StateDigest:
+    """The digest of the state the steps so far end at (state 0 before any)."""
+    last = body["steps"][-1]["output"] if body["steps"] else body["initial_state"]
+    return StateDigest.from_dict(last, "progress")
+
+
 def _start_or_resume(
-    run_dir: Path, cfg: TrainConfig, plan: TrainPlan, data_dir: Path | None = None
-) -> tuple[dict, np.ndarray, dict]:
+    run_dir: Path, cfg: TrainConfig, plan: TrainPlan, data_dir: Path | None = None, streaming: bool = False
+) -> tuple[dict, np.ndarray, dict | None]:
     """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new.
 
-    The shards are the built-in corpus's, or copies of those in `data_dir` (imported token ids)."""
+    The shards are the built-in corpus's, or copies of those in `data_dir` (imported token ids).
+    `streaming`: the state is never held whole (None is returned); the last checkpoint is checked
+    one tensor at a time and state 0 is written one tensor at a time."""
     progress = run_dir / PROGRESS_FILE
     if progress.exists():
         body, data, claimed = _read_progress(progress, cfg, plan)
         if data != data_spec(data_dir):
             raise InputError(f"{progress} belongs to a run on other data; resume it with the same --data")
         tokens = load_tokens(run_dir, data)
-        state = load_checkpoint(run_dir, len(body["steps"]), claimed, state_names(cfg), state_shapes(cfg))
+        n = len(body["steps"])
+        if streaming:
+            with open_checkpoint(run_dir, n, claimed, state_names(cfg), state_shapes(cfg)) as reader:
+                reader.verify(claimed)
+            return body, tokens, None
+        state = load_checkpoint(run_dir, n, claimed, state_names(cfg), state_shapes(cfg))
         return body, tokens, state
     if data_dir is not None:
         data = read_data_spec(data_dir)
@@ -225,9 +269,12 @@ def _start_or_resume(
     else:
         data = write_shards(run_dir, corpus_tokens())
     tokens = load_tokens(run_dir, data)
-    state = init_state(cfg)
-    initial = digest_state(state)
-    save_checkpoint(run_dir, 0, state, initial)
+    if streaming:
+        state, initial = None, write_initial_state(run_dir, cfg)
+    else:
+        state = init_state(cfg)
+        initial = digest_state(state)
+        save_checkpoint(run_dir, 0, state, initial)
     body = new_body(cfg, data, initial, plan)
     write_atomic(progress, canonical_json(body))
     return body, tokens, state
