@@ -56,28 +56,11 @@ def peak_bytes() -> int:
 
 
 def prepare(args: argparse.Namespace, work: Path) -> None:
-    """State 0 as checkpoint 0 of `work`, and the batch, without ever holding the whole state."""
-    from p2paudit.engine.state import init_param, param_shapes, state_shapes
-    from p2paudit.run.checkpoint import CheckpointWriter, checkpoint_path
-    from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_tensor
+    """State 0 as checkpoint 0 of `work` (written tensor by tensor), and the batch."""
+    from p2paudit.run.streamed_step import write_initial_state
 
     cfg = make_config(args)
-    digests = {}
-    with CheckpointWriter(work / checkpoint_path(0), 0, state_shapes(cfg)) as writer:
-        for tensor_id, (name, shape) in enumerate(param_shapes(cfg.model).items()):
-            for full, array in (
-                ("params/" + name, init_param(cfg.model, name, shape, tensor_id, cfg.seed)),
-                ("opt/m/" + name, np.zeros(shape, np.float32)),
-                ("opt/v/" + name, np.zeros(shape, np.float32)),
-            ):
-                digests[full] = digest_tensor(full, array)
-                writer.write(full, array)
-        step = np.array(0, dtype=np.int64)
-        digests["step"] = digest_tensor("step", step)
-        writer.write("step", step)
-        ordered = tuple(sorted(digests.items(), key=lambda item: item[0].encode("utf-8")))
-        digest = StateDigest(combine_tensor_digests(ordered), ordered)
-        writer.finish(digest)
+    digest = write_initial_state(work, cfg)
     (work / "state0.json").write_text(json.dumps(digest.to_dict()))
     rng = np.random.default_rng(0)
     shape = (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1)
@@ -86,12 +69,12 @@ def prepare(args: argparse.Namespace, work: Path) -> None:
 
 def child(args: argparse.Namespace) -> dict:
     from p2paudit.engine.backends import load_backend
-    from p2paudit.engine.state import param_shapes, state_names, state_shapes
+    from p2paudit.engine.state import state_names, state_shapes
     from p2paudit.engine.step import train_step
-    from p2paudit.engine.streaming import streamed_step
     from p2paudit.run.checkpoint import CheckpointWriter, checkpoint_path, load_checkpoint, open_checkpoint
-    from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_state, digest_tensor
+    from p2paudit.run.digest import StateDigest, digest_state
     from p2paudit.run.spill import DiskGradStore
+    from p2paudit.run.streamed_step import stream_step
 
     cfg = make_config(args)
     work = Path(args.workdir)
@@ -106,36 +89,29 @@ def child(args: argparse.Namespace) -> dict:
         del state
         digest, loss, spilled = digest_state(result.state), result.loss, 0
     else:
-        digests = {}
         with open_checkpoint(work, 0, expected, state_names(cfg), state_shapes(cfg)) as reader:
             reader.verify(expected)
             loaded = time.perf_counter()
+            first_out: list[float] = []
+
+            def note(name, array, digest):
+                first_out.append(first_out[0] if first_out else time.perf_counter())
+
             out_dir = work / "streamed-out"
-            with CheckpointWriter(out_dir / checkpoint_path(1), 1, state_shapes(cfg)) as writer:
-
-                def out(name, array):
-                    digests[name] = digest_tensor(name, array)
-                    writer.write(name, array)
-
-                params = {"params/" + p: reader.read("params/" + p) for p in param_shapes(cfg.model)}
-                with tempfile.TemporaryDirectory(dir=work) as spill_dir, DiskGradStore(Path(spill_dir)) as store:
-                    loss = streamed_step(
-                        params,
-                        int(reader.read("step")),
-                        lambda n: (reader.read("opt/m/" + n), reader.read("opt/v/" + n)),
-                        batch,
-                        out,
-                        cfg,
-                        be,
-                        store,
-                    )
-                    spilled = store.bytes_written
-                ordered = tuple(sorted(digests.items(), key=lambda item: item[0].encode("utf-8")))
-                digest = StateDigest(combine_tensor_digests(ordered), ordered)
-                writer.finish(digest)
+            with (
+                CheckpointWriter(out_dir / checkpoint_path(1), 1, state_shapes(cfg)) as writer,
+                tempfile.TemporaryDirectory(dir=work) as spill_dir,
+                DiskGradStore(Path(spill_dir)) as store,
+            ):
+                result = stream_step(reader, batch, cfg, be, store, writer, note)
+                spilled = store.bytes_written
+            digest, loss = result.output, result.loss
     done = time.perf_counter()
+    grads_s = (first_out[0] if args.child == "streamed" else done) - loaded
     return {
         "side": args.child,
+        "seconds_grads": grads_s,
+        "seconds_update": done - loaded - grads_s,
         "digest": digest.text(),
         "loss": float(loss),
         "seconds_total": done - began,
@@ -157,6 +133,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--micro-batches", type=int, default=2)
     parser.add_argument("--in-memory", action="store_true", help="also run the in-memory replay and compare")
+    parser.add_argument("--project", type=int, nargs="*", default=[65_536], help="token counts to project to")
     parser.add_argument("--workdir", default=None, help="where the checkpoints go (default: a temp dir in .)")
     parser.add_argument("--child", choices=["streamed", "in-memory"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -201,7 +178,8 @@ def main() -> None:
                 sys.exit(f"{side} child failed: {out.stderr.strip().splitlines()[-1:]}")
             r = results[side] = json.loads(out.stdout.strip().splitlines()[-1])
             print(
-                f"  {side:9s}: {r['seconds_total']:8.1f} s (checkpoint read/check {r['seconds_load']:.1f} s), "
+                f"  {side:9s}: {r['seconds_total']:8.1f} s (checkpoint read/check {r['seconds_load']:.1f} s, "
+                f"gradients {r['seconds_grads']:.1f} s, update {r['seconds_update']:.1f} s), "
                 f"peak RSS {gib(r['peak_bytes'])} = {r['peak_bytes'] / target:.2f} x target, "
                 f"spilled {gib(r['spilled_bytes'])}, loss {r['loss']!r}"
             )
@@ -213,6 +191,14 @@ def main() -> None:
             if not same:
                 sys.exit("streamed and in-memory replays differ")
         print(f"  state 1: {results['streamed']['digest']}")
+        r = results["streamed"]
+        per_token = r["seconds_grads"] / tokens
+        for target_tokens in args.project:
+            projected = r["seconds_load"] + per_token * target_tokens + r["seconds_update"]
+            print(
+                f"  projected streamed replay at {target_tokens:,} tokens (the gradients scaled by tokens): "
+                f"{projected:.0f} s = {projected / 3600:.2f} h"
+            )
 
 
 if __name__ == "__main__":
