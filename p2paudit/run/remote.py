@@ -39,28 +39,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from p2paudit.engine.memory import check_fits
 from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.run.cache import BlobCache, link_or_copy
 from p2paudit.run.checkpoint import (
-    CHECKPOINT_FORMAT,
-    CHECKPOINT_VERSION,
     checkpoint_bound,
     checkpoint_path,
     open_checkpoint,
 )
-from p2paudit.run.checkpoint_layout import CheckpointLayout, TensorSpan, header_length, parse_layout
-from p2paudit.run.digest import digest_tensor, format_digest
+from p2paudit.run.digest import format_digest
+from p2paudit.run.http_replies import CHUNK_BYTES, Stream, check_content_range, check_length, check_range_reply
 from p2paudit.run.manifest import (
     MANIFEST_FILE,
     MAX_MANIFEST_BYTES,
@@ -69,6 +65,7 @@ from p2paudit.run.manifest import (
     Manifest,
     manifest_from_bytes,
 )
+from p2paudit.run.remote_checkpoint import CheckpointPieces, Refused
 from p2paudit.run.step_shards import replay_memory, shards_for_range
 from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
 
@@ -76,10 +73,8 @@ SCHEMES = ("http", "https")
 MAX_REDIRECTS = 5
 CONNECT_TIMEOUT = 10.0  # seconds
 READ_TIMEOUT = 60.0  # seconds without a byte
-CHUNK_BYTES = 1 << 20
 REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
 DEFAULT_CACHE_BYTES = 16 * 1024**3
-_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)", re.ASCII)
 
 # (file path relative to the run, bytes of it present so far, its size if known)
 Progress = Callable[[str, int, int | None], None]
@@ -254,7 +249,7 @@ class RemoteRun:
         else:
             try:
                 self._fetch_checkpoint(item, partial)
-            except _Refused as exc:
+            except Refused as exc:
                 self.cache.discard(item.key)
                 raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
         link_or_copy(partial, target)
@@ -289,13 +284,13 @@ class RemoteRun:
     def _fetch_checkpoint(self, item: RemoteFile, partial: Path) -> None:
         """Assemble checkpoint `item` in `partial` tensor by tensor, each verified before it is written.
 
-        Resumes after the verified prefix of an earlier partial (its tensors checked again); _Refused
+        Resumes after the verified prefix of an earlier partial (its tensors checked again); Refused
         when the file is not the manifest's (bad header, metadata or tensor), InputError when the
         transfer fails (the verified prefix is kept to resume)."""
         cfg = self.manifest.config
         if cfg is None or item.state is None:
             raise InputError("manifest has no parsed config")
-        plan = _CheckpointPlan(
+        plan = CheckpointPieces(
             item.path,
             item.state,
             self.manifest.state_digest(item.state).text(),
@@ -313,8 +308,8 @@ class RemoteRun:
         with self._get(item.path, {}) as (response, url):
             if response.status_code != 200:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
-            _check_length(response, url, item.max_bytes, 0)
-            stream = _Stream(self._body(response, url, item.path), 0, lambda at: self._report(item.path, at, plan.size))
+            check_length(response, url, item.max_bytes, 0)
+            stream = Stream(self._body(response, url, item.path), 0, lambda at: self._report(item.path, at, plan.size))
 
             def in_order(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
                 for start, end in bounds:
@@ -343,16 +338,16 @@ class RemoteRun:
                     raise _RangeIgnored
                 if response.status_code != 206:
                     raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
-                _check_range_reply(response, url, start, end)
+                check_range_reply(response, url, start, end)
                 body = self._body(response, url, path, start)
-                stream = _Stream(body, start, lambda at: self._report(path, at, total()))
+                stream = Stream(body, start, lambda at: self._report(path, at, total()))
                 for a, b in bounds:
                     data = stream.take(b - a)
                     if len(data) < b - a:
                         raise InputError(f"{url}: the body ended after {stream.position - start} of {asked}")
                     yield data
                 if stream.take(1):
-                    raise _Refused(f"the server sent more than {asked}")
+                    raise Refused(f"the server sent more than {asked}")
 
         return pieces
 
@@ -362,7 +357,7 @@ class RemoteRun:
         with self._get(path, {}) as (response, url):
             if response.status_code != 200:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
-            _check_length(response, url, max_bytes, 0)
+            check_length(response, url, max_bytes, 0)
             for chunk in self._body(response, url, path):
                 size += len(chunk)
                 if size > max_bytes:
@@ -382,12 +377,12 @@ class RemoteRun:
             if response.status_code == 416 and have:  # the partial was complete; the check decides
                 return
             if response.status_code == 206:
-                _check_content_range(response, url, have, item.max_bytes)
+                check_content_range(response, url, have, item.max_bytes)
             elif response.status_code == 200:
                 have = 0  # the server ignored Range (or none was sent): the body is the whole file
             else:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
-            _check_length(response, url, item.max_bytes, have)
+            check_length(response, url, item.max_bytes, have)
             total = item.max_bytes if item.exact else None
             self._report(item.path, have, total)
             with open(partial, "ab" if have else "wb") as out:
@@ -456,203 +451,8 @@ class RemoteRun:
             self.on_progress(path, done, total)
 
 
-class _Refused(Exception):
-    """The server's bytes are not the manifest's file: the cache entry is discarded (a one-line reason)."""
-
-
 class _RangeIgnored(Exception):
     """The server answered a Range request with the whole file (200)."""
-
-
-@dataclass
-class _CheckpointPlan:
-    """How to check the pieces of one checkpoint: where it is, its state, the manifest's digests, the shapes."""
-
-    where: str  # the file's path in the run, for messages (the caller adds the URL)
-    state: int
-    state_digest: str  # sha256:<hex>, as the metadata must say
-    digests: dict[str, bytes]  # tensor name -> the manifest's tensor digest
-    shapes: dict
-    size: int | None = None  # the file's length, known once its header is parsed
-
-    def parse(self, prefix: bytes, header: bytes) -> CheckpointLayout:
-        """The layout from the 8-byte length and the header; InputError if either is not this checkpoint's."""
-        header_length(prefix, len(self.shapes), self.where)
-        layout = parse_layout(header, self.shapes, self.where)
-        want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(self.state)}
-        want["state_digest"] = self.state_digest
-        got = {k: layout.metadata.get(k) for k in want}
-        if got != want:
-            raise InputError(f"{self.where}: metadata {got} is not {want}")
-        self.size = layout.file_size
-        return layout
-
-    def check(self, span: TensorSpan, data: bytes) -> str | None:
-        """None if `data` is tensor `span`'s bytes as the manifest digests them, else the one-line reason."""
-        array = np.frombuffer(data, dtype=span.dtype.newbyteorder("<")).reshape(span.shape)
-        got = digest_tensor(span.name, array)
-        want = self.digests[span.name]
-        if got == want:
-            return None
-        return (
-            f"tensor {span.name} (bytes {span.start}-{span.end - 1}): digest {format_digest(got)} "
-            f"is not the manifest's {format_digest(want)}"
-        )
-
-    def resume(self, partial: Path) -> tuple[CheckpointLayout | None, int]:
-        """(layout, length of the verified prefix) of an earlier partial file, its tensors checked again
-        and anything after the first one that fails cut off; (None, 0), the file removed, if its header
-        is unusable."""
-        if partial.is_symlink() or (partial.exists() and not partial.is_file()):
-            try:
-                partial.unlink()
-            except OSError as exc:
-                raise InputError(f"cache entry {partial} is not a file and cannot be removed: {exc.strerror}") from None
-        if not partial.is_file():
-            return None, 0
-        with open(partial, "rb") as handle:
-            prefix = handle.read(8)
-            try:
-                header = handle.read(header_length(prefix, len(self.shapes), self.where))
-                layout = self.parse(prefix, header)
-            except InputError:
-                layout = None
-            if layout is None or len(header) + 8 != layout.data_start:
-                handle.close()
-                partial.unlink(missing_ok=True)
-                return None, 0
-            have = layout.data_start
-            size = os.fstat(handle.fileno()).st_size
-            for span in _file_order(layout.tensors.values()):
-                if span.end > size:
-                    break
-                handle.seek(span.start)
-                if self.check(span, handle.read(span.end - span.start)) is not None:
-                    break
-                have = span.end
-        os.truncate(partial, have)
-        return layout, have
-
-    def assemble(
-        self,
-        partial: Path,
-        layout: CheckpointLayout | None,
-        have: int,
-        pieces: Callable[[list[tuple[int, int]]], Iterator[bytes]],
-        request_bytes: int,
-    ) -> None:
-        """Fetch what `partial` lacks after its verified prefix of `have` bytes: the header if there is
-        no layout yet, then the tensors, consecutive ones together up to `request_bytes` per request
-        (pieces(bounds) yields the bytes of each (start, end) of bounds), each appended only once it
-        is verified."""
-        if layout is None:
-            (prefix,) = pieces([(0, 8)])
-            try:
-                n = header_length(prefix, len(self.shapes), self.where)
-            except InputError as exc:
-                raise _Refused(str(exc)) from None
-            (header,) = pieces([(8, 8 + n)])
-            try:
-                layout = self.parse(prefix, header)
-            except InputError as exc:
-                raise _Refused(str(exc)) from None
-            _write_synced(partial, prefix + header, "wb")
-            have = layout.data_start
-        missing = [span for span in _file_order(layout.tensors.values()) if span.end > have]
-        with open(partial, "ab") as out:
-            try:
-                for group in _groups(missing, request_bytes):
-                    with closing(pieces([(s.start, s.end) for s in group])) as got:
-                        for span, data in zip(group, got, strict=True):  # strict: the reply's end is checked
-                            reason = self.check(span, data)
-                            if reason is not None:
-                                raise _Refused(reason)
-                            out.write(data)
-            finally:
-                out.flush()
-                os.fsync(out.fileno())
-
-
-class _Stream:
-    """A response body read as exact pieces: take(n), skip_to(offset); `position` is the file offset of
-    the next byte, and on_position(offset) is called as chunks arrive (progress)."""
-
-    def __init__(self, chunks: Iterator[bytes], position: int, on_position: Callable[[int], None]) -> None:
-        self.chunks = chunks
-        self.buffer = bytearray()
-        self.position = position
-        self.on_position = on_position
-
-    def take(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            chunk = next(self.chunks, None)
-            if chunk is None:
-                break
-            self.buffer += chunk
-            self.on_position(self.position + len(self.buffer))
-        out = bytes(self.buffer[:n])
-        del self.buffer[:n]
-        self.position += len(out)
-        return out
-
-    def skip_to(self, offset: int) -> None:
-        while self.position < offset:
-            if not self.take(min(offset - self.position, CHUNK_BYTES)):
-                return
-
-
-def _groups(spans: list[TensorSpan], limit: int) -> list[list[TensorSpan]]:
-    """Consecutive spans cut into groups of at least `limit` bytes (the last may be smaller)."""
-    groups: list[list[TensorSpan]] = [[]]
-    size = 0
-    for span in spans:
-        if size >= limit:
-            groups.append([])
-            size = 0
-        groups[-1].append(span)
-        size += span.end - span.start
-    return [g for g in groups if g]
-
-
-def _file_order(spans: Iterable[TensorSpan]) -> list[TensorSpan]:
-    return sorted(spans, key=lambda s: (s.start, s.end))
-
-
-def _write_synced(path: Path, data: bytes, mode: str) -> None:
-    with open(path, mode) as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def _check_range_reply(response: httpx.Response, url: httpx.URL, start: int, end: int) -> None:
-    """_Refused unless a 206 reply's Content-Range is exactly bytes start..end-1 of a file of >= end bytes."""
-    text = response.headers.get("content-range", "")
-    match = _CONTENT_RANGE.fullmatch(text.strip())
-    if (
-        match is None
-        or (int(match.group(1)), int(match.group(2))) != (start, end - 1)
-        or (match.group(3) != "*" and int(match.group(3)) < end)
-    ):
-        raise _Refused(f"Content-Range {text[:60]!r} is not the requested bytes {start}-{end - 1}")
-    length = response.headers.get("content-length")
-    if length is not None and (not length.isascii() or not length.isdigit() or int(length) != end - start):
-        raise _Refused(f"Content-Length {length[:24]!r} for the {end - start} bytes {start}-{end - 1} asked for")
-
-
-def _check_length(response: httpx.Response, url: httpx.URL, max_bytes: int, start: int) -> None:
-    length = response.headers.get("content-length")
-    if length is not None and (not length.isascii() or not length.isdigit() or start + int(length) > max_bytes):
-        raise InputError(f"{url}: Content-Length {length[:24]!r} from byte {start}, more than the {max_bytes} allowed")
-
-
-def _check_content_range(response: httpx.Response, url: httpx.URL, start: int, max_bytes: int) -> None:
-    text = response.headers.get("content-range", "")
-    match = _CONTENT_RANGE.fullmatch(text.strip())
-    if match is None or int(match.group(1)) != start:
-        raise InputError(f"{url}: Content-Range {text[:60]!r} does not start at the requested byte {start}")
-    if match.group(3) != "*" and int(match.group(3)) > max_bytes:
-        raise InputError(f"{url}: Content-Range says {match.group(3)} bytes, more than the {max_bytes} allowed")
 
 
 def _file_digest(path: Path) -> bytes:
