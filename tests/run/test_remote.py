@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import threading
 import time
@@ -303,6 +304,22 @@ def test_cli_verifies_a_url_and_exits_0(published, server, tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 check(s)" in result.output and "1 match" in result.output
     assert checkpoint_path(0) not in served.paths() and checkpoint_path(4) in served.paths()
+
+
+def test_a_url_replays_streaming_with_the_in_memory_audits(published, server, tmp_path):
+    base, _ = server
+    docs = {}
+    for mode in ("in-memory", "streaming"):
+        args = ["verify-range", "2-3", "--run", base + "/run/", "--backend", "reference", "--json"]
+        args += ["--cache-dir", str(tmp_path / "c"), "--replay", mode, "--scratch-dir", str(tmp_path / "s")]
+        result = CliRunner().invoke(cli, args, env={"P2PAUDIT_HOME": str(tmp_path / "home")})
+        assert result.exit_code == 0, result.output
+        docs[mode] = json.loads(result.stdout)
+    assert docs["streaming"]["summary"]["replay"] == "streaming"
+    assert [dict(a, seconds=0) for a in docs["streaming"]["audits"]] == [
+        dict(a, seconds=0) for a in docs["in-memory"]["audits"]
+    ]
+    assert list((tmp_path / "s").iterdir()) == []
 
 
 @pytest.mark.parametrize("victim", ["shard", "checkpoint"])
