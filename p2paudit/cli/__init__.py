@@ -76,7 +76,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 # Every command module, listed: a missing one is an import error, never a silently absent command.
-from p2paudit.cli import daemon_cmds, data_cmds, demo_cmd, identity_cmds, ledger_cmds, node_cmds, run_cmds  # noqa: E402,F401  (registers the commands)
+from p2paudit.cli import (  # noqa: E402,F401  (registers the commands)
+    daemon_cmds,
+    data_cmds,
+    demo_cmd,
+    identity_cmds,
+    ledger_cmds,
+    node_cmds,
+    run_cmds,
+    train_cmd,
+)
 
 
 def main() -> None:

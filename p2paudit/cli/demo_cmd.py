@@ -49,7 +49,8 @@ DEMO_TIMEOUT = 240.0
 )
 def demo(demo_dir: Path, backend: str, nodes: int) -> None:
     """Publish the tiny run, let a network of volunteers (one dishonest) audit it, show who lied."""
-    from p2paudit.cli.run_cmds import _node_identity, _publish_with_progress
+    from p2paudit.cli.run_cmds import _node_identity
+    from p2paudit.cli.train_cmd import _publish_with_progress
     from p2paudit.errors import InputError, InternalError
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.run.publisher import check_plan

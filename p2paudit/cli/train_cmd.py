@@ -1,0 +1,150 @@
+"""`p2paudit train`: publish a run (train it, checkpoint it, sign its manifest), with a progress bar."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from p2paudit.cli import cli
+from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
+
+if TYPE_CHECKING:  # heavy imports stay inside the commands
+    from p2paudit.identity import Identity
+    from p2paudit.run.publisher import PublishResult
+    from p2paudit.run.training import StepDone, TrainPlan
+
+
+def _publish_with_progress(plan: TrainPlan, identity: Identity, **options: object) -> PublishResult:
+    """Run the publisher under a rich progress bar (step, loss, steps/s); returns its PublishResult."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from p2paudit.run.publisher import publish_run
+
+    started = time.perf_counter()
+    columns = (
+        TextColumn("step"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("train", total=plan.steps, loss="-", rate="-")
+
+        def on_step(done: StepDone) -> None:
+            if progress.tasks[task].completed == 0 and done.resumed_from:
+                progress.update(task, completed=done.resumed_from)
+            rate = (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, completed=done.step + 1, loss=f"{done.loss:.4f}", rate=f"{rate:.2f}")
+
+        return publish_run(plan, identity, on_step, **options)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_name",
+    default="tiny",
+    show_default=True,
+    help="A preset (tiny, small, 125m, 350m, 1b) or a JSON file of the whole training config (FILE.json).",
+)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="A data directory of token ids from `p2paudit data import` (default: the built-in byte corpus).",
+)
+@click.option(
+    "--ignore-memory-check", is_flag=True, help="Train even if the estimated memory exceeds what is available."
+)
+@click.option("--steps", type=int, default=8, show_default=True, help="Number of training steps.")
+@click.option("--micro-batches", type=int, default=None, help="Micro-batches per step (a power of two).")
+@click.option("--ckpt-every", type=int, default=1, show_default=True, help="Store a checkpoint every K steps.")
+@click.option("--world-size", type=int, default=1, show_default=True, help="Processes (gloo on loopback).")
+@click.option("--backend", type=BACKEND_CHOICE, default="cpu", show_default=True)
+@click.option("--seed", type=int, default=None, help="Run seed (default 0; a --config file sets its own).")
+@click.option("--traces", is_flag=True, help="Also publish every step's operation trace (world size 1).")
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "in-memory", "streaming"]),
+    default="auto",
+    show_default=True,
+    help="in-memory holds whole states; streaming holds the parameters, one gradient set and one micro-batch's "
+    "activations (one process, no traces; the same bytes); auto streams when in-memory would not fit.",
+)
+@click.option(
+    "--scratch-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where a streamed run keeps unpublished states and partial sums (default: $P2PAUDIT_HOME/scratch).",
+)
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Publisher key (default: the node key, created if missing).",
+)
+def train(
+    run_dir: Path,
+    config_name: str,
+    data_dir: Path | None,
+    ignore_memory_check: bool,
+    steps: int,
+    micro_batches: int | None,
+    ckpt_every: int,
+    world_size: int,
+    backend: str,
+    seed: int | None,
+    traces: bool,
+    mode: str,
+    scratch_dir: Path | None,
+    key_path: Path | None,
+) -> None:
+    """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
+    from p2paudit.engine.config import CONFIGS, count_parameters
+    from p2paudit.engine.memory import available_bytes, estimate_memory, format_bytes
+    from p2paudit.identity import home_dir, load_identity
+    from p2paudit.run.digest import format_digest
+    from p2paudit.run.manifest import read_config_file
+    from p2paudit.run.publisher import check_plan, data_spec
+    from p2paudit.run.training import TrainPlan
+
+    config = None
+    if config_name not in CONFIGS:
+        if not config_name.endswith(".json"):
+            raise click.UsageError(
+                f"--config {config_name[:80]!r} is not a preset ({', '.join(CONFIGS)}) or a .json file"
+            )
+        if micro_batches is not None or seed is not None:
+            raise click.UsageError("--micro-batches and --seed come from the --config file; set them there")
+        config = read_config_file(Path(config_name))
+        micro_batches, seed = config.micro_batches, config.seed
+    plan = TrainPlan(
+        run_dir, config.model.name if config else config_name, steps, micro_batches, seed or 0, ckpt_every,
+        world_size, backend, traces,
+    )  # fmt: skip
+    options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
+    cfg = check_plan(plan, **options)
+    data = data_spec(data_dir)
+    estimate = estimate_memory(cfg, data.tokens, data.token_bytes)
+    have = available_bytes()
+    click.echo(
+        f"{cfg.model.name}: {count_parameters(cfg.model):,} parameters; memory per process: {estimate.describe()}; "
+        f"{'unknown' if have is None else format_bytes(have)} available"
+    )
+    identity = load_identity(key_path) if key_path is not None else _node_identity()
+    scratch = scratch_dir if scratch_dir is not None else home_dir() / "scratch"
+    result = _publish_with_progress(plan, identity, scratch_dir=scratch, **options)
+    state = (
+        "already complete"
+        if result.already_complete
+        else (f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
+    )
+    click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")
