@@ -26,7 +26,7 @@ from kernels import constants as K
 from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
 from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
-from kernels.cpu_matmul import matmul_batched
+from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
     cross_entropy_backward_2d,
     cross_entropy_rows,
@@ -146,24 +146,41 @@ def _attention_scale(d: int) -> np.float32:
     return K.ONE / np.sqrt(F32(d))
 
 
+def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
+    """`mode` when every value of the operand multiplying the masked zeros is finite, else FULL
+    (+0.0 times inf or NaN is NaN, which the full fold must see)."""
+    return mode if bool(np.isfinite(finite_operand).all()) else FULL
+
+
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
+    """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T)).
+
+    The causal half of the products is left out where that cannot change a bit
+    (cpu_matmul.matmul_packed): scores past the diagonal are never read by the
+    softmax, and P's masked +0.0 times a finite v adds nothing to the fold.
+    """
     _, _, d = validate.check_attention(q, k, v)
-    s = matmul_batched(q, False, k, True, q.shape[1])  # (BH, T, T)
+    s = matmul_batched(q, False, k, True, q.shape[1], COLS_UPTO_ROW)  # (BH, T, T), j > t not read
     np.multiply(s, _attention_scale(d), out=s)  # elementwise, after the fold
-    p = softmax_causal_3d(s)  # (BH, T, T)
-    return matmul_batched(p, False, v, False, d), p  # (BH, T, D)
+    p = softmax_causal_3d(s)  # (BH, T, T), +0.0 for j > t
+    return matmul_batched(p, False, v, False, d, _skip_if(v, K_UPTO_ROW)), p  # (BH, T, D)
 
 
 def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
+    """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D).
+
+    As in `attention`, terms that cannot change a bit are left out: dP past
+    the diagonal is never read, dS is +0.0 there, and P's masked entries are
+    checked to be zeros before they are skipped (p is the caller's).
+    """
     _, t, d = validate.check_attention_backward(q, k, v, p, do)
     scale = _attention_scale(d)
-    dp = matmul_batched(do, False, v, True, t)  # (BH, T, T)
-    dv = matmul_batched(p, True, do, False, d)  # (BH, T, D)
-    ds = softmax_causal_backward_3d(p, dp)  # (BH, T, T)
-    dq = matmul_batched(ds, False, k, False, d)  # (BH, T, D)
-    dk = matmul_batched(ds, True, q, False, d)  # (BH, T, D)
+    dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW)  # (BH, T, T), j > t not read
+    dv_mode = _skip_if(do, K_FROM_ROW) if masked_zeros(p) else FULL
+    dv = matmul_batched(p, True, do, False, d, dv_mode)  # (BH, T, D)
+    ds = softmax_causal_backward_3d(p, dp)  # (BH, T, T), +0.0 for j > t
+    dq = matmul_batched(ds, False, k, False, d, _skip_if(k, K_UPTO_ROW))  # (BH, T, D)
+    dk = matmul_batched(ds, True, q, False, d, _skip_if(q, K_FROM_ROW))  # (BH, T, D)
     np.multiply(dq, scale, out=dq)
     np.multiply(dk, scale, out=dk)
     return dq, dk, dv

@@ -119,13 +119,28 @@ def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
         _fold_region(ablk, iw_t, iw, kw, panel, k0, 0, jw, acc)
 
 
+# What a causal attention product may leave out (`causal` of matmul_packed). Each is exact only under
+# the caller's preconditions (kernels/cpu.py checks them, else asks for FULL):
+FULL = 0  # every k of every output
+K_UPTO_ROW = 1  # row block [i0, i0 + iw) folds k < i0 + iw only: A[i, k] is +-0 for k > i, B finite
+K_FROM_ROW = 2  # row block [i0, i0 + iw) folds k >= i0 only: A[i, k] is +-0 for k < i, B finite
+COLS_UPTO_ROW = 3  # column panels starting past the block's last row are not computed (set to +0.0)
+
+
 @njit(parallel=True, cache=True)
-def matmul_packed(a, a_transposed, bp, n):
+def matmul_packed(a, a_transposed, bp, n, causal):
     """C (BH, M, N) from A (BH, M, K) (or aᵀ given as (BH, K, M)) and B panels bp (BH, NP, K, PW).
 
     A task is one (batch element, ROW_BLOCK rows, panel) block of C; it folds
     k from 0 to K-1, K_BLOCK values of A at a time, into accumulators that
     start at +0.0. Precondition: PW <= PANEL_COLS.
+
+    `causal` (FULL, K_UPTO_ROW, K_FROM_ROW, COLS_UPTO_ROW) leaves out terms
+    that cannot change the fold: a fold starts at +0.0 and a round-to-nearest
+    sum is -0.0 only when both addends are, so no accumulator is ever -0.0
+    and adding a product +-0.0 (a zero of A times a finite B) changes nothing,
+    wherever in the fold it falls. The terms kept are added in the same
+    increasing k order.
     """
     if a_transposed:
         bh, k_count, m = a.shape
@@ -146,8 +161,15 @@ def matmul_packed(a, a_transposed, bp, n):
         ablk = np.empty((K_BLOCK, ROW_BLOCK), np.float32)  # (KB, RB)
         acc = np.zeros((ROW_BLOCK, PANEL_COLS), np.float32)  # (RB, PC): the folds start at +0.0
         panel = bp[z, p]  # (K, PW)
-        for k0 in range(0, k_count, K_BLOCK):
-            kw = min(K_BLOCK, k_count - k0)
+        k_lo, k_hi = 0, k_count
+        if causal == K_UPTO_ROW:
+            k_hi = min(k_count, i0 + iw)
+        elif causal == K_FROM_ROW:
+            k_lo = min(k_count, i0)
+        elif causal == COLS_UPTO_ROW and j0 > i0 + iw - 1:
+            k_hi = 0  # every output of this block lies past its row: left at +0.0
+        for k0 in range(k_lo, k_hi, K_BLOCK):
+            kw = min(K_BLOCK, k_hi - k0)
             _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk)
             _fold_block(ablk, iw, kw, panel, k0, jw, acc)
         for i in range(iw):
@@ -158,14 +180,29 @@ def matmul_packed(a, a_transposed, bp, n):
     return c
 
 
-def matmul_batched(a: np.ndarray, a_transposed: bool, b: np.ndarray, b_transposed: bool, n: int) -> np.ndarray:
+@njit(cache=True)
+def masked_zeros(p):
+    """True if p (BH, T, T) is +-0.0 wherever j > t (the causal mask's zeros; NaN is not zero)."""
+    bh, t_count, _ = p.shape
+    for z in range(bh):
+        for t in range(t_count):
+            row = p[z, t]
+            for j in range(t + 1, t_count):
+                if row[j] != 0.0:
+                    return False
+    return True
+
+
+def matmul_batched(
+    a: np.ndarray, a_transposed: bool, b: np.ndarray, b_transposed: bool, n: int, causal: int = FULL
+) -> np.ndarray:
     """The product of two 3-d operands given in either layout; n is the output's column count.
 
     A plain B of at most PANEL_COLS columns already is one contiguous panel
-    per batch element, so it is used as it is.
+    per batch element, so it is used as it is. `causal`: see matmul_packed.
     """
     if not b_transposed and n <= PANEL_COLS:
         bp = b.reshape(b.shape[0], 1, b.shape[1], n)  # (BH, 1, K, N), a view
     else:
         bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
-    return matmul_packed(a, a_transposed, bp, n)
+    return matmul_packed(a, a_transposed, bp, n, causal)

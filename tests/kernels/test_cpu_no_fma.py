@@ -40,7 +40,8 @@ def _sample_calls():
     scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
     return [
         ("pack_panels", mm.pack_panels, (a3, False)),
-        ("matmul_packed", mm.matmul_packed, (a3, False, bp, 5)),
+        ("matmul_packed", mm.matmul_packed, (a3, False, bp, 5, mm.FULL)),
+        ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
         ("_sum_cols_buffered", rd._sum_cols_buffered, (x,)),
