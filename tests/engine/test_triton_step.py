@@ -40,16 +40,16 @@ def state_digests(state):
     return {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in state.items()}
 
 
-@pytest.mark.slow
-@pytest.mark.triton
-def test_triton_step_matches_reference(tmp_path):
-    cfg = shrunk_config(micro_batches=2, seq_len=8)  # the interpreter is slow: one layer, one sequence
+def assert_interpreted_step_is_the_reference(script: str, tmp_path) -> None:
+    """Run `script` (config JSON, corpus path) under TRITON_INTERPRET=1 on a one-layer, one-sequence
+    shrunk config (the interpreter is slow); its per-tensor SHA-256s must be the reference step's."""
+    cfg = shrunk_config(micro_batches=2, seq_len=8)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layer=1), batch_size=1)
     corpus = tmp_path / "corpus.bin"
     corpus.write_bytes(text_corpus().tobytes())
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(cfg.to_dict()), str(corpus)],
+        [sys.executable, "-c", script, json.dumps(cfg.to_dict()), str(corpus)],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -58,6 +58,12 @@ def test_triton_step_matches_reference(tmp_path):
     want = state_digests(train_step(init_state(cfg), batch, cfg, kernels.get_backend("reference")).state)
     differ = [k for k in want if got.get(k) != want[k]]
     assert list(got) == list(want) and not differ, f"{len(differ)} tensors differ, first {differ[:1]}"
+
+
+@pytest.mark.slow
+@pytest.mark.triton
+def test_triton_step_matches_reference(tmp_path):
+    assert_interpreted_step_is_the_reference(SCRIPT, tmp_path)
 
 
 STREAMED_SCRIPT = r"""
@@ -85,18 +91,4 @@ print(json.dumps({k: hashlib.sha256(out[k].tobytes()).hexdigest() for k in state
 @pytest.mark.triton
 def test_streamed_triton_step_matches_reference(tmp_path):
     """engine.streaming on the Triton backend (partial sums spilled to disk) has train_step's bits."""
-    cfg = shrunk_config(micro_batches=2, seq_len=8)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layer=1), batch_size=1)
-    corpus = tmp_path / "corpus.bin"
-    corpus.write_bytes(text_corpus().tobytes())
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run(
-        [sys.executable, "-c", STREAMED_SCRIPT, json.dumps(cfg.to_dict()), str(corpus)],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.splitlines()[-1])
-    batch = batch_for_step(text_corpus(), b"triton-test", cfg, 0)
-    want = state_digests(train_step(init_state(cfg), batch, cfg, kernels.get_backend("reference")).state)
-    differ = [k for k in want if got.get(k) != want[k]]
-    assert list(got) == list(want) and not differ, f"{len(differ)} tensors differ, first {differ[:1]}"
+    assert_interpreted_step_is_the_reference(STREAMED_SCRIPT, tmp_path)
