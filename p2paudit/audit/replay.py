@@ -61,9 +61,11 @@ class RunView:
         """The published checkpoint of state n, every tensor's dtype and shape checked before it is read."""
         return load_checkpoint(self.run_dir, n, self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg))
 
-    def open_state(self, n: int) -> CheckpointReader:
-        """The published checkpoint of state n, opened with its header checked; tensors are read on demand."""
-        return open_checkpoint(self.run_dir, n, self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg))
+    def open_state(self, n: int, check_reads: bool = True) -> CheckpointReader:
+        """The published checkpoint of state n, opened with its header checked; tensors are read on demand
+        and (check_reads) each checked against the manifest's tensor digest as it is read."""
+        digest, names, shapes = self.manifest.state_digest(n), list(self.names), state_shapes(self.cfg)
+        return open_checkpoint(self.run_dir, n, digest, names, shapes, check_reads)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def verify_range_streamed(
         start = m.nearest_checkpoint(steps.first)
         for c in m.checkpoints:  # every file checked before any result
             if start <= c <= steps.last + 1:
-                with view.open_state(c) as reader:
+                with view.open_state(c, check_reads=False) as reader:
                     reader.verify(m.state_digest(c))
     if steps.init:
         audits.append(audit_initial_state(view))
@@ -179,7 +179,7 @@ def _replay_one(
             reader = stack.enter_context(view.open_state(n))
         else:
             path, digest = source
-            reader = stack.enter_context(open_checkpoint(path.parent.parent, n, digest, list(view.names), shapes))
+            reader = stack.enter_context(open_checkpoint(path.parent.parent, n, digest, list(view.names), shapes, True))
         published_next = stack.enter_context(view.open_state(n + 1)) if n + 1 in m.checkpoints else None
         writer = stack.enter_context(CheckpointWriter(keep / checkpoint_path(n + 1), n + 1, shapes)) if keep else None
 

@@ -178,10 +178,11 @@ class CheckpointReader:
     memory and nothing of the file stays resident after a tensor is dropped.
     """
 
-    def __init__(self, path: Path, fd: int, layout: CheckpointLayout) -> None:
+    def __init__(self, path: Path, fd: int, layout: CheckpointLayout, expected: StateDigest | None = None) -> None:
         self.path = path
         self.layout = layout
         self._fd: int | None = fd
+        self._expected = expected.tensor_map() if expected is not None else None
 
     def __enter__(self) -> CheckpointReader:
         return self
@@ -199,7 +200,15 @@ class CheckpointReader:
         return list(self.layout.tensors)
 
     def read(self, name: str) -> np.ndarray:
-        """Tensor `name` as a new C-contiguous array (little-endian, as stored)."""
+        """Tensor `name` as a new C-contiguous array (little-endian, as stored); when the reader was
+        opened with `check_reads`, InputError unless its digest is the expected tensor digest, so
+        a file changed after it was verified is never used."""
+        array = self._read(name)
+        if self._expected is not None and digest_tensor(name, array) != self._expected.get(name):
+            raise InputError(f"checkpoint {self.path}: tensor {name} is not the one verified (changed while in use?)")
+        return array
+
+    def _read(self, name: str) -> np.ndarray:
         if self._fd is None:
             raise InternalError(f"checkpoint {self.path} read after close")
         span = self.layout.tensors[name]
@@ -219,7 +228,7 @@ class CheckpointReader:
     def verify(self, expected: StateDigest) -> None:
         """InputError unless the state digest, computed one tensor at a time, is `expected`."""
         names = sorted(self.layout.tensors, key=lambda n: n.encode("utf-8"))
-        tensors = tuple((n, digest_tensor(n, self.read(n))) for n in names)
+        tensors = tuple((n, digest_tensor(n, self._read(n))) for n in names)
         observed = StateDigest(combine_tensor_digests(tensors), tensors)
         if observed.digest != expected.digest:
             differ = differing_tensors(expected, observed)
@@ -235,11 +244,13 @@ def open_checkpoint(
     expected: StateDigest,
     names: list[str],
     shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
+    check_reads: bool = False,
 ) -> CheckpointReader:
     """Open the checkpoint of `step` and check everything but its data: InputError naming the file if it
     is missing, not a regular file inside `run_dir`, larger than checkpoint_bound, not a safetensors
     file whose tensors are exactly `names` (with the dtypes and shapes of `shapes`, when given) tiling
-    the file, or if its metadata is not this format, this step and `expected`'s digest."""
+    the file, or if its metadata is not this format, this step and `expected`'s digest. With
+    `check_reads`, every tensor read is checked against `expected`'s tensor digest as it is read."""
     path = run_dir / checkpoint_path(step)
     fd = open_regular(path, "checkpoint", run_dir)
     try:
@@ -264,7 +275,7 @@ def open_checkpoint(
     except BaseException:
         os.close(fd)
         raise
-    return CheckpointReader(path, fd, layout)
+    return CheckpointReader(path, fd, layout, expected if check_reads else None)
 
 
 def load_checkpoint(

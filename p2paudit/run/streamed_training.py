@@ -62,7 +62,7 @@ def train_steps_streamed(
             store: GradStore = DiskGradStore(Path(tmp)) if spill else MemoryGradStore()
             try:
                 with (
-                    open_checkpoint(source_dir, n, digest, names, shapes) as reader,
+                    open_checkpoint(source_dir, n, digest, names, shapes, check_reads=True) as reader,
                     CheckpointWriter(target_dir / checkpoint_path(n + 1), n + 1, shapes) as writer,
                 ):
                     done = stream_step(reader, batch, cfg, be, store, writer)

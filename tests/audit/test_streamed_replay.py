@@ -145,3 +145,22 @@ def test_planned_replay_streams_only_when_in_memory_would_not_fit(traced_run, tm
         # the daemon's auditor takes the same road when it has a scratch directory
         (audit,) = replay_step(view, 3, "cpu", AuditPolicy(scratch_dir=tmp_path / "s"))
         assert replace(audit, seconds=0.0) == replace(want.audits[1], seconds=0.0)
+
+
+def test_a_checkpoint_changed_after_it_was_verified_is_never_used(traced_copy, tmp_path, monkeypatch):
+    from p2paudit.run.checkpoint import CheckpointReader
+
+    verify = CheckpointReader.verify
+
+    def verify_then_tamper(reader, expected):
+        verify(reader, expected)
+        span = reader.layout.tensors["params/wte"]
+        with open(reader.path, "r+b") as handle:  # the same length: only the digest can tell
+            handle.seek(span.start)
+            byte = handle.read(1)
+            handle.seek(span.start)
+            handle.write(bytes([byte[0] ^ 1]))
+
+    monkeypatch.setattr(CheckpointReader, "verify", verify_then_tamper)
+    with pytest.raises(InputError, match="tensor params/wte is not the one verified"):
+        verify_range_streamed(open_run(traced_copy), StepRange(False, 2, 2), "cpu", tmp_path / "scratch")
