@@ -23,7 +23,6 @@ step fits.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -50,7 +49,7 @@ from p2paudit.engine.state import state_shapes
 from p2paudit.engine.streaming import GradStore, MemoryGradStore
 from p2paudit.run.checkpoint import CheckpointWriter, checkpoint_path, open_checkpoint
 from p2paudit.run.digest import StateDigest, digest_batch
-from p2paudit.run.spill import DiskGradStore
+from p2paudit.run.spill import DiskGradStore, scratch_directory
 from p2paudit.run.streamed_step import stream_step
 
 STREAMING = "streaming"
@@ -85,10 +84,8 @@ def verify_range_streamed(
             on_audit(audits[-1])
     if steps.first is None or steps.last is None:
         return RangeReport(tuple(audits), (), STREAMING)
-    scratch_dir.mkdir(parents=True, exist_ok=True)
     diagnoses = []
-    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="replay-") as tmp:
-        scratch = Path(tmp)
+    with scratch_directory(scratch_dir, "replay-") as scratch:
         source: tuple[Path, StateDigest] | None = None  # the replayed input state, when not the published one
         anchored_note = ""
         for n in range(start, steps.last + 1):

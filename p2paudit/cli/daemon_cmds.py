@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -152,12 +151,13 @@ def status_cmd(as_json: bool) -> None:
     """Show the node's daemon: peers, coverage of each run, disputes, recent events."""
     from p2paudit.identity import home_dir
     from p2paudit.node.status import read_status
+    from p2paudit.processes import process_alive
 
     data = read_status(home_dir() / STATUS_FILE)
     if as_json:
         click.echo(json.dumps(data, indent=1))
         return
-    alive = _alive(data["pid"])
+    alive = process_alive(data["pid"])
     age = time.time() - data["written_at"]
     click.echo(f"node {data['peer_id']} ({'running' if alive else 'not running'}, status {age:.0f}s old)")
     click.echo(f"listening on {', '.join(data['listen']) or '-'}")
@@ -170,13 +170,3 @@ def status_cmd(as_json: bool) -> None:
     click.echo(f"{data['equivocations']} equivocating key(s); audited {data['audited']}, received {data['received']}")
     for line in data["events"]:
         click.echo(f"  {line}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p2paudit.errors import InputError
+from p2paudit.processes import process_alive
 
 PARTIAL_SUFFIX = ".partial"
 _KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
@@ -150,7 +151,7 @@ class BlobCache:
     def _remove_stale_views(self) -> None:
         for holder in self.views.iterdir():
             match = _VIEW.fullmatch(holder.name)
-            if match is not None and not _alive(int(match.group(1))):
+            if match is not None and not process_alive(int(match.group(1))):
                 shutil.rmtree(holder, ignore_errors=True)
 
 
@@ -167,15 +168,3 @@ def link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -11,11 +11,28 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from p2paudit.errors import InputError, InternalError
+
+
+@contextmanager
+def scratch_directory(parent: Path, prefix: str) -> Iterator[Path]:
+    """A fresh directory under `parent` (created if missing), removed with everything in it on exit.
+
+    InputError (one line) if `parent` cannot hold it: a file in the way, no permission, a full disk.
+    """
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        holder = tempfile.TemporaryDirectory(dir=parent, prefix=prefix)
+    except OSError as exc:
+        raise InputError(f"scratch directory {parent} cannot be used: {exc.strerror or exc}") from None
+    with holder as path:
+        yield Path(path)
 
 
 class DiskGradStore:

@@ -11,7 +11,6 @@ published and into the scratch directory otherwise. No trace is recorded
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from p2paudit.run.checkpoint import CheckpointWriter, checkpoint_path, open_chec
 from p2paudit.run.digest import StateDigest, digest_batch
 from p2paudit.run.manifest import StepRecord, canonical_json
 from p2paudit.run.shards import DataSpec
-from p2paudit.run.spill import DiskGradStore
+from p2paudit.run.spill import DiskGradStore, scratch_directory
 from p2paudit.run.storage import write_atomic
 from p2paudit.run.streamed_step import stream_step
 from p2paudit.run.training import PROGRESS_FILE, StepDone, TrainPlan
@@ -52,14 +51,13 @@ def train_steps_streamed(
     data_key = DataSpec.from_dict(body["data"]).data_key
     names, shapes = state_names(cfg), state_shapes(cfg)
     start = len(body["steps"])
-    scratch_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix="train-") as tmp:
+    with scratch_directory(scratch_dir, "train-") as tmp:
         source_dir, digest = run_dir, start_digest
         for n in range(start, plan.steps):
             batch = batch_for_step(tokens, data_key, cfg, n)  # (M, B, T+1)
             published = (n + 1) % plan.ckpt_every == 0 or n + 1 == plan.steps
-            target_dir = run_dir if published else Path(tmp)
-            store: GradStore = DiskGradStore(Path(tmp)) if spill else MemoryGradStore()
+            target_dir = run_dir if published else tmp
+            store: GradStore = DiskGradStore(tmp) if spill else MemoryGradStore()
             try:
                 with (
                     open_checkpoint(source_dir, n, digest, names, shapes, check_reads=True) as reader,

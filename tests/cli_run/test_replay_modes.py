@@ -90,3 +90,18 @@ def test_a_streamed_mismatch_exits_1_and_says_why_it_does_not_bisect(run, tmp_pa
     assert result.exit_code == EXIT_MISMATCH, result.output
     assert NO_BISECT in result.output and "streaming" in result.output
     assert "step 1: 58 tensor(s) differ" in result.output  # every param and moment (the step counters agree)
+
+
+@pytest.mark.parametrize("command", ["verify-range", "train"])
+def test_a_scratch_directory_that_cannot_be_used_is_one_line_exit_2(run, tmp_path, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    if command == "verify-range":
+        args = ["verify-range", "0-2", "--run", str(run), "--replay", "streaming"]
+    else:
+        args = ["train", str(tmp_path / "new"), "--steps", "2", "--mode", "streaming"]
+    result = _invoke([*args, "--scratch-dir", str(blocker / "scratch")], tmp_path)
+    assert result.exit_code == EXIT_USAGE, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert "scratch directory" in last and "cannot be used" in last and "Traceback" not in result.output
+    assert blocker.read_text() == "not a directory"
