@@ -30,11 +30,11 @@ from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL, PeerStoreError
-from libp2p.tools.anyio_service import background_trio_service
 
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent
+from p2paudit.node.libp2p_containment import background_contained_service
 from p2paudit.node.libp2p_gossip import Gossip, GossipHandler, GossipValidator, raise_library_queues
 from p2paudit.node.libp2p_host import (
     NETWORK_ERRORS,
@@ -44,6 +44,7 @@ from p2paudit.node.libp2p_host import (
     parse_listen_addr,
     parse_peer_addr,
     parse_peer_id,
+    run_host,
 )
 from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list
 from p2paudit.node.libp2p_requests import Handler, RequestFailed, RequestHandler, Requests, RequestTimedOut
@@ -371,17 +372,19 @@ async def open_node(
     """Start a node (listen, gossip, DHT, peer exchange, bootstrap redial); stop all of it on exit.
 
     on_event(NodeEvent) is called on the trio thread for connected, disconnected,
-    banned, unbanned, refused, rejected, validator_errors and rate_limited.
+    banned, unbanned, refused, rejected, validator_errors, rate_limited, and for
+    what containment caught: malformed (the peer's bytes did not decode) and
+    contained (a network failure or a bug, logged; never the peer's fault).
     """
     config = NodeConfig() if config is None else config
     raise_library_queues(config.queue_size)
     node = Node(identity, config, on_event)
     node.set_handler(PEERS_PROTOCOL, node._serve_peers, max_request=0, max_response=_MAX_PEER_LIST_BYTES, timeout=5.0)
-    async with node.host.run(listen_addrs=node._listen):
+    async with run_host(node.host, node._listen, node._emit):
         async with (
-            background_trio_service(node.gossip.pubsub),
-            background_trio_service(node.gossip.router),
-            background_trio_service(node.dht),
+            background_contained_service(node.gossip.pubsub, node._emit),
+            background_contained_service(node.gossip.router, node._emit),
+            background_contained_service(node.dht, node._emit),
         ):
             await node.gossip.pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:

@@ -57,7 +57,11 @@ class NodeEvent:
 
     kind: connected, disconnected, banned, unbanned (peer = that peer);
     refused (a request from peer was oversize, malformed, or timed out);
-    rejected, validator_errors, rate_limited (peer = the gossip forwarder; detail names the origin).
+    rejected, validator_errors, rate_limited (peer = the gossip forwarder; detail names the origin);
+    malformed (peer sent bytes that do not decode on some protocol: provably bad),
+    contained (an exception caught at a stream or library task: a network failure or a bug, not the
+    peer's fault; the log has its traceback).
+    validator_errors is our validator's own bug: never the peer's fault either.
     """
 
     kind: str

@@ -14,6 +14,12 @@ Each setting answers a fact measured on py-libp2p 0.8.1 (../shared/notes):
 - eclipse protection OFF: it wants distinct IPs in the mesh (all 127.0.0.1 on loopback);
 - the topic validator is async: a raising *sync* validator kills the whole pubsub
   service. Ours never raises: an exception in the caller's check counts as reject;
+- writes to one pubsub stream interleave: yamux's `write` takes its lock per frame, not per
+  call, and three tasks write RPCs to a peer's stream (the outbound queue, the replay of
+  recent messages to a new peer, the flush of identify-pending messages). Two RPCs larger
+  than a frame then arrive spliced and the receiver cannot decode either (measured: a
+  175,670-byte batch killed two honest daemons). `SerialWritePubsub` writes one RPC at a time
+  per stream;
 - a subscription can go unannounced: `_handle_new_peer` builds the hello, then awaits
   its write before it adds the peer, so a `subscribe()` in between reaches neither
   (seen in CI: a line of three nodes never learned one subscription in 60 s). We
@@ -27,12 +33,13 @@ import functools
 import inspect
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 import libp2p.pubsub.pubsub as _pubsub_module
 import trio
-from libp2p.abc import IHost, ISubscriptionAPI
+from libp2p.abc import IHost, INetStream, ISubscriptionAPI
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
@@ -76,6 +83,21 @@ def raise_library_queues(size: int) -> None:
     _pubsub_module.RpcQueue = LargeRpcQueue
 
 
+class SerialWritePubsub(Pubsub):
+    """Pubsub whose RPC writes to one stream never interleave (each whole RPC under that stream's lock)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = weakref.WeakKeyDictionary()
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        lock = self._write_locks.get(stream)
+        if lock is None:
+            lock = self._write_locks[stream] = trio.Lock()
+        async with lock:
+            return await super().write_msg(stream, rpc_msg)
+
+
 class Gossip:
     """GossipSub router and Pubsub service, validators and handlers in our terms."""
 
@@ -93,7 +115,7 @@ class Gossip:
             spam_protection_enabled=False,
             eclipse_protection_enabled=False,
         )
-        self.pubsub = Pubsub(
+        self.pubsub = SerialWritePubsub(
             host,
             self.router,
             msg_id_constructor=content_message_id,
@@ -136,9 +158,11 @@ class Gossip:
             result = fn(origin, msg.data)
             if inspect.isawaitable(result):
                 result = await result
-        except Exception as error:  # the caller's check must never reach the library
-            logger.warning("validator for %s raised on a message from %s: %r", topic, origin, error)
-            return self._reject("validator_errors", forwarder, f"{topic}: validator raised on {origin}")
+        except InputError as error:  # the message is provably bad: the forwarder relayed it
+            return self._reject("rejected", forwarder, f"{topic}: message from {origin}: {error}")
+        except Exception:  # our validator's bug: dropped, logged with its traceback, never the peer's fault
+            logger.exception("validator for %s failed on a message from %s (our bug, not the peer's)", topic, origin)
+            return self._reject("validator_errors", forwarder, f"{topic}: our validator failed on {origin}")
         if result is not True:
             return self._reject("rejected", forwarder, f"{topic}: message from {origin}")
         return True

@@ -9,7 +9,8 @@ proved its id. A refused handshake never becomes a connection.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import multiaddr
 import trio
@@ -28,6 +29,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from p2paudit.errors import InputError
+from p2paudit.node.libp2p_containment import FaultReport, background_contained_service, contain_streams
 
 # What a failing network operation raises in py-libp2p 0.8.1 and trio.
 NETWORK_ERRORS = (BaseLibp2pError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -62,7 +64,9 @@ def dht_key(key: bytes) -> str:
 
 
 class GatedNoise(NoiseTransport):
-    """Noise that refuses banned peers: outbound before the handshake, inbound right after it."""
+    """Noise that refuses banned peers (outbound before the handshake, inbound right after it) and peers
+    whose identity key is not Ed25519 (our identities are Ed25519: a secp256k1 or RSA peer id has no key
+    that signs attestations or ledger checkpoints, so nothing it could say would be checkable)."""
 
     def __init__(self, key_pair: KeyPair, is_banned: Callable[[ID], bool]) -> None:
         super().__init__(key_pair, noise_privkey=create_x25519_key_pair().private_key)
@@ -73,13 +77,32 @@ class GatedNoise(NoiseTransport):
         if self._is_banned(secure.get_remote_peer()):
             await secure.close()
             raise HandshakeFailure(f"peer {secure.get_remote_peer()} is banned")
-        return secure
+        return await _ed25519_only(secure)
 
     async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
         if self._is_banned(peer_id):
             await conn.close()
             raise HandshakeFailure(f"peer {peer_id} is banned")
-        return await super().secure_outbound(conn, peer_id)
+        return await _ed25519_only(await super().secure_outbound(conn, peer_id))
+
+
+# A peer id of an Ed25519 key: the identity multihash (0x00, length 36) of the key's protobuf
+# (field 1 = KeyType Ed25519 (1), field 2 = 32 key bytes). Noise derives the remote id from the
+# identity key the peer signed its handshake with, so this is that key's type.
+_ED25519_PEER_ID = bytes.fromhex("002408011220")
+
+
+def is_ed25519_peer(peer_id: ID) -> bool:
+    raw = peer_id.to_bytes()
+    return len(raw) == len(_ED25519_PEER_ID) + 32 and raw.startswith(_ED25519_PEER_ID)
+
+
+async def _ed25519_only(secure: ISecureConn) -> ISecureConn:
+    peer = secure.get_remote_peer()
+    if not is_ed25519_peer(peer):
+        await secure.close()
+        raise HandshakeFailure(f"peer {peer} does not have an Ed25519 identity key")
+    return secure
 
 
 def build_host(
@@ -104,6 +127,22 @@ def build_host(
         connection_config=ConnectionConfig(max_connections_per_peer=1, dial_timeout=dial_timeout),
         enable_mDNS=mdns,
     )
+
+
+@asynccontextmanager
+async def run_host(host: IHost, listen: list[multiaddr.Multiaddr], report: FaultReport) -> AsyncIterator[None]:
+    """What `host.run(listen)` does (the swarm as a service, listening, mDNS), with the swarm's tasks and
+    every inbound stream contained (libp2p_containment): no peer's bytes can cancel the swarm."""
+    contain_streams(host, report)
+    network = host.get_network()
+    async with background_contained_service(network, report):
+        await network.listen(*listen)
+        if host.mDNS is not None:
+            host.mDNS.start()
+        try:
+            yield
+        finally:
+            await host._shutdown_background_services()
 
 
 class Notifee(INotifee):

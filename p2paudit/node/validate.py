@@ -1,8 +1,10 @@
 """Judging gossip before it is forwarded: only what needs no local state, and never an exception.
 
-py-libp2p's topic validator may only answer True or False, and a sync
-validator that raises kills the pubsub service (see the py-libp2p notes), so
-`validate_gossip` catches everything and returns False. It checks the size,
+`check_gossip` raises InputError naming the fault when the peer's bytes are
+bad, and lets any other exception through: that one is our bug, and the
+adapter logs it and drops the message without blaming the peer.
+`validate_gossip` is the same check as a bool that never raises (for
+benchmarks and callers that only need the answer). They check the size,
 the canonical decoding of the message and of every attestation, every
 signature, and that each attestation's run is the run the topic names.
 State-dependent rules (unknown run or step, conflicts, duplicates) apply
@@ -48,17 +50,26 @@ def check_batch(topic: str, data: bytes) -> GossipBatch:
     return batch
 
 
+def check_gossip(topic: str, data: bytes) -> None:
+    """Return if `data` may be forwarded on `topic` (a run topic or the evidence topic); InputError naming
+    the peer's fault otherwise. Any other exception is a bug here, never the peer's doing."""
+    limit = MAX_EVIDENCE_BYTES if topic == EVIDENCE_TOPIC else MAX_BATCH_BYTES
+    if len(data) > limit:
+        raise WireError(f"gossip message of {len(data)} bytes exceeds {limit} on {topic[:80]}")
+    if topic == EVIDENCE_TOPIC:
+        check_evidence(bytes(data))
+    else:
+        check_batch(topic, bytes(data))
+
+
 def validate_gossip(topic: str, data: bytes) -> bool:
     """True iff `data` may be forwarded on `topic` (a run topic or the evidence topic). Never raises."""
     try:
-        if type(data) not in (bytes, bytearray, memoryview) or len(data) > max(MAX_BATCH_BYTES, MAX_EVIDENCE_BYTES):
+        if type(data) not in (bytes, bytearray, memoryview):
             return False
-        if topic == EVIDENCE_TOPIC:
-            check_evidence(bytes(data))
-        else:
-            check_batch(topic, bytes(data))
+        check_gossip(topic, data)
         return True
-    except Exception:  # noqa: BLE001 (the contract: any fault is a False, never an exception into libp2p)
+    except Exception:  # noqa: BLE001 (the contract: any fault is a False)
         return False
 
 
