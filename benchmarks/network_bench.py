@@ -287,7 +287,7 @@ async def sync_server(a: argparse.Namespace) -> None:
     async with open_node(identity, NodeConfig()) as node:
         node.set_handler(
             wire.SYNC_PROTOCOL, serve, max_request=wire.MAX_SYNC_REQUEST_BYTES, max_response=wire.MAX_PAGE_BYTES,
-            timeout=10.0,
+            timeout=10.0, refuse=wire.sync_refusal,
         )  # fmt: skip
         say("ADDR", {"addr": node.listen_addrs()[0], "local": local, "size": store.ledger.size})
         cpu0 = cpu_seconds()

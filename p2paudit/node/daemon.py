@@ -25,6 +25,7 @@ drained continuously into the store with append_many.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -38,11 +39,11 @@ from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.tables import origin_for
 from p2paudit.audit.replay import RunView
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
 from p2paudit.node import auditor, conflicts, status, sync, wire, witness
-from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, RequestFailed, open_node
-from p2paudit.node.validate import check_evidence, validate_gossip
+from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, open_node, supervise
+from p2paudit.node.validate import check_evidence, check_gossip
 
 SYNC_INTERVAL = 3.0
 WITNESS_INTERVAL = 3.0
@@ -50,11 +51,14 @@ IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
 FLUSH_INTERVAL = 1.0
-# --until-covered only: "are you covered too?" (empty request; one byte, 1 or 0, in reply).
-SETTLED_PROTOCOL = "/p2paudit/settled/1.0.0"
-# Adapter events that mark the peer as a sender of bad data. Stateless validation is the same on every honest
-# node, so an honest forwarder never relays what we reject; rate_limited is not here: buckets differ per node.
-BAN_EVENTS = ("rejected", "validator_errors")
+# A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
+RETRY_MIN = 3.0
+RETRY_MAX = 300.0
+# Adapter events that mark the peer as a sender of bad data: gossip our stateless validator refused (the same
+# checks on every honest node, so an honest forwarder never relays it) and bytes that do not decode on some
+# protocol. Not here: rate_limited (buckets differ per node), validator_errors and contained (our own bugs or
+# network failures, never the peer's fault).
+BAN_EVENTS = ("rejected", "malformed")
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class Daemon:
         self.outbox: dict[bytes, list[bytes]] = {}
         self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
+        self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
         for view in config.runs:
             m = view.manifest
             store.register_run(m.run_id, m.num_steps, view.run_dir.name)
@@ -128,7 +133,10 @@ class Daemon:
     async def ban_loop(self) -> None:
         async for peer, reason in self._ban_receive:
             if self.node is not None and not self.node.is_banned(peer):
-                await self.node.penalize(peer, reason)
+                try:
+                    await self.node.penalize(peer, reason)
+                except InputError as exc:  # a report that names no peer id: nobody to ban
+                    self._report("peer", f"cannot ban {peer[:20]!r}: {exc}")
 
     def _changed(self) -> None:
         self.last_change = time.monotonic()
@@ -273,6 +281,22 @@ class Daemon:
 
     # -- sync -----------------------------------------------------------------------------------------------
 
+    def _due(self, what: str, peer: str) -> bool:
+        """Whether `what` (sync, witness) may be tried with `peer` now: not while its back-off runs."""
+        return self._retry.get((what, peer), (0.0, 0.0))[0] <= time.monotonic()
+
+    def _unreachable(self, what: str, peer: str, exc: NetworkError) -> None:
+        """Back off from `peer` for `what`: unreachable, too slow or declined is nobody's proven fault."""
+        delay = min(self._retry.get((what, peer), (0.0, RETRY_MIN / 2))[1] * 2, RETRY_MAX)
+        self._retry[(what, peer)] = (time.monotonic() + delay, delay)
+        self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
+
+    async def _bad_peer(self, what: str, peer: str, exc: InputError) -> None:
+        """The peer sent bad data (the evidence is the message): refuse it for the ban period."""
+        self._report("refused", f"{what} from {peer[:16]}..: {exc}")
+        if self.node is not None:
+            await self.node.penalize(peer, f"bad {what}: {exc}")
+
     async def sync_with(self, peer: str) -> None:
         """One sync session with `peer`; a peer whose pages do not prove out is banned."""
         session = sync.SyncSession(self.store, self.cursor)
@@ -284,13 +308,13 @@ class Daemon:
                 if handshake:
                     conflicts.record_peer_note(self.store.ledger, wire.decode_sync_response(response).note)
                     await self._announce_split_views()
-        except RequestFailed as exc:
-            self._report("peer", f"sync with {peer[:16]}.. failed: {exc}")
+        except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
+            self._unreachable("sync", peer, exc)
             return
-        except InputError as exc:  # PageProofError, WireError, AttestationError: the peer lied
-            self._report("refused", f"sync from {peer[:16]}..: {exc}")
-            await self.node.penalize(peer, f"bad sync page: {exc}")
+        except InputError as exc:  # PageProofError, WireError, AttestationError, BadResponse: the peer lied
+            await self._bad_peer("sync page", peer, exc)
             return
+        self._retry.pop(("sync", peer), None)
         new = sum(applied.new for applied in session.applied)
         if new:
             self.received += new
@@ -305,7 +329,8 @@ class Daemon:
     async def sync_loop(self) -> None:
         while True:
             for peer in list(self.node.connected_peers()):
-                await self.sync_with(peer)
+                if self._due("sync", peer):
+                    await self.sync_with(peer)
             await trio.sleep(SYNC_INTERVAL)
 
     async def serve_sync(self, peer: str, request: bytes) -> bytes:
@@ -323,32 +348,36 @@ class Daemon:
         if size == 0 or self.witnessed.get(peer) == size:
             return
         note = self.store.checkpoint(self.identity)
-        cosigner = CosignatureVerifier(witness.WITNESS_NAME_PREFIX + peer, peer_public_key(peer))
         old = self.witnessed.get(peer, 0)
-        for _ in range(2):  # a size mismatch tells the size the witness holds: retry once from there
-            try:
-                response = await self.node.request(
-                    peer, wire.WITNESS_PROTOCOL, witness.witness_request(self.store.ledger, note, old)
-                )
-                cosignature = witness.read_witness_response(note, response, cosigner)
-            except witness.WitnessRefused as exc:
-                if exc.code == wire.WITNESS_OLD_SIZE_MISMATCH:
-                    old = exc.size
-                    continue
-                self._report("refused", f"witness {peer[:16]}.. refused size {size}: {exc}")
+        try:
+            # The adapter admits Ed25519 peers only; a peer id that still names no key is our bug.
+            cosigner = CosignatureVerifier(witness.WITNESS_NAME_PREFIX + peer, peer_public_key(peer))
+            for _ in range(2):  # a size mismatch tells the size the witness holds: retry once from there
+                try:
+                    response = await self.node.request(
+                        peer, wire.WITNESS_PROTOCOL, witness.witness_request(self.store.ledger, note, old)
+                    )
+                    cosignature = witness.read_witness_response(note, response, cosigner)
+                except witness.WitnessRefused as exc:
+                    if exc.code == wire.WITNESS_OLD_SIZE_MISMATCH:
+                        old = exc.size
+                        continue
+                    raise
+                witness.record_cosignature(self.store.ledger, note, cosignature)
+                self.witnessed[peer] = size
+                self._retry.pop(("witness", peer), None)
+                self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
                 return
-            except (RequestFailed, InputError) as exc:
-                self._report("peer", f"witness {peer[:16]}.. failed: {exc}")
-                return
-            witness.record_cosignature(self.store.ledger, note, cosignature)
-            self.witnessed[peer] = size
-            self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
-            return
+        except NetworkError as exc:  # unreachable, too slow, or the witness declined (with its code)
+            self._unreachable("witness", peer, exc)
+        except InputError as exc:  # a malformed answer or a cosignature that does not verify
+            await self._bad_peer("witness answer", peer, exc)
 
     async def witness_loop(self) -> None:
         while True:
             for peer in list(self.node.connected_peers()):
-                await self.witness_with(peer)
+                if self._due("witness", peer):
+                    await self.witness_with(peer)
             await trio.sleep(WITNESS_INTERVAL)
 
     # -- discovery ------------------------------------------------------------------------------------------
@@ -362,7 +391,7 @@ class Daemon:
                 try:
                     await self.node.provide(run_id)
                     providers = await self.node.find_providers(run_id, timeout=5.0)
-                except (RequestFailed, InputError) as exc:
+                except NetworkError as exc:
                     self._report("peer", f"DHT lookup of run {run_id.hex()[:12]}.. failed: {exc}")
                     continue
                 connected = set(self.node.connected_peers())
@@ -374,7 +403,7 @@ class Daemon:
                             await self.node.connect(f"{addr}/p2p/{peer}" if "/p2p/" not in addr else addr)
                             self._report("peer", f"found {peer[:16]}.. as a provider of run {run_id.hex()[:12]}..")
                             break
-                        except (RequestFailed, InputError):
+                        except (NetworkError, InputError):  # unreachable or a bad address: try the next
                             continue
             await trio.sleep(DISCOVERY_INTERVAL)
 
@@ -411,24 +440,32 @@ class Daemon:
 
     async def serve_settled(self, peer: str, request: bytes) -> bytes:
         """Whether this node is covered by its own rule (--until-covered coordination): b"\x01" or b"\x00"."""
-        return b"\x01" if self.covered() else b"\x00"
+        return wire.encode_settled(self.covered())
 
     async def peers_settled(self) -> bool:
         """True when every connected peer says it is covered too. A node that stops only then cannot leave
         before a peer that still audits or sends: what the last of them signs reaches everyone still here."""
         for peer in list(self.node.connected_peers()) if self.node is not None else []:
             try:
-                answer = await self.node.request(peer, SETTLED_PROTOCOL, b"", max_response=1, timeout=5.0)
-            except (RequestFailed, InputError):
-                return False
-            if answer != b"\x01":
+                answer = await self.node.request(
+                    peer, wire.SETTLED_PROTOCOL, b"", max_response=wire.MAX_SETTLED_BYTES, timeout=5.0
+                )
+                if not wire.decode_settled(answer):
+                    return False
+            except (NetworkError, InputError):
                 return False
         return True
 
 
 def stateless_validator(topic: str) -> Callable[[str, bytes], bool]:
-    """The adapter's validator for `topic`: (origin peer, data) -> validate_gossip(topic, data), which never raises."""
-    return lambda origin, data: validate_gossip(topic, data)
+    """The adapter's validator for `topic`: True, or InputError naming the fault (check_gossip); any other
+    exception is our bug, which the adapter logs and never holds against the peer."""
+
+    def validate(origin: str, data: bytes) -> bool:
+        check_gossip(topic, data)
+        return True
+
+    return validate
 
 
 def peer_public_key(peer: str) -> bytes:
@@ -449,6 +486,7 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                 max_request=wire.MAX_SYNC_REQUEST_BYTES,
                 max_response=wire.MAX_PAGE_BYTES,
                 timeout=10.0,
+                refuse=wire.sync_refusal,
             )
             node.set_handler(
                 wire.WITNESS_PROTOCOL,
@@ -456,8 +494,16 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                 max_request=wire.MAX_WITNESS_REQUEST_BYTES,
                 max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
                 timeout=10.0,
+                refuse=wire.witness_refusal,
             )
-            node.set_handler(SETTLED_PROTOCOL, daemon.serve_settled, max_request=0, max_response=1, timeout=5.0)
+            node.set_handler(
+                wire.SETTLED_PROTOCOL,
+                daemon.serve_settled,
+                max_request=0,
+                max_response=wire.MAX_SETTLED_BYTES,
+                timeout=5.0,
+                refuse=wire.settled_refusal,
+            )
             for view in config.runs:
                 topic = wire.run_topic(view.manifest.run_id)
                 node.set_validator(topic, stateless_validator(topic))
@@ -465,13 +511,19 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
             node.set_validator(wire.EVIDENCE_TOPIC, stateless_validator(wire.EVIDENCE_TOPIC))
             await node.subscribe(wire.EVIDENCE_TOPIC, daemon.on_evidence)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(daemon.status_loop, nursery.cancel_scope)
-                nursery.start_soon(daemon.audit_loop)
-                nursery.start_soon(daemon.flush_loop)
-                nursery.start_soon(daemon.sync_loop)
-                nursery.start_soon(daemon.witness_loop)
-                nursery.start_soon(daemon.discover_loop)
-                nursery.start_soon(daemon.ban_loop)
+                # Every loop supervised: an exception is logged with its traceback and the loop restarts
+                # after a back-off; nothing a peer sends, and no bug of ours in one loop, ends the daemon.
+                report = node._emit
+                nursery.start_soon(supervise, functools.partial(daemon.status_loop, nursery.cancel_scope), report)
+                for loop in (
+                    daemon.audit_loop,
+                    daemon.flush_loop,
+                    daemon.sync_loop,
+                    daemon.witness_loop,
+                    daemon.discover_loop,
+                    daemon.ban_loop,
+                ):
+                    nursery.start_soon(supervise, loop, report)
             final = daemon.snapshot()
             status.write_status(config.status_path, final)
             return final

@@ -18,6 +18,7 @@ refused in both directions until its ban ends.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,10 +32,10 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL, PeerStoreError
 
-from p2paudit.errors import InputError, InternalError
+from p2paudit.errors import InputError, InternalError, NetworkError
 from p2paudit.identity import Identity, peer_id_of, private_seed
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent
-from p2paudit.node.libp2p_containment import background_contained_service
+from p2paudit.node.libp2p_containment import background_contained_service, supervise
 from p2paudit.node.libp2p_gossip import Gossip, GossipHandler, GossipValidator, raise_library_queues
 from p2paudit.node.libp2p_host import (
     NETWORK_ERRORS,
@@ -46,10 +47,27 @@ from p2paudit.node.libp2p_host import (
     parse_peer_id,
     run_host,
 )
-from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list
-from p2paudit.node.libp2p_requests import Handler, RequestFailed, RequestHandler, Requests, RequestTimedOut
+from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list, encode_peer_refusal
+from p2paudit.node.libp2p_requests import (
+    BadResponse,
+    Handler,
+    RequestFailed,
+    RequestHandler,
+    Requests,
+    RequestTimedOut,
+)
 
-__all__ = ["Node", "NodeConfig", "NodeEvent", "RequestFailed", "RequestTimedOut", "PEERS_PROTOCOL", "open_node"]
+__all__ = [
+    "BadResponse",
+    "Node",
+    "NodeConfig",
+    "NodeEvent",
+    "RequestFailed",
+    "RequestTimedOut",
+    "PEERS_PROTOCOL",
+    "open_node",
+    "supervise",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +194,7 @@ class Node:
         if self.is_banned(peer):
             raise RequestFailed(f"peer {peer} is banned")
         if peer == self.peer_id:
-            raise InputError("refusing to dial ourselves")
+            raise RequestFailed("refusing to dial ourselves")
         # After one failure the swarm refuses to redial a peer for 60 s; our loops do the back-off.
         self.host.get_network().unblock_peer(info.peer_id)
         try:
@@ -200,7 +218,7 @@ class Node:
             raise InternalError("add_bootstrap called on a node that is not running")
         self._bootstrap[peer] = info
         self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, PERMANENT_ADDR_TTL)
-        self._nursery.start_soon(self._keep_bootstrap, info)
+        self._nursery.start_soon(supervise, functools.partial(self._keep_bootstrap, info), self._emit)
 
     async def _keep_bootstrap(self, info: PeerInfo) -> None:
         delay = self.config.redial_min
@@ -213,7 +231,7 @@ class Node:
             try:
                 await self._dial(info)
                 delay = self.config.redial_min
-            except InputError as error:
+            except NetworkError as error:
                 logger.info("bootstrap %s: %s; retry in %.1f s", peer, error, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.config.redial_max)
@@ -251,7 +269,7 @@ class Node:
             try:
                 await self._dial(info, ttl=self.config.exchanged_addr_ttl)
                 dialled += 1
-            except InputError as error:
+            except (NetworkError, InputError) as error:  # unreachable, banned, or ourselves: a hint, not a lie
                 logger.info("peer %s from %s: %s", other, peer, error)
         return dialled
 
@@ -266,8 +284,10 @@ class Node:
                     break
                 try:
                     found += await self.exchange_peers(peer)
-                except InputError as error:
+                except NetworkError as error:  # unreachable, too slow or declined: ask again later
                     logger.info("peer exchange with %s: %s", peer, error)
+                except InputError as error:  # its answer was bad data
+                    await self.penalize(peer, f"bad peer-exchange answer: {error}")
             if found:
                 interval = self.config.peer_exchange_interval
             else:
@@ -341,24 +361,28 @@ class Node:
         max_request: int,
         max_response: int,
         timeout: float,
+        refuse: Callable[[str], bytes],
         max_concurrent_per_peer: int | None = None,
     ) -> None:
         """Serve `protocol_id`: one request frame in, `await handler(peer, request)` -> one response frame out.
 
-        A request over max_request is refused before its body is read. A handler
-        that raises (InputError: refused, logged as such) or runs past `timeout`
-        resets the stream, and the caller gets RequestFailed.
+        Every request is answered: a request over max_request (refused before its
+        body is read), one the handler refuses (InputError), one past `timeout`,
+        one over the peer's concurrency limit, and one the handler fails on (our
+        bug, logged with its traceback) all get `refuse(reason)`, the protocol's
+        own refusal message.
         """
         limit = self.config.max_requests_per_peer if max_concurrent_per_peer is None else max_concurrent_per_peer
-        self.requests.set_handler(Handler(protocol_id, handler, max_request, max_response, timeout, limit))
+        self.requests.set_handler(Handler(protocol_id, handler, max_request, max_response, timeout, limit, refuse))
 
     async def request(
         self, peer: str, protocol_id: str, data: bytes, *, max_response: int = 1 << 20, timeout: float = 10.0
     ) -> bytes:
         """Send one request frame to `peer`; return its response (at most max_response bytes).
 
-        RequestTimedOut past `timeout`; RequestFailed if the peer is banned, refuses,
-        resets, or answers with a malformed or oversize frame.
+        RequestTimedOut past `timeout`; RequestFailed if the peer is banned, unreachable or
+        resets (NetworkError: nobody's proven fault); BadResponse (InputError) if it answers
+        with a malformed or oversize frame.
         """
         return await self.requests.request(peer, protocol_id, data, max_response, timeout)
 
@@ -379,7 +403,14 @@ async def open_node(
     config = NodeConfig() if config is None else config
     raise_library_queues(config.queue_size)
     node = Node(identity, config, on_event)
-    node.set_handler(PEERS_PROTOCOL, node._serve_peers, max_request=0, max_response=_MAX_PEER_LIST_BYTES, timeout=5.0)
+    node.set_handler(
+        PEERS_PROTOCOL,
+        node._serve_peers,
+        max_request=0,
+        max_response=_MAX_PEER_LIST_BYTES,
+        timeout=5.0,
+        refuse=encode_peer_refusal,
+    )
     async with run_host(node.host, node._listen, node._emit):
         async with (
             background_contained_service(node.gossip.pubsub, node._emit),
@@ -389,9 +420,8 @@ async def open_node(
             await node.gossip.pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:
                 node._nursery = nursery
-                nursery.start_soon(node._maintain)
-                nursery.start_soon(node._exchange_loop)
-                nursery.start_soon(node.gossip.keep_subscriptions_known)
+                for loop in (node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known):
+                    nursery.start_soon(supervise, loop, node._emit)
                 for addr in config.bootstrap:
                     await node.add_bootstrap(addr)
                 try:

@@ -15,6 +15,10 @@ exception the library did not expect (protobuf's DecodeError on six bytes of
   library's fail-whole-service rule (a peer's input never ends one of those
   in 0.8.1: they read queues and timers, not peer bytes).
 
+`supervise` runs a long-lived loop of ours: an exception is logged with its
+traceback and reported, and the loop starts again after a back-off that
+doubles while it keeps failing (1 s to 60 s).
+
 `classify` decides who is at fault: bytes that do not decode are the peer's
 (banned), a network failure is nobody's (no ban), anything else is a bug in
 the library or in us (logged with its traceback, never the peer's fault).
@@ -149,3 +153,32 @@ async def background_contained_service(service: ServiceAPI, report: FaultReport)
             yield manager
         finally:
             await manager.stop()
+
+
+SUPERVISE_MIN_DELAY = 1.0
+SUPERVISE_MAX_DELAY = 60.0
+
+
+async def supervise(loop: Callable[[], Awaitable[None]], report: FaultReport, name: str | None = None) -> None:
+    """Run `loop` for good: if it raises, log and report it, wait (doubling while it keeps failing), rerun it.
+
+    A loop that ran for longer than the current delay before failing starts the
+    back-off again from SUPERVISE_MIN_DELAY. Cancellation passes through.
+    """
+    label = name or getattr(loop, "__qualname__", None) or getattr(getattr(loop, "func", None), "__qualname__", "loop")
+    delay = SUPERVISE_MIN_DELAY
+    while True:
+        began = trio.current_time()
+        try:
+            await loop()
+            logger.error("loop %s returned; restarting it in %.1f s", label, delay)
+        except Exception as error:  # noqa: BLE001 (the supervisor: logged with traceback, reported, restarted)
+            logger.error("loop %s failed; restarting it in %.1f s", label, delay, exc_info=error)
+            try:
+                report(CONTAINED, "-", f"loop {label}: {type(error).__name__}: {' '.join(str(error).split())[:200]}")
+            except Exception:  # noqa: BLE001 (a reporting bug must not stop the supervisor)
+                logger.exception("fault report failed for loop %s", label)
+        if trio.current_time() - began > delay:
+            delay = SUPERVISE_MIN_DELAY
+        await trio.sleep(delay)
+        delay = min(delay * 2, SUPERVISE_MAX_DELAY)

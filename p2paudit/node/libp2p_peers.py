@@ -1,8 +1,9 @@
 """The peer-exchange answer of /p2paudit/peers/1.0.0 (adapter-internal).
 
-Bytes: a msgpack array of [peer_id: str, addrs: array of str] pairs. The reader
-bounds the count of peers and of addresses, checks every type, and drops
-entries whose peer id or address does not parse (a peer's list is a hint).
+Bytes: a msgpack array of [peer_id: str, addrs: array of str] pairs, or a
+msgpack str: a refusal and its reason. The reader bounds the count of peers
+and of addresses, checks every type, and drops entries whose peer id or
+address does not parse (a peer's list is a hint).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import multiaddr
 from libp2p.peer.id import ID
 
 from p2paudit.errors import InputError
+from p2paudit.node.wire import MAX_TEXT, PeerRefused
 
 _MAX_STRING = 512
 
@@ -20,12 +22,18 @@ def encode_peer_list(entries: list[tuple[str, list[str]]]) -> bytes:
     return msgpack.packb([[peer, list(addrs)] for peer, addrs in entries], use_bin_type=True)
 
 
+def encode_peer_refusal(reason: str) -> bytes:
+    return msgpack.packb(reason[:MAX_TEXT], use_bin_type=True)
+
+
 def decode_peer_list(data: bytes, max_peers: int, max_addrs: int) -> list[tuple[str, list[str]]]:
     """The (peer, addresses) pairs of a peer list; InputError if its shape is wrong."""
     try:
         value = msgpack.unpackb(data, raw=False, max_str_len=_MAX_STRING, max_array_len=max(max_peers, max_addrs, 2))
     except Exception as error:  # msgpack raises several unrelated exception types
         raise InputError(f"peer list is not msgpack: {error}") from None
+    if isinstance(value, str):
+        raise PeerRefused(f"peer refused the peer-exchange request: {value[:MAX_TEXT]}")
     if not isinstance(value, list) or len(value) > max_peers:
         raise InputError(f"peer list must be an array of at most {max_peers} entries")
     out = []

@@ -2,9 +2,15 @@
 
 One stream per request: the caller writes one frame, the server answers with
 one frame (libp2p_framing: varint length, maximum checked before the body).
-Both sides time out; each side bounds concurrent requests per peer. The server
-resets the stream on anything but a clean answer, so the caller sees a failure,
-never a partial response.
+Both sides time out; each side bounds concurrent requests per peer. Every
+request gets an answer: the handler's, or a refusal with its reason in the
+protocol's own format (Handler.refuse) when the server is busy, the request is
+oversize or malformed, the handler runs out of time, or it fails (our bug:
+logged with its traceback, answered "internal error").
+
+The caller's errors say whose fault it was: RequestFailed / RequestTimedOut
+(NetworkError: unreachable, reset, too slow; back off, never ban) apart from
+BadResponse (InputError: an oversize or malformed frame; the peer sent bad data).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.custom_types import TProtocol
 
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, NetworkError
 from p2paudit.node.libp2p_framing import read_frame, write_frame
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_id
 
@@ -27,12 +33,16 @@ logger = logging.getLogger(__name__)
 RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
 
 
-class RequestFailed(InputError):
-    """A request to a peer failed: refused, reset, malformed or oversize answer, or the peer is banned."""
+class RequestFailed(NetworkError):
+    """A request to a peer failed: unreachable, reset, or the peer is banned (nobody's proven fault)."""
 
 
 class RequestTimedOut(RequestFailed):
     """A request to a peer got no answer within its time-out."""
+
+
+class BadResponse(InputError):
+    """A peer answered with a frame that is oversize or malformed: bad data, the peer's fault."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class Handler:
     max_response: int
     timeout: float
     max_concurrent_per_peer: int
+    # The protocol's refusal message carrying a reason (at most 200 characters).
+    refuse: Callable[[str], bytes]
 
 
 class Requests:
@@ -78,38 +90,47 @@ class Requests:
         key = (reg.protocol_id, peer)
         if self._is_banned(peer) or self._in_active.get(key, 0) >= reg.max_concurrent_per_peer:
             logger.info("refusing %s from %s: banned or too many concurrent requests", reg.protocol_id, peer)
-            await reset_quietly(stream)
+            await self._answer(reg, stream, reg.refuse("busy: too many concurrent requests; retry later"))
             return
         self._in_active[key] = self._in_active.get(key, 0) + 1
+        answer: bytes | None = None
         try:
             with trio.move_on_after(reg.timeout) as scope:
                 request = await read_frame(stream, reg.max_request)
-                response = await reg.fn(peer, request)
-                await write_frame(stream, response, reg.max_response)
+                answer = await reg.fn(peer, request)
+                if len(answer) > reg.max_response:
+                    raise RuntimeError(f"{reg.protocol_id} answer of {len(answer)} bytes over {reg.max_response}")
             if scope.cancelled_caught:
                 logger.warning("%s from %s timed out after %.1f s", reg.protocol_id, peer, reg.timeout)
                 self._emit("refused", peer, f"{reg.protocol_id}: timed out after {reg.timeout} s")
-                await reset_quietly(stream)
-                return
-        except InputError as error:
+                answer = reg.refuse(f"timed out after {reg.timeout} s")
+        except InputError as error:  # the request is bad: say why
             logger.info("%s from %s refused: %s", reg.protocol_id, peer, error)
             self._emit("refused", peer, f"{reg.protocol_id}: {error}")
-            await reset_quietly(stream)
-            return
+            answer = reg.refuse(str(error))
         except NETWORK_ERRORS as error:
             logger.info("%s from %s: stream failed: %s", reg.protocol_id, peer, error)
             await reset_quietly(stream)
             return
-        except Exception:  # a handler bug must not take the host down; the caller sees a reset
-            logger.exception("%s handler failed on a request from %s", reg.protocol_id, peer)
-            await reset_quietly(stream)
-            return
+        except Exception:  # our bug, never the peer's: logged with its traceback, answered as such
+            logger.exception("%s handler failed on a request from %s (our bug)", reg.protocol_id, peer)
+            answer = reg.refuse("internal error in the serving node")
         finally:
             remaining = self._in_active[key] - 1
             if remaining:
                 self._in_active[key] = remaining
             else:
                 del self._in_active[key]
+        await self._answer(reg, stream, answer)
+
+    async def _answer(self, reg: Handler, stream: INetStream, answer: bytes) -> None:
+        """Write one answer frame and close; a peer that stops reading gets a reset after a bounded wait."""
+        try:
+            with trio.fail_after(min(reg.timeout, 5.0)):
+                await write_frame(stream, answer, max(reg.max_response, len(answer)))
+        except (trio.TooSlowError, InputError, *NETWORK_ERRORS):
+            await reset_quietly(stream)
+            return
         await close_quietly(stream)
 
     async def request(self, peer: str, protocol_id: str, data: bytes, max_response: int, timeout: float) -> bytes:
@@ -129,9 +150,9 @@ class Requests:
             except trio.TooSlowError:
                 await reset_quietly(stream)
                 raise RequestTimedOut(f"{protocol_id} request to {peer} timed out after {timeout} s") from None
-            except InputError as error:
+            except InputError as error:  # the answer's frame is oversize or malformed
                 await reset_quietly(stream)
-                raise RequestFailed(f"{protocol_id} request to {peer}: {error}") from None
+                raise BadResponse(f"{protocol_id} answer from {peer}: {error}") from None
             except NETWORK_ERRORS as error:
                 await reset_quietly(stream)
                 detail = str(error).splitlines()[0][:200] if str(error) else type(error).__name__

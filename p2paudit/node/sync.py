@@ -35,6 +35,7 @@ from p2paudit.node.wire import (
     MAX_PAGE,
     MAX_PAGE_BYTES,
     Page,
+    PeerRefused,
     RangeProof,
     RangeRequest,
     StatusRequest,
@@ -288,10 +289,11 @@ class SyncSession:
         return encode_sync_request(self._waiting)
 
     def handle_response(self, data: bytes) -> None:
-        """Verify and apply one response; PageProofError, WireError or AttestationError mark a bad peer."""
+        """Verify and apply one response; PageProofError, WireError or AttestationError mark a bad peer,
+        PeerRefused one that declined."""
         response = decode_sync_response(data)
-        if isinstance(response, SyncRefusal):
-            raise WireError(f"peer refused the sync request: {response.reason[:200]}")
+        if isinstance(response, SyncRefusal):  # declined, not lied: never banned for it
+            raise PeerRefused(f"peer refused the sync request: {response.reason[:200]}")
         if isinstance(self._waiting, StatusRequest):
             if not isinstance(response, StatusResponse):
                 raise WireError(f"peer answered a status request with a {type(response).__name__}")

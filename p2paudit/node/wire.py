@@ -22,7 +22,7 @@ import msgpack
 
 from p2paudit.attest.codec import MAX_SIGNED_SIZE
 from p2paudit.attest.tables import origin_for
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import peer_id_of
 
 VERSION = 1
@@ -33,6 +33,9 @@ MAGIC_WITNESS = "p2paudit/witness"
 
 SYNC_PROTOCOL = "/p2paudit/sync/1.0.0"
 WITNESS_PROTOCOL = "/p2paudit/witness/1.0.0"
+# "Are you covered too?" (--until-covered): an empty request; one byte in reply, 0x00 no, 0x01 yes,
+# or 0x02 followed by a refusal's UTF-8 reason.
+SETTLED_PROTOCOL = "/p2paudit/settled/1.0.0"
 EVIDENCE_TOPIC = "/p2paudit/evidence/v1"
 MESSAGE_ID_DOMAIN = b"p2paudit/message-id/v1\x00"
 
@@ -62,11 +65,16 @@ WITNESS_OLD_SIZE_TOO_LARGE = 4  # 400: old size above the checkpoint's size
 WITNESS_OLD_SIZE_MISMATCH = 5  # 409: old size is not the witness's latest; `size` says which it is
 WITNESS_BAD_PROOF = 6  # 422: the consistency proof does not verify
 WITNESS_ROOT_CONFLICT = 7  # 409: same size, other root (a split view, kept as evidence)
-WITNESS_CODES = range(8)
+WITNESS_UNAVAILABLE = 8  # 503: refused before any check (busy, oversize frame, timed out, internal error)
+WITNESS_CODES = range(9)
 
 ORIGIN_PREFIX = "p2paudit.dev/ledger/"
 _BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _ED25519_PEER_ID_PREFIX = b"\x00\x24\x08\x01\x12\x20"  # identity multihash of protobuf PublicKey{Ed25519, 32 bytes}
+
+
+class PeerRefused(NetworkError):
+    """A peer answered with a refusal and its reason: it declined, it did not lie (never banned for it)."""
 
 
 class WireError(InputError):
@@ -484,3 +492,35 @@ def decode_witness_response(data: bytes) -> WitnessResponse:
     code = check_int(fields[0], "witness response code", 0, len(WITNESS_CODES))
     size = check_int(fields[1], "witness response size")
     return WitnessResponse(code, size, check_text(fields[2], "witness response text", MAX_WITNESS_RESPONSE_BYTES))
+
+
+def witness_refusal(reason: str) -> bytes:
+    """The witness's answer to a request refused before any check (busy, oversize, timed out, internal)."""
+    return encode_witness_response(WitnessResponse(WITNESS_UNAVAILABLE, 0, reason[:MAX_TEXT]))
+
+
+def sync_refusal(reason: str) -> bytes:
+    return encode_sync_response(SyncRefusal(reason[:MAX_TEXT]))
+
+
+def encode_settled(covered: bool) -> bytes:
+    return b"\x01" if covered else b"\x00"
+
+
+def settled_refusal(reason: str) -> bytes:
+    return b"\x02" + reason[:MAX_TEXT].encode()
+
+
+MAX_SETTLED_BYTES = 1 + 4 * MAX_TEXT
+
+
+def decode_settled(data: bytes) -> bool:
+    """Whether the peer says it is covered; PeerRefused with its reason; WireError for anything else."""
+    if data in (b"\x00", b"\x01"):
+        return data == b"\x01"
+    if data[:1] == b"\x02" and len(data) <= MAX_SETTLED_BYTES:
+        try:
+            raise PeerRefused(f"peer refused: {data[1:].decode()[:MAX_TEXT]}")
+        except UnicodeDecodeError:
+            pass
+    raise WireError(f"settled answer of {len(data)} bytes is not 0x00, 0x01 or 0x02 + UTF-8 reason")

@@ -54,6 +54,7 @@ from p2paudit.node.wire import (
     WITNESS_ROOT_CONFLICT,
     WITNESS_UNKNOWN_LOG,
     Evidence,
+    PeerRefused,
     WireError,
     WitnessRequest,
     WitnessResponse,
@@ -68,7 +69,7 @@ from p2paudit.node.wire import (
 WITNESS_NAME_PREFIX = "p2paudit.dev/witness/"
 
 
-class WitnessRefused(WireError):
+class WitnessRefused(PeerRefused):
     """A witness refused a checkpoint; `code` is the WITNESS_* code and `size` its latest size (mismatch)."""
 
     def __init__(self, message: str, code: int, size: int) -> None:

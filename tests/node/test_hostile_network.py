@@ -131,6 +131,7 @@ def test_hostile_peers_bad_data_is_neither_stored_nor_forwarded_and_they_are_ban
                 max_request=wire.MAX_SYNC_REQUEST_BYTES,
                 max_response=wire.MAX_PAGE_BYTES,
                 timeout=10.0,
+                refuse=wire.sync_refusal,
             )
             await refuse(node, [node1])
             target = await connect_on_topic(node, address, topic)
@@ -231,6 +232,7 @@ def test_an_equivocating_peer_leaves_its_evidence_with_every_honest_node(run_dir
                     max_request=wire.MAX_SYNC_REQUEST_BYTES,
                     max_response=wire.MAX_PAGE_BYTES,
                     timeout=10.0,
+                    refuse=wire.sync_refusal,
                 )
                 await refuse(node, [node1])  # node-1 learns all of it from node-0
                 await node.subscribe(wire.EVIDENCE_TOPIC, on_evidence)

@@ -29,7 +29,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node.libp2p_adapter import NodeConfig, RequestFailed, RequestTimedOut, open_node
+from p2paudit.node.libp2p_adapter import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
 from p2paudit.node.libp2p_framing import TokenBucket, encode_uvarint, read_frame
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
@@ -296,9 +296,13 @@ def test_request_response_limits_and_timeouts():
                 await trio.sleep(5)
                 return b"late"
 
-            server.set_handler("/t/echo/1", echo, max_request=1000, max_response=2000, timeout=2.0)
-            server.set_handler("/t/slow/1", slow, max_request=10, max_response=10, timeout=0.5)
-            server.set_handler("/t/patient/1", slow, max_request=10, max_response=10, timeout=10.0)
+            def refuse(reason: str) -> bytes:
+                return b"refused: " + reason.encode()
+
+            limits = dict(max_request=10, max_response=100, refuse=refuse)
+            server.set_handler("/t/echo/1", echo, max_request=1000, max_response=2000, timeout=2.0, refuse=refuse)
+            server.set_handler("/t/slow/1", slow, timeout=0.5, **limits)
+            server.set_handler("/t/patient/1", slow, timeout=10.0, **limits)
 
             t0 = time.monotonic()
             answer = await client.request(server.peer_id, "/t/echo/1", b"abc")
@@ -309,16 +313,16 @@ def test_request_response_limits_and_timeouts():
                 == client.peer_id.encode() + b":" + b"x" * 1000
             )
 
-            with pytest.raises(RequestFailed):
-                await client.request(server.peer_id, "/t/echo/1", b"x" * 1001)
+            # An oversize request is refused before its body is read, with the reason as the answer.
+            answer = await client.request(server.peer_id, "/t/echo/1", b"x" * 1001)
+            assert answer.startswith(b"refused: ") and b"1001" in answer
             assert any(e.kind == "refused" and "1001" in e.detail for e in events[0])
-            with pytest.raises(RequestFailed):  # the answer is bigger than the caller accepts
+            with pytest.raises(BadResponse):  # the answer is bigger than the caller accepts: bad data
                 await client.request(server.peer_id, "/t/echo/1", b"y" * 100, max_response=50)
 
-            t0 = time.monotonic()
-            with pytest.raises(RequestFailed) as caught:  # the server gives up and resets
-                await client.request(server.peer_id, "/t/slow/1", b"z", timeout=5.0)
-            assert not isinstance(caught.value, RequestTimedOut)
+            t0 = time.monotonic()  # the server gives up and says so
+            answer = await client.request(server.peer_id, "/t/slow/1", b"z", timeout=5.0)
+            assert answer == b"refused: timed out after 0.5 s"
             assert time.monotonic() - t0 < 2.0
             t0 = time.monotonic()
             with pytest.raises(RequestTimedOut):  # the caller gives up
@@ -343,7 +347,7 @@ def test_banned_peer_cannot_reconnect_until_ban_ends():
             async def echo(peer, request):
                 return request
 
-            a.set_handler("/t/echo/1", echo, max_request=100, max_response=100, timeout=2.0)
+            a.set_handler("/t/echo/1", echo, max_request=100, max_response=100, timeout=2.0, refuse=str.encode)
             await wait_until(lambda: a.connected_peers() == [b.peer_id], "connection")
             ban = 3.0
             t_ban = time.monotonic()
