@@ -35,3 +35,28 @@ def test_subcommand_help_exits_zero_without_error():
     result = CliRunner().invoke(cli, ["ledger", "--help"])
     assert result.exit_code == 0, result.output
     assert "Error" not in result.output
+
+
+def test_interrupted_command_exits_130_never_1(tmp_path):
+    """SIGINT in the middle of real work (a reference-backend training run) is 130, not 1 ("did not match")."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "p2paudit", "train", str(tmp_path / "run"), "--steps", "2000", "--backend", "reference"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(1.0)  # well inside the run
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "Error: interrupted"

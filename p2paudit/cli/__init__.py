@@ -18,7 +18,7 @@ import traceback
 import click
 
 from p2paudit import __version__
-from p2paudit.errors import EXIT_INTERNAL, EXIT_USAGE
+from p2paudit.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class LibraryError(click.ClickException):
@@ -42,7 +42,10 @@ class AuditGroup(click.Group):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            # Never 1 ("a claim did not match"): an interrupted check of an honest run concluded nothing.
+            raise LibraryError("interrupted", EXIT_INTERRUPTED) from None
+        except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
         except OSError as exc:  # full disk, permission denied, missing file
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
@@ -70,7 +73,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Audit an open training run one deterministic step at a time.
 
     Exit codes: 0 every check matched; 1 a claim did not match; 2 bad usage or
-    unreadable input; 3 the verifier itself failed (please report it).
+    unreadable input; 3 the verifier itself failed (please report it);
+    130 interrupted (Ctrl-C).
     """
     ctx.meta["p2paudit.debug"] = debug
 
