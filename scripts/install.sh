@@ -25,3 +25,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e '.[test]'
+# The js-libp2p interop peer (tests/interop/test_js_peer.py): Node.js and the npm packages its lock pins.
+if ! { command -v node && command -v npm; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+if command -v node >/dev/null 2>&1; then
+  (cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
