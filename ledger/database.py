@@ -45,7 +45,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     if path == ":memory:":
         if readonly:
             raise LedgerError("an in-memory ledger cannot be opened read-only")
-        return _configure(sqlite3.connect(path, isolation_level=None, check_same_thread=False), path)
+        return _configure(sqlite3.connect(path, isolation_level=None), path)
     action = "be read" if readonly else "be opened for writing"
     try:
         conn = _open(path, "ro" if readonly else "rwc")
@@ -58,7 +58,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 
 def _open(path: str, mode: str) -> sqlite3.Connection:
     conn = sqlite3.connect(
-        database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+        database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S
     )
     if mode != "ro":
         return conn
@@ -70,7 +70,7 @@ def _open(path: str, mode: str) -> sqlite3.Connection:
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_READONLY_DIRECTORY" or _has_wal_files(path):
             raise
     conn = sqlite3.connect(
-        database_uri(path, "ro", immutable=True), uri=True, isolation_level=None, check_same_thread=False
+        database_uri(path, "ro", immutable=True), uri=True, isolation_level=None
     )
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn

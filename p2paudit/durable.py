@@ -50,3 +50,15 @@ def write_durably(path: Path, data: bytes | memoryview, *, mode: int = 0o644, re
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def write_atomically(path: Path, data: bytes | memoryview) -> None:
+    """Replace `path` with `data` in one rename, without fsync: for views of data kept elsewhere (a status file),
+    where a reader must never see half a file but a crash may lose the last version."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

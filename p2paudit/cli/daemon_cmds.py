@@ -104,6 +104,7 @@ def daemon(
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
     from p2paudit.node.daemon import DaemonConfig, run_daemon
+    from p2paudit.node.loop_monitor import LoopMonitor
 
     identity = _node_identity()
     home = home_dir()
@@ -130,11 +131,9 @@ def daemon(
             click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {event.text}")
 
     click.echo(f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); status in {config.status_path}")
-    try:
-        final = trio.run(run_daemon, identity, config, show)
-    except KeyboardInterrupt:
-        click.echo("stopped")
-        return
+    monitor = LoopMonitor()
+    result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
+    final = result.status
     for run in final.runs:
         click.echo(
             f"run {run.run_id[:16]}.. ({run.label}): {run.checked_once}/{run.steps} steps checked, "
@@ -143,6 +142,9 @@ def daemon(
     click.echo(
         f"audited {final.audited} step(s), received {final.received} attestation(s), ledger size {final.ledger['size']}"
     )
+    if result.signal is not None:  # 128 + the signal, as shells report it: 130 for Ctrl-C, 143 for SIGTERM
+        click.echo(f"stopped by signal {result.signal}")
+        raise SystemExit(128 + result.signal)
 
 
 @cli.command("status")

@@ -2,10 +2,13 @@
 
 Everything that touches the network goes through `libp2p_adapter`; what the
 bytes mean is `wire`, `validate`, `sync` and `witness`; what to audit is
-`auditor`. The store (SQLite) is used from the event loop's thread only; a
-replay runs in a worker thread so gossip, sync and witnessing stay responsive
-during a long step. The daemon reports by `DaemonEvent`s and writes a status
-snapshot (`status.write_status`) that `p2paudit status` reads.
+`auditor`. The store (SQLite) has one owner thread (`store_owner`), fed jobs
+from `daemon_jobs`: no commit, fsync or scan runs on the event loop. A replay
+runs in a worker thread so gossip, sync and witnessing stay responsive during
+a long step; on shutdown (SIGINT, SIGTERM, --duration) its result is dropped,
+so the daemon stops within seconds even mid-step, after it signs a final
+checkpoint. The daemon reports by `DaemonEvent`s and writes a status snapshot
+(`status.write_status`, on the store's thread) that `p2paudit status` reads.
 
 Loops, all in one trio nursery:
 - audit: pick the next step (auditor.next_step), replay it off-loop, sign and
@@ -18,7 +21,9 @@ Loops, all in one trio nursery:
 - witness: after the ledger grows, ask each connected peer to cosign the new
   checkpoint (C2SP tlog-witness), keeping cosignatures and refusals;
 - discover: provide each run id in the DHT and dial the other providers;
-- status: rewrite the status snapshot every second.
+- status: rewrite the status snapshot every second (less often when making it takes long).
+Every loop is supervised (libp2p_adapter.supervise): an exception is logged
+with its traceback and the loop restarts after a back-off.
 Gossip arrives through the adapter's validator (stateless checks only) and is
 drained continuously into the store with append_many.
 """
@@ -27,10 +32,12 @@ from __future__ import annotations
 
 import functools
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -41,8 +48,10 @@ from p2paudit.attest.tables import origin_for
 from p2paudit.audit.replay import RunView
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
-from p2paudit.node import auditor, conflicts, status, sync, wire, witness
+from p2paudit.node import auditor, daemon_jobs, status, sync, wire, witness
 from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, open_node, supervise
+from p2paudit.node.loop_monitor import LoopMonitor
+from p2paudit.node.store_owner import StoreOwner
 from p2paudit.node.validate import check_evidence, check_gossip
 
 SYNC_INTERVAL = 3.0
@@ -93,15 +102,21 @@ class DaemonEvent:
 
 
 class Daemon:
-    """The running node's state (owned by the event loop's thread)."""
+    """The running node's state (owned by the event loop's thread); its ledger is reached through `db` only."""
 
     def __init__(
-        self, identity: Identity, config: DaemonConfig, store: AttestationStore, emit: Callable[[DaemonEvent], None]
+        self,
+        identity: Identity,
+        config: DaemonConfig,
+        db: StoreOwner,
+        ledgered: daemon_jobs.Ledgered,
+        emit: Callable[[DaemonEvent], None],
+        monitor: LoopMonitor | None = None,
     ) -> None:
-        self.identity, self.config, self.store, self.emit = identity, config, store, emit
+        self.identity, self.config, self.db, self.emit = identity, config, db, emit
+        self.ledgered = ledgered  # the sync cursor and witness: used inside db jobs only
+        self.monitor = monitor
         self.node: Node | None = None
-        self.cursor = sync.SyncCursor(store)
-        self.witness = witness.Witness(store.ledger, witness.witness_signer(identity, store.ledger.origin))
         self.last_change = time.monotonic()
         self.synced_since_change: set[str] = set()  # peers synced since the last change here
         self.witnessed: dict[str, int] = {}  # peer -> ledger size it last cosigned
@@ -115,9 +130,6 @@ class Daemon:
         self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
-        for view in config.runs:
-            m = view.manifest
-            store.register_run(m.run_id, m.num_steps, view.run_dir.name)
 
     # -- reporting -----------------------------------------------------------------------------------------
 
@@ -148,30 +160,24 @@ class Daemon:
         """A validated batch: store what is new; announce conflicts it creates."""
         try:
             envelopes = wire.decode_batch(data).envelopes
-            appended = self.store.append_many(list(envelopes))
+            fresh, new_conflicts = await self.db.call(daemon_jobs.append, list(envelopes))
         except InputError as exc:  # an unknown step or run: state-dependent, judged here
             self._report("refused", f"batch from {peer[:16]}..: {exc}")
             return
-        fresh = [a for a in appended if a.new]
         if fresh:
-            self.received += len(fresh)
+            self.received += fresh
             self._changed()
-            self._report("received", f"{len(fresh)} attestation(s) from {peer[:16]}..")
-        for item in fresh:
-            if item.conflict:
-                await self._announce(self.store.attestation(item.index).encoded, item.conflict)
+            self._report("received", f"{fresh} attestation(s) from {peer[:16]}..")
+        for signed, kind in new_conflicts:
+            await self._announce(signed, kind)
 
     async def on_evidence(self, peer: str, data: bytes) -> None:
         """Evidence checked from its bytes (the validator did); store the attestations it carries."""
         try:
             kind = check_evidence(data)
-            evidence = wire.decode_evidence(data)
-            if kind != "split_view":
-                self.store.append_many([evidence.first, evidence.second])
-            else:
-                self.announced_views.add(
-                    conflicts.record_split_view(self.store.ledger, evidence.first, evidence.second)
-                )
+            view = await self.db.call(daemon_jobs.store_evidence, wire.decode_evidence(data), kind)
+            if view is not None:
+                self.announced_views.add(view)
         except InputError as exc:
             self._report("refused", f"evidence from {peer[:16]}..: {exc}")
             return
@@ -181,7 +187,7 @@ class Daemon:
 
     async def _announce(self, signed: bytes, kind: str) -> None:
         """Publish the two signed attestations that prove a new dispute or equivocation."""
-        found = conflicts.evidence_for(self.store, signed, kind)
+        found = await self.db.call(daemon_jobs.evidence_for, signed, kind)
         if found is None:
             return
         step, run_id, message = found
@@ -191,14 +197,11 @@ class Daemon:
 
     async def _announce_split_views(self) -> None:
         """Gossip each split view this ledger holds and has not announced yet."""
-        views = self.store.ledger.split_views()
-        if not views:
-            return
-        for view, message in zip(views, witness.split_view_evidence(self.store.ledger), strict=True):
-            if (view.vkey, view.origin, view.size) in self.announced_views:
+        for key, message in await self.db.call(daemon_jobs.split_views):
+            if key in self.announced_views:
                 continue
-            self.announced_views.add((view.vkey, view.origin, view.size))
-            self._report("conflict", f"split view of {view.origin} at size {view.size}")
+            self.announced_views.add(key)
+            self._report("conflict", f"split view of {key[1]} at size {key[2]}")
             if self.node is not None:
                 await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
@@ -219,38 +222,26 @@ class Daemon:
         peers = set(self.node.connected_peers()) if self.node is not None else set()
         return peers <= self.synced_since_change and time.monotonic() - self.last_change >= SPILL_GRACE
 
-    def _pick(self) -> tuple[RunView, int] | None:
-        spill = self._may_spill()
-        for view in self.config.runs:
-            m = view.manifest
-            step = auditor.next_step(
-                self.store,
-                m.run_id,
-                m.num_steps,
-                self.identity.public_key,
-                self._peer_keys(),
-                self.config.policy,
-                spill,
-            )
-            if step is not None:
-                return view, step
-        return None
+    async def _pick(self) -> tuple[RunView, int] | None:
+        spill, peers = self._may_spill(), self._peer_keys()
+        return await self.db.call(daemon_jobs.pick, self.identity, self.config.runs, peers, self.config.policy, spill)
 
     async def audit_loop(self) -> None:
         while True:
-            picked = self._pick()
+            picked = await self._pick()
             if picked is None:
                 await trio.sleep(IDLE_POLL)
                 continue
             view, step = picked
             self.busy_step = (view.manifest.run_id, step)
             began = time.monotonic()
+            # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
             audits = await trio.to_thread.run_sync(
-                auditor.replay_step, view, step, self.config.backend, self.config.policy
+                auditor.replay_step, view, step, self.config.backend, self.config.policy, abandon_on_cancel=True
             )
             self.busy_step = None
             try:
-                recorded, signed = auditor.record_step(self.store, self.identity, view, audits)
+                signed, own_conflicts = await self.db.call(daemon_jobs.record, self.identity, view, audits)
             except AttestationError as exc:
                 self._report("refused", f"own attestation of step {step}: {exc}")
                 continue
@@ -261,10 +252,8 @@ class Daemon:
             self.outbox.setdefault(view.manifest.run_id, []).extend(signed)
             if sum(len(items) for items in self.outbox.values()) >= wire.MAX_BATCH:
                 await self.flush_outbox()
-            for conflict_step, kind in recorded.conflicts:
-                for _, item in self.store.step_attestations(view.manifest.run_id, conflict_step):
-                    if item.verifier == self.identity.public_key:
-                        await self._announce(item.encoded, kind)
+            for own, kind in own_conflicts:
+                await self._announce(own, kind)
 
     async def flush_outbox(self) -> None:
         """Publish the waiting attestations of each run in as few batches as the limits allow."""
@@ -299,14 +288,16 @@ class Daemon:
 
     async def sync_with(self, peer: str) -> None:
         """One sync session with `peer`; a peer whose pages do not prove out is banned."""
-        session = sync.SyncSession(self.store, self.cursor)
+        session = await self.db.call(lambda store: sync.SyncSession(store, self.ledgered.cursor))
         try:
-            while (request := session.next_request()) is not None:
+            while (request := await self.db.call(lambda _: session.next_request())) is not None:
                 response = await self.node.request(peer, wire.SYNC_PROTOCOL, request, max_response=wire.MAX_PAGE_BYTES)
                 handshake = session.checkpoint is None
-                session.handle_response(response)
+                # Proofs, signatures and the append run on the store's thread, off the event loop.
+                await self.db.call(lambda _, answer=response: session.handle_response(answer))
                 if handshake:
-                    conflicts.record_peer_note(self.store.ledger, wire.decode_sync_response(response).note)
+                    note = wire.decode_sync_response(response).note
+                    await self.db.call(daemon_jobs.record_peer_note, note)
                     await self._announce_split_views()
         except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
             self._unreachable("sync", peer, exc)
@@ -321,10 +312,12 @@ class Daemon:
             self._changed()
             self._report("synced", f"{new} attestation(s) from {peer[:16]}..")
         self.synced_since_change.add(peer)
-        for applied in session.applied:
-            for item in applied.appended:
-                if item.new and item.conflict:
-                    await self._announce(self.store.attestation(item.index).encoded, item.conflict)
+        indices = [
+            (item.index, item.conflict) for a in session.applied for item in a.appended if item.new and item.conflict
+        ]
+        for index, kind in indices:
+            signed = await self.db.call(lambda store, i=index: store.attestation(i).encoded)
+            await self._announce(signed, kind)
 
     async def sync_loop(self) -> None:
         while True:
@@ -334,36 +327,34 @@ class Daemon:
             await trio.sleep(SYNC_INTERVAL)
 
     async def serve_sync(self, peer: str, request: bytes) -> bytes:
-        return sync.serve_sync(self.store, request, self.store.checkpoint(self.identity))
+        return await self.db.call(daemon_jobs.serve_sync, self.identity, request)
 
     # -- witness --------------------------------------------------------------------------------------------
 
     async def serve_witness(self, peer: str, request: bytes) -> bytes:
-        response = witness.witness_checkpoint(self.witness, request)
+        response = await self.db.call(lambda _: witness.witness_checkpoint(self.ledgered.witness, request))
         await self._announce_split_views()
         return response
 
     async def witness_with(self, peer: str) -> None:
-        size = self.store.ledger.size
+        size = await self.db.call(daemon_jobs.size)
         if size == 0 or self.witnessed.get(peer) == size:
             return
-        note = self.store.checkpoint(self.identity)
         old = self.witnessed.get(peer, 0)
         try:
             # The adapter admits Ed25519 peers only; a peer id that still names no key is our bug.
             cosigner = CosignatureVerifier(witness.WITNESS_NAME_PREFIX + peer, peer_public_key(peer))
             for _ in range(2):  # a size mismatch tells the size the witness holds: retry once from there
                 try:
-                    response = await self.node.request(
-                        peer, wire.WITNESS_PROTOCOL, witness.witness_request(self.store.ledger, note, old)
-                    )
+                    size, note, request = await self.db.call(daemon_jobs.witness_request, self.identity, old)
+                    response = await self.node.request(peer, wire.WITNESS_PROTOCOL, request)
                     cosignature = witness.read_witness_response(note, response, cosigner)
                 except witness.WitnessRefused as exc:
                     if exc.code == wire.WITNESS_OLD_SIZE_MISMATCH:
                         old = exc.size
                         continue
                     raise
-                witness.record_cosignature(self.store.ledger, note, cosignature)
+                await self.db.call(daemon_jobs.record_cosignature, note, cosignature)
                 self.witnessed[peer] = size
                 self._retry.pop(("witness", peer), None)
                 self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
@@ -409,19 +400,29 @@ class Daemon:
 
     # -- status ---------------------------------------------------------------------------------------------
 
-    def snapshot(self) -> status.Status:
-        return status.snapshot(
-            self.store, self.identity, self.node, self.config, self.audited, self.received, self.events, self.busy_step
+    def live(self) -> dict[str, Any]:
+        """What only the event loop knows, for the status snapshot."""
+        health = self.monitor.health() if self.monitor is not None else {}
+        health.update(store_jobs=self.db.jobs_done, busiest_store_job_ms=round(self.db.busiest_job_s * 1000, 3))
+        return {
+            "listen": self.node.listen_addrs() if self.node is not None else [],
+            "peers": self.node.connected_peers() if self.node is not None else [],
+            "audited": self.audited,
+            "received": self.received,
+            "events": list(self.events),
+            "busy": self.busy_step,
+            "health": health,
+        }
+
+    async def write_status(self) -> status.Status:
+        return await self.db.call(
+            daemon_jobs.write_status, self.identity, self.config, self.live(), self.config.status_path
         )
 
-    def covered(self) -> bool:
+    async def covered(self) -> bool:
         """Every step of every run checked `redundancy` times here, quiet for `linger`, every peer synced since."""
-        r = self.config.policy.redundancy
-        for view in self.config.runs:
-            m = view.manifest
-            done = auditor.checked_by(self.store, m.run_id, self.config.policy.trusted)
-            if any(done.get(step, 0) < r for step in range(m.num_steps)):
-                return False
+        if not await self.db.call(daemon_jobs.covered, self.config.runs, self.config.policy):
+            return False
         peers = set(self.node.connected_peers()) if self.node is not None else set()
         quiet = time.monotonic() - self.last_change >= self.config.linger
         return quiet and peers <= self.synced_since_change and self.busy_step is None and not self.outbox
@@ -429,18 +430,20 @@ class Daemon:
     async def status_loop(self, cancel: trio.CancelScope) -> None:
         started = time.monotonic()
         while True:
-            status.write_status(self.config.status_path, self.snapshot())
+            began = time.monotonic()
+            await self.write_status()
             if self.config.duration is not None and time.monotonic() - started >= self.config.duration:
                 self._report("done", f"ran for {self.config.duration:.0f}s")
                 cancel.cancel()
-            if self.config.stop_when_covered and self.covered() and await self.peers_settled():
+            if self.config.stop_when_covered and await self.covered() and await self.peers_settled():
                 self._report("done", "every step is covered, every peer synced and settled too")
                 cancel.cancel()
-            await trio.sleep(1.0)
+            # Every second, or less often when a snapshot is slow (a big ledger): at most ~10 % of the store's time.
+            await trio.sleep(max(1.0, 10 * (time.monotonic() - began)))
 
     async def serve_settled(self, peer: str, request: bytes) -> bytes:
         """Whether this node is covered by its own rule (--until-covered coordination): b"\x01" or b"\x00"."""
-        return wire.encode_settled(self.covered())
+        return wire.encode_settled(await self.covered())
 
     async def peers_settled(self) -> bool:
         """True when every connected peer says it is covered too. A node that stops only then cannot leave
@@ -473,37 +476,46 @@ def peer_public_key(peer: str) -> bytes:
     return wire.origin_public_key(wire.ORIGIN_PREFIX + peer)
 
 
-async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[DaemonEvent], None]) -> status.Status:
-    """Run the node until cancelled, `duration` passes, or (stop_when_covered) the runs are covered."""
-    with AttestationStore.open(config.ledger_path, origin_for(identity.public_key)) as store:
-        daemon = Daemon(identity, config, store, emit)
+@dataclass(frozen=True)
+class DaemonResult:
+    """How the daemon ended: its last status, and the signal that stopped it (None: --duration or covered)."""
+
+    status: status.Status
+    signal: int | None
+
+
+async def _stop_on_signals(cancel: trio.CancelScope, stopped_by: list[int]) -> None:
+    """SIGINT or SIGTERM: stop every loop now (a replay in progress is abandoned), then finish cleanly."""
+    try:
+        receiver = trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM)
+    except (ValueError, RuntimeError):  # not the main thread (an embedding program handles signals itself)
+        return
+    with receiver as signals:
+        async for number in signals:
+            stopped_by.append(number)
+            cancel.cancel()
+            return
+
+
+async def run_daemon(
+    identity: Identity, config: DaemonConfig, emit: Callable[[DaemonEvent], None], monitor: LoopMonitor | None = None
+) -> DaemonResult:
+    """Run the node until SIGINT/SIGTERM, `duration` passes, or (stop_when_covered) the runs are covered.
+
+    Whatever stops it, it stops within seconds (a replay in progress is
+    abandoned), then signs a final checkpoint of its ledger and writes its
+    last status; the ledger is consistent at every moment (each append is one
+    transaction on the store's thread).
+    """
+    origin = origin_for(identity.public_key)
+    async with StoreOwner(lambda: AttestationStore.open(config.ledger_path, origin)) as db:
+        ledgered = await db.call(daemon_jobs.setup, identity, config.runs)
+        daemon = Daemon(identity, config, db, ledgered, emit, monitor)
+        stopped_by: list[int] = []
         node_config = NodeConfig(listen=config.listen, bootstrap=config.peers, mdns=config.mdns)
         async with open_node(identity, node_config, daemon.on_node_event) as node:
             daemon.node = node
-            node.set_handler(
-                wire.SYNC_PROTOCOL,
-                daemon.serve_sync,
-                max_request=wire.MAX_SYNC_REQUEST_BYTES,
-                max_response=wire.MAX_PAGE_BYTES,
-                timeout=10.0,
-                refuse=wire.sync_refusal,
-            )
-            node.set_handler(
-                wire.WITNESS_PROTOCOL,
-                daemon.serve_witness,
-                max_request=wire.MAX_WITNESS_REQUEST_BYTES,
-                max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
-                timeout=10.0,
-                refuse=wire.witness_refusal,
-            )
-            node.set_handler(
-                wire.SETTLED_PROTOCOL,
-                daemon.serve_settled,
-                max_request=0,
-                max_response=wire.MAX_SETTLED_BYTES,
-                timeout=5.0,
-                refuse=wire.settled_refusal,
-            )
+            _serve(node, daemon)
             for view in config.runs:
                 topic = wire.run_topic(view.manifest.run_id)
                 node.set_validator(topic, stateless_validator(topic))
@@ -514,6 +526,7 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                 # Every loop supervised: an exception is logged with its traceback and the loop restarts
                 # after a back-off; nothing a peer sends, and no bug of ours in one loop, ends the daemon.
                 report = node._emit
+                nursery.start_soon(_stop_on_signals, nursery.cancel_scope, stopped_by)
                 nursery.start_soon(supervise, functools.partial(daemon.status_loop, nursery.cancel_scope), report)
                 for loop in (
                     daemon.audit_loop,
@@ -524,6 +537,37 @@ async def run_daemon(identity: Identity, config: DaemonConfig, emit: Callable[[D
                     daemon.ban_loop,
                 ):
                     nursery.start_soon(supervise, loop, report)
-            final = daemon.snapshot()
-            status.write_status(config.status_path, final)
-            return final
+            daemon.node = None
+        with trio.CancelScope(shield=True):
+            note = await db.call(daemon_jobs.checkpoint, identity)
+            daemon._report("done", f"signed a final checkpoint: {note.splitlines()[1]} entries")
+            final = await daemon.write_status()
+        return DaemonResult(final, stopped_by[0] if stopped_by else None)
+
+
+def _serve(node: Node, daemon: Daemon) -> None:
+    """Register the daemon's request protocols, each with its limits and its refusal message."""
+    node.set_handler(
+        wire.SYNC_PROTOCOL,
+        daemon.serve_sync,
+        max_request=wire.MAX_SYNC_REQUEST_BYTES,
+        max_response=wire.MAX_PAGE_BYTES,
+        timeout=10.0,
+        refuse=wire.sync_refusal,
+    )
+    node.set_handler(
+        wire.WITNESS_PROTOCOL,
+        daemon.serve_witness,
+        max_request=wire.MAX_WITNESS_REQUEST_BYTES,
+        max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
+        timeout=10.0,
+        refuse=wire.witness_refusal,
+    )
+    node.set_handler(
+        wire.SETTLED_PROTOCOL,
+        daemon.serve_settled,
+        max_request=0,
+        max_response=wire.MAX_SETTLED_BYTES,
+        timeout=5.0,
+        refuse=wire.settled_refusal,
+    )

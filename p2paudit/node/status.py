@@ -1,4 +1,5 @@
-"""The daemon's status snapshot: written atomically every second as JSON, read by `p2paudit status`.
+"""The daemon's status snapshot: written atomically (no fsync: it is a view of the ledger) as JSON, read by
+`p2paudit status`. It is made and written on the store's owner thread, never on the event loop.
 
 {"format": "p2paudit-status", "version": 1, "pid": int, "written_at": float (unix seconds),
  "peer_id": str, "public_key": hex, "listen": [multiaddr], "peers": [peer id],
@@ -6,7 +7,8 @@
  "busy": {"run_id": hex, "step": int} | null,
  "runs": [{"run_id": hex, "label": str, "steps": int, "checked_once": int, "checked_r": int,
            "redundancy": int, "disputes": int}],
- "equivocations": int, "events": [str]}
+ "equivocations": int, "events": [str],
+ "health": {"longest_stall_ms": float, "stall_task": str, "store_jobs": int, "busiest_store_job_ms": float}}
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from p2paudit.attest.queries import coverage, disputes, equivocations
 from p2paudit.attest.store import AttestationStore
-from p2paudit.durable import write_durably
+from p2paudit.durable import write_atomically
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, peer_id_of
 from p2paudit.regular_files import read_regular
@@ -56,6 +58,7 @@ class Status:
     runs: list[RunStatus]
     equivocations: int
     events: list[str]
+    health: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": STATUS_FORMAT, "version": STATUS_VERSION, **asdict(self)}
@@ -64,14 +67,11 @@ class Status:
 def snapshot(
     store: AttestationStore,
     identity: Identity,
-    node: Any,
     config: Any,
-    audited: int,
-    received: int,
-    events: list[str],
-    busy: tuple[bytes, int] | None,
+    live: dict[str, Any],
 ) -> Status:
-    """The node's state now: peers, ledger size, coverage per run (r = the policy's redundancy)."""
+    """The node's state now: ledger size and coverage per run (r = the policy's redundancy) from the store,
+    and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health)."""
     r = config.policy.redundancy
     runs = []
     for view in config.runs:
@@ -88,26 +88,28 @@ def snapshot(
                 len(disputes(store, m.run_id)),
             )
         )
+    busy = live["busy"]
     return Status(
         pid=os.getpid(),
         written_at=time.time(),
         peer_id=peer_id_of(identity.public_key),
         public_key=identity.public_key.hex(),
-        listen=node.listen_addrs() if node is not None else [],
-        peers=node.connected_peers() if node is not None else [],
+        listen=list(live["listen"]),
+        peers=list(live["peers"]),
         ledger={"path": str(config.ledger_path), "size": store.ledger.size},
-        audited=audited,
-        received=received,
+        audited=live["audited"],
+        received=live["received"],
         busy=None if busy is None else {"run_id": busy[0].hex(), "step": busy[1]},
         runs=runs,
         equivocations=len(equivocations(store).keys),
-        events=list(events[-10:]),
+        events=list(live["events"][-10:]),
+        health=dict(live["health"]),
     )
 
 
 def write_status(path: Path, status: Status) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_durably(path, json.dumps(status.to_dict(), indent=1).encode())
+    write_atomically(path, json.dumps(status.to_dict(), indent=1).encode())
 
 
 def read_status(path: Path) -> dict[str, Any]:
