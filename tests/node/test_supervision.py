@@ -1,0 +1,108 @@
+"""Supervised loops and peer accounting (issue 12): a failing loop restarts with back-off, a sync server
+that answers with an oversize page is banned once (not asked again every few seconds), and one that
+declines with a refusal is backed off from, never banned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from hostile_peer import hostile_config, hostile_key, wait_until
+
+from p2paudit.audit.replay import open_run
+from p2paudit.identity import identity_from_seed
+from p2paudit.node import wire
+from p2paudit.node.auditor import AuditPolicy
+from p2paudit.node.daemon import DaemonConfig, run_daemon
+from p2paudit.node.libp2p_adapter import open_node
+from p2paudit.node.libp2p_containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
+from p2paudit.run.publisher import TrainPlan, publish_run
+
+PUBLISHER = identity_from_seed(b"\x68" * 32)
+
+
+def test_a_failing_loop_is_restarted_with_doubling_back_off_and_reported():
+    reports: list[tuple[str, str, str]] = []
+    starts: list[float] = []
+
+    async def flaky() -> None:
+        starts.append(trio.current_time())
+        if len(starts) <= 8:
+            raise RuntimeError(f"planted failure {len(starts)}")
+        await trio.sleep_forever()
+
+    async def main() -> None:
+        with trio.move_on_after(1000):
+            await supervise(flaky, lambda *r: reports.append(r), name="flaky")
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, SUPERVISE_MAX_DELAY, SUPERVISE_MAX_DELAY]
+    assert len(starts) == 9  # the ninth run stayed up
+    assert [r[0] for r in reports] == [CONTAINED] * 8
+    assert "planted failure 8" in reports[-1][2] and "loop flaky" in reports[-1][2]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("supervision") / "run"
+    publish_run(TrainPlan(run, "tiny", steps=2, ckpt_every=1, backend="reference"), PUBLISHER)
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("answer", ["oversize", "refusal"])
+def test_bad_sync_server_is_banned_once_and_a_declining_one_backed_off(run_dir, tmp_path, answer):
+    asked: list[float] = []
+
+    async def serve(peer: str, request: bytes) -> bytes:
+        asked.append(trio.current_time())
+        if answer == "oversize":  # over MAX_PAGE_BYTES: refused by the frame reader before it is read
+            return b"\x00" * (2_400_000)
+        return wire.sync_refusal("this peer does not serve sync")
+
+    events = []
+    config = DaemonConfig(
+        runs=(open_run(run_dir),),
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=AuditPolicy(redundancy=1),
+        duration=20.0,
+    )
+
+    async def main() -> None:
+        async with open_node(hostile_key("sync " + answer), hostile_config()) as liar:
+            liar.set_handler(
+                wire.SYNC_PROTOCOL,
+                serve,
+                max_request=64,
+                max_response=3_000_000,
+                timeout=10.0,
+                refuse=wire.sync_refusal,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_daemon, identity_from_seed(b"\x69" * 32), config, events.append)
+                await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
+                import json
+
+                addr = json.loads((tmp_path / "status.json").read_text())["listen"][0]
+                await liar.connect(addr)
+                await wait_until(lambda: len(asked) >= 1, "a sync request", 30)
+                await trio.sleep(12.0)  # four sync intervals
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    texts = [e.text for e in events]
+    bans = [t for t in texts if t.startswith("banned")]
+    if answer == "oversize":
+        assert len(asked) == 1, f"asked {len(asked)} times"
+        assert any("bad sync page" in t and "2400000" in t for t in texts), texts[-10:]
+        assert len(bans) == 1
+    else:
+        assert bans == []
+        assert 2 <= len(asked) <= 3, f"asked {len(asked)} times in 12 s (back-off 3, 6, 12 s)"
+        assert any("next try in" in t for t in texts)
