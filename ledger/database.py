@@ -57,9 +57,7 @@ def connect(path: str, readonly: bool = False) -> sqlite3.Connection:
 
 
 def _open(path: str, mode: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S
-    )
+    conn = sqlite3.connect(database_uri(path, mode), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     if mode != "ro":
         return conn
     try:
@@ -69,9 +67,7 @@ def _open(path: str, mode: str) -> sqlite3.Connection:
         conn.close()
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_READONLY_DIRECTORY" or _has_wal_files(path):
             raise
-    conn = sqlite3.connect(
-        database_uri(path, "ro", immutable=True), uri=True, isolation_level=None
-    )
+    conn = sqlite3.connect(database_uri(path, "ro", immutable=True), uri=True, isolation_level=None)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn
 
