@@ -43,6 +43,7 @@ import trio
 
 from ledger.cosignature import CosignatureVerifier
 from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.tables import origin_for
 from p2paudit.audit.replay import RunView
@@ -60,6 +61,7 @@ IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
 FLUSH_INTERVAL = 1.0
+MAX_ANNOUNCED_CONFLICTS = 100_000  # (kind, run, step, key) remembered as announced; the oldest are forgotten
 # A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
 RETRY_MIN = 3.0
 RETRY_MAX = 300.0
@@ -128,6 +130,7 @@ class Daemon:
         # a message costs ~3 ms per copy per node whatever it holds (docs/benchmarks.md, Network).
         self.outbox: dict[bytes, list[bytes]] = {}
         self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
+        self.announced_conflicts: dict[tuple[str, bytes, int, bytes], None] = {}  # oldest first, bounded
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
 
@@ -186,7 +189,16 @@ class Daemon:
     # -- conflicts out --------------------------------------------------------------------------------------
 
     async def _announce(self, signed: bytes, kind: str) -> None:
-        """Publish the two signed attestations that prove a new dispute or equivocation."""
+        """Publish the two signed attestations that prove a new dispute or equivocation: once per disputed step,
+        once per equivocating key and step (a flood of attestations joining one dispute proves nothing new and
+        must not make us gossip evidence at the flooder's rate)."""
+        record = decode_signed(signed).attestation
+        key = (kind, record.run_id, record.step, record.verifier if kind == "equivocation" else b"")
+        if key in self.announced_conflicts:
+            return
+        self.announced_conflicts[key] = None
+        if len(self.announced_conflicts) > MAX_ANNOUNCED_CONFLICTS:
+            del self.announced_conflicts[next(iter(self.announced_conflicts))]
         found = await self.db.call(daemon_jobs.evidence_for, signed, kind)
         if found is None:
             return

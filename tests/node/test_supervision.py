@@ -106,3 +106,56 @@ def test_bad_sync_server_is_banned_once_and_a_declining_one_backed_off(run_dir, 
         assert bans == []
         assert 2 <= len(asked) <= 3, f"asked {len(asked)} times in 12 s (back-off 3, 6, 12 s)"
         assert any("next try in" in t for t in texts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_dispute_is_announced_once_however_many_attestations_join_it(run_dir, tmp_path):
+    """40 keys attest one step, alternating match and mismatch: one dispute, so one evidence message
+    (before, one per conflicting attestation: a flooder set the rate of our evidence gossip)."""
+    from hostile_peer import batch, envelope
+
+    run_id = open_run(run_dir).manifest.run_id
+    evidence: list[bytes] = []
+    events = []
+    config = DaemonConfig(
+        runs=(open_run(run_dir),),
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=AuditPolicy(redundancy=1),
+        duration=60.0,
+    )
+    keys = [hostile_key(f"crowd {i}") for i in range(40)]
+    messages = [
+        batch(run_id, [envelope(k, run_id, 1, "match" if i % 2 else "mismatch", time_ms=5)]) for i, k in enumerate(keys)
+    ]
+
+    async def main() -> None:
+        async with open_node(hostile_key("crowd sender"), hostile_config()) as sender:
+            await sender.subscribe(wire.EVIDENCE_TOPIC, lambda origin, data: evidence.append(data))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_daemon, identity_from_seed(b"\x6a" * 32), config, events.append)
+                await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
+                import json
+
+                addr = json.loads((tmp_path / "status.json").read_text())["listen"][0]
+                topic = wire.run_topic(run_id)
+                await sender.subscribe(topic, lambda origin, data: None)
+                target = await sender.connect(addr)
+                await wait_until(lambda: target in sender.gossip_peers(topic), "the daemon on the topic", 30)
+                await wait_until(lambda: target in sender.gossip_peers(wire.EVIDENCE_TOPIC), "evidence topic", 30)
+                await trio.sleep(2.0)
+                for message in messages:
+                    await sender.publish(topic, message)
+                    await trio.sleep(0.05)
+                received = lambda: json.loads((tmp_path / "status.json").read_text())["received"]  # noqa: E731
+                await wait_until(lambda: received() >= len(messages), "every attestation stored", 60)
+                await trio.sleep(3.0)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    disputes = [e.text for e in events if e.kind == "conflict" and "dispute at step 1" in e.text]
+    assert len(disputes) == 1, disputes
+    assert len(evidence) == 1
+    assert wire.decode_evidence(evidence[0]).kind == "dispute"
