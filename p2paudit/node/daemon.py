@@ -228,10 +228,17 @@ class Daemon:
                 continue
         return keys
 
-    def _may_spill(self) -> bool:
-        """Spill over to unassigned steps only when every connected peer was synced since the last change and
-        nothing changed for SPILL_GRACE seconds: what peers already checked is then known here."""
+    def _syncable_peers(self) -> set[str]:
+        """Connected peers we can learn from: not those whose sync fails or is declined (backing off), so a peer
+        that does not serve sync (another implementation, a light client) holds back neither spill-over nor
+        --until-covered."""
         peers = set(self.node.connected_peers()) if self.node is not None else set()
+        return {peer for peer in peers if self._due("sync", peer) or peer in self.synced_since_change}
+
+    def _may_spill(self) -> bool:
+        """Spill over to unassigned steps only when every peer we can sync with was synced since the last change
+        and nothing changed for SPILL_GRACE seconds: what peers already checked is then known here."""
+        peers = self._syncable_peers()
         return peers <= self.synced_since_change and time.monotonic() - self.last_change >= SPILL_GRACE
 
     async def _pick(self) -> tuple[RunView, int] | None:
@@ -435,7 +442,7 @@ class Daemon:
         """Every step of every run checked `redundancy` times here, quiet for `linger`, every peer synced since."""
         if not await self.db.call(daemon_jobs.covered, self.config.runs, self.config.policy):
             return False
-        peers = set(self.node.connected_peers()) if self.node is not None else set()
+        peers = self._syncable_peers()
         quiet = time.monotonic() - self.last_change >= self.config.linger
         return quiet and peers <= self.synced_since_change and self.busy_step is None and not self.outbox
 
@@ -460,7 +467,7 @@ class Daemon:
     async def peers_settled(self) -> bool:
         """True when every connected peer says it is covered too. A node that stops only then cannot leave
         before a peer that still audits or sends: what the last of them signs reaches everyone still here."""
-        for peer in list(self.node.connected_peers()) if self.node is not None else []:
+        for peer in sorted(self._syncable_peers()):
             try:
                 answer = await self.node.request(
                     peer, wire.SETTLED_PROTOCOL, b"", max_response=wire.MAX_SETTLED_BYTES, timeout=5.0

@@ -159,3 +159,43 @@ def test_a_dispute_is_announced_once_however_many_attestations_join_it(run_dir, 
     assert len(disputes) == 1, disputes
     assert len(evidence) == 1
     assert wire.decode_evidence(evidence[0]).kind == "dispute"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(run_dir, tmp_path):
+    """--until-covered finishes beside a connected peer that serves neither sync nor settled (a light client,
+    another implementation): it is backed off from, not waited for."""
+    config = DaemonConfig(
+        runs=(open_run(run_dir),),
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=AuditPolicy(redundancy=1),
+        stop_when_covered=True,
+        linger=1.0,
+    )
+    events = []
+    finished: list[float] = []
+
+    async def main() -> None:
+        async with open_node(hostile_key("light client"), hostile_config()) as client:
+            async with trio.open_nursery() as nursery:
+
+                async def daemon() -> None:
+                    await run_daemon(identity_from_seed(b"\x6b" * 32), config, events.append)
+                    finished.append(trio.current_time())
+
+                nursery.start_soon(daemon)
+                await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
+                import json
+
+                await client.connect(json.loads((tmp_path / "status.json").read_text())["listen"][0])
+                with trio.move_on_after(60):
+                    while not finished:
+                        await trio.sleep(0.2)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert finished, "the daemon never finished: it waited for a peer that serves no sync"
+    assert any("every step is covered" in e.text for e in events)
