@@ -36,6 +36,10 @@ class NodeConfig:
     # Both of py-libp2p's 32-message queues are raised to this.
     queue_size: int = 4096
     max_gossip_message: int = 1 << 20
+    # A peer's pubsub stream is not read while this many of its messages are in processing (back-pressure,
+    # memory bounded per peer); with that bound, validation may wait this long instead of py-libp2p's 5 s.
+    max_in_flight_per_peer: int = 32
+    validation_timeout: float = 60.0
     deliveries_clear_interval: float = 30.0
     # Our subscriptions are re-announced to a peer whose pubsub stream is new (the library's
     # hello can miss a topic subscribed during the handshake) and to every peer this often.

@@ -14,12 +14,9 @@ Each setting answers a fact measured on py-libp2p 0.8.1 (../shared/notes):
 - eclipse protection OFF: it wants distinct IPs in the mesh (all 127.0.0.1 on loopback);
 - the topic validator is async: a raising *sync* validator kills the whole pubsub
   service. Ours never raises: an exception in the caller's check counts as reject;
-- writes to one pubsub stream interleave: yamux's `write` takes its lock per frame, not per
-  call, and three tasks write RPCs to a peer's stream (the outbound queue, the replay of
-  recent messages to a new peer, the flush of identify-pending messages). Two RPCs larger
-  than a frame then arrive spliced and the receiver cannot decode either (measured: a
-  175,670-byte batch killed two honest daemons). `SerialWritePubsub` writes one RPC at a time
-  per stream;
+- writes to one pubsub stream interleave, and inbound work is unbounded: `GuardedPubsub`
+  (libp2p_pubsub) writes one whole RPC at a time per stream and stops reading a peer while
+  `max_in_flight` of its messages are being processed;
 - a subscription can go unannounced: `_handle_new_peer` builds the hello, then awaits
   its write before it adds the peer, so a `subscribe()` in between reaches neither
   (seen in CI: a line of three nodes never learned one subscription in 60 s). We
@@ -33,22 +30,21 @@ import functools
 import inspect
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 import libp2p.pubsub.pubsub as _pubsub_module
 import trio
-from libp2p.abc import IHost, INetStream, ISubscriptionAPI
+from libp2p.abc import IHost, ISubscriptionAPI
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
 from p2paudit.errors import InputError
 from p2paudit.node.libp2p_config import NodeConfig
 from p2paudit.node.libp2p_framing import TokenBucket
+from p2paudit.node.libp2p_pubsub import GuardedPubsub
 from p2paudit.node.wire import message_id
 
 logger = logging.getLogger(__name__)
@@ -83,21 +79,6 @@ def raise_library_queues(size: int) -> None:
     _pubsub_module.RpcQueue = LargeRpcQueue
 
 
-class SerialWritePubsub(Pubsub):
-    """Pubsub whose RPC writes to one stream never interleave (each whole RPC under that stream's lock)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = weakref.WeakKeyDictionary()
-
-    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
-        lock = self._write_locks.get(stream)
-        if lock is None:
-            lock = self._write_locks[stream] = trio.Lock()
-        async with lock:
-            return await super().write_msg(stream, rpc_msg)
-
-
 class Gossip:
     """GossipSub router and Pubsub service, validators and handlers in our terms."""
 
@@ -115,12 +96,14 @@ class Gossip:
             spam_protection_enabled=False,
             eclipse_protection_enabled=False,
         )
-        self.pubsub = SerialWritePubsub(
+        self.pubsub = GuardedPubsub(
             host,
             self.router,
             msg_id_constructor=content_message_id,
             strict_signing=True,
             max_inbound_rpc_size=config.max_gossip_message + 64 * 1024,
+            validation_timeout=config.validation_timeout,
+            max_in_flight=config.max_in_flight_per_peer,
         )
         self._validators: dict[str, GossipValidator] = {}
         self._buckets: dict[str, TokenBucket] = {}

@@ -30,7 +30,7 @@ from test_libp2p_adapter import config, ident, run, wait_until
 
 from p2paudit.node.libp2p_adapter import open_node
 from p2paudit.node.libp2p_containment import CONTAINED, MALFORMED, classify
-from p2paudit.node.libp2p_gossip import SerialWritePubsub
+from p2paudit.node.libp2p_pubsub import GuardedPubsub
 
 TOPIC = "p2paudit/test/containment"
 # varint 6, then field 1 (subscriptions) with a length varint cut short: the RPC does not decode.
@@ -127,7 +127,7 @@ async def _two_writers(pubsub_cls) -> list[bytes]:
         await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{b.get_addrs()[0]}")))
         stream = await a.new_stream(b.get_id(), [TProtocol("/test/rpc/1")])
         writer = pubsub_cls.__new__(pubsub_cls)  # only write_msg is used: no service started
-        writer._write_locks = weakref.WeakKeyDictionary()  # what SerialWritePubsub.__init__ adds
+        writer._write_locks = weakref.WeakKeyDictionary()  # what GuardedPubsub.__init__ adds
         rpcs = [rpc_pb2.RPC(publish=[rpc_pb2.Message(data=bytes([i]) * 300_000, topicIDs=[TOPIC])]) for i in (1, 2)]
         async with trio.open_nursery() as nursery:
             for rpc in rpcs:
@@ -139,7 +139,7 @@ async def _two_writers(pubsub_cls) -> list[bytes]:
 
 @pytest.mark.timeout(120)
 def test_concurrent_rpc_writes_on_one_stream_arrive_whole():
-    """py-libp2p's own write_msg splices two large RPCs (yamux locks per frame); SerialWritePubsub does not."""
+    """py-libp2p's own write_msg splices two large RPCs (yamux locks per frame); GuardedPubsub does not."""
 
     def decodes(frames: list[bytes]) -> bool:
         try:
@@ -152,7 +152,7 @@ def test_concurrent_rpc_writes_on_one_stream_arrive_whole():
 
     async def body():
         stock.extend(await _two_writers(Pubsub))
-        ours.extend(await _two_writers(SerialWritePubsub))
+        ours.extend(await _two_writers(GuardedPubsub))
 
     run(body, 40)
     assert not decodes(stock), "baseline: py-libp2p's write_msg did not interleave this time"
@@ -171,3 +171,36 @@ def test_classify_blames_the_peer_only_for_bytes_that_do_not_decode():
     assert classify(KeyError("our bug")) == CONTAINED
     assert classify(ExceptionGroup("g", [DecodeError("x"), KeyError("bug")])) == CONTAINED
     assert classify(trio.BrokenResourceError()) == CONTAINED
+
+
+@pytest.mark.timeout(120)
+def test_a_burst_slower_to_validate_than_5_s_is_held_back_not_dropped():
+    """150 messages whose validation takes 0.6 s each (10 at a time): py-libp2p's own 5 s validation time-out
+    dropped everything past about the 80th, silently. Here the sender is held back (its stream is not read
+    while 32 of its messages are in flight) and every message is delivered."""
+    count, delay = 150, 0.6
+
+    async def body():
+        got: list[bytes] = []
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(open_node(ident(11), config(origin_rate=None)))
+            b = await stack.enter_async_context(
+                open_node(ident(12), config(bootstrap=(a.listen_addrs()[0],), origin_rate=None))
+            )
+
+            async def slow_check(origin: str, data: bytes) -> bool:
+                await trio.sleep(delay)
+                return True
+
+            b.set_validator(TOPIC, slow_check)
+            await b.subscribe(TOPIC, lambda origin, data: got.append(data))
+            await a.subscribe(TOPIC, lambda origin, data: None)
+            await wait_until(lambda: a.gossip_peers(TOPIC) and b.gossip_peers(TOPIC), "subscriptions")
+            await trio.sleep(1.5)
+            for i in range(count):
+                await a.publish(TOPIC, b"burst %d " % i + bytes(2000))
+            await wait_until(lambda: len(got) == count, f"{count} delivered", timeout=60)
+            assert b.gossip.pubsub.gated_reads > 0  # the sender was held back, not dropped
+            assert sorted(got) == sorted(b"burst %d " % i + bytes(2000) for i in range(count))
+
+    run(body, 40)
