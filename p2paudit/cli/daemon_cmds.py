@@ -100,6 +100,7 @@ def daemon(
     import trio
 
     from p2paudit.audit.replay import open_run
+    from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
@@ -130,7 +131,11 @@ def daemon(
         if not quiet:
             click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {event.text}")
 
-    click.echo(f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); status in {config.status_path}")
+    log_path = open_log_file(home)
+    click.echo(
+        f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); "
+        f"status in {config.status_path}, log in {log_path}"
+    )
     monitor = LoopMonitor()
     result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
     final = result.status
