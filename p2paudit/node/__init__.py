@@ -8,7 +8,7 @@ Pure (no I/O):
   step is caught, by closed form and by Monte Carlo over `assignment`.
 - `wire`: every message as canonical msgpack (gossip batches, evidence, sync
   and witness requests and responses), with their limits.
-- `validate`: the gossip validator (stateless checks only, never raises) and
+- `validate`: the gossip validator (stateless checks only; InputError for the peer's fault) and
   evidence checked from its bytes alone.
 
 Over the store (no network):
@@ -23,9 +23,13 @@ Over the store (no network):
 
 The network:
 
-- `libp2p_adapter` (with `libp2p_host`, `libp2p_gossip`, `libp2p_requests`,
-  `libp2p_peers`, `libp2p_framing`, `libp2p_config`): the only modules that
-  touch py-libp2p; the rest speaks peers, topics and bytes.
-- `daemon`: one volunteer node: audit, gossip, sync, witness, report.
+- `libp2p_adapter` (with `libp2p_host`, `libp2p_gossip`, `libp2p_pubsub`,
+  `libp2p_requests`, `libp2p_peers`, `libp2p_framing`, `libp2p_config` and
+  `libp2p_containment`, the wall that keeps any peer's input from ending the
+  node): the only modules that touch py-libp2p; the rest speaks peers, topics
+  and bytes.
+- `daemon`: one volunteer node: audit, gossip, sync, witness, report; its
+  ledger work runs as `daemon_jobs` on the one thread `store_owner` keeps for
+  the SQLite connection, and `loop_monitor` measures the event loop's stalls.
 - `localnet`: several daemons as processes on loopback (the demo, the tests).
 """
