@@ -199,3 +199,21 @@ def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(r
     trio.run(main)
     assert finished, "the daemon never finished: it waited for a peer that serves no sync"
     assert any("every step is covered" in e.text for e in events)
+
+
+def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
+    """rejected and malformed ban; our validator's bug, a contained error and a rate limit never do."""
+    from p2paudit.node.daemon import Daemon
+    from p2paudit.node.libp2p_config import NodeEvent
+
+    config = DaemonConfig(runs=(open_run(run_dir),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json")
+    daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=None, ledgered=None, emit=lambda event: None)
+    for kind in ("validator_errors", "contained", "rate_limited", "refused", "rejected", "malformed"):
+        daemon.on_node_event(NodeEvent(kind, f"peer-{kind}", "detail"))
+    queued = []
+    while True:
+        try:
+            queued.append(daemon._ban_receive.receive_nowait()[0])
+        except trio.WouldBlock:
+            break
+    assert queued == ["peer-rejected", "peer-malformed"]
