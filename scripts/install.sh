@@ -18,6 +18,8 @@ missing=""
 # The mDNS test runs two daemons in a private network namespace (unshare -rn, ip).
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v unshare >/dev/null 2>&1 || missing="$missing util-linux"
+# The NAT fabric of tests/netns (namespaces, veths, a bridge, masquerading routers): iproute2 and nftables.
+command -v nft >/dev/null 2>&1 || missing="$missing nftables"
 if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi

@@ -1,0 +1,31 @@
+"""Fixtures for the namespace tests: skip with one line where namespaces cannot be built, fail in CI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .fabric import Fabric, unavailable_reason
+
+_REASON: list[str | None] = []
+
+
+def require_netns() -> None:
+    """Skip (or, when the CI environment variable is set, fail) unless namespaces can be built here."""
+    if not _REASON:
+        _REASON.append(unavailable_reason())
+    reason = _REASON[0]
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the network namespace tests: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def netns_fabric():
+    """A fabric with one public host and two homes behind their own NATs, removed afterwards."""
+    require_netns()
+    with Fabric(homes=2, public=1) as net:
+        yield net
