@@ -34,3 +34,7 @@ fi
 if command -v node >/dev/null 2>&1; then
   (cd tests/interop/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The explorer's browser tests (tests/explorer): Debian's headless Chromium and its driver, driven by Selenium.
+if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi

@@ -1,4 +1,4 @@
-"""Imports go one way: kernels <- engine <- run <- audit <- attest <- node <- cli.
+"""Imports go one way: kernels <- engine <- run <- audit <- attest <- node <- explorer <- cli.
 
 `identity` and `errors` are leaves; `ledger` and `kernels` import nothing from
 p2paudit. Each package is imported (every module in it) in a fresh process,
@@ -15,7 +15,15 @@ import pytest
 
 from tests.layering_scan import forbidden_imports, lazy_imports, module_cycles, module_name, scan_tree
 
-ORDER = ["p2paudit.engine", "p2paudit.run", "p2paudit.audit", "p2paudit.attest", "p2paudit.node", "p2paudit.cli"]
+ORDER = [
+    "p2paudit.engine",
+    "p2paudit.run",
+    "p2paudit.audit",
+    "p2paudit.attest",
+    "p2paudit.node",
+    "p2paudit.explorer",
+    "p2paudit.cli",
+]
 LEAVES = ["p2paudit.identity", "p2paudit.errors", "p2paudit.durable", "p2paudit.regular_files"]
 
 ALLOWED = {
@@ -30,7 +38,7 @@ for i, pkg in enumerate(ORDER):
     below = set(ORDER[:i]) | {"kernels", "p2paudit.errors", "p2paudit.durable", "p2paudit.regular_files"}
     if pkg != "p2paudit.engine":
         below |= {"p2paudit.identity"}
-    if pkg in ("p2paudit.attest", "p2paudit.node", "p2paudit.cli"):
+    if pkg in ("p2paudit.attest", "p2paudit.node", "p2paudit.explorer", "p2paudit.cli"):
         below |= {"ledger"}
     ALLOWED[pkg] = below
 

@@ -30,6 +30,7 @@ from ledger import Ledger, LedgerError, NoteSigner, Transaction
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
 from p2paudit.attest.tables import create_tables, indexed_size, origin_for  # noqa: F401 (re-exported)
+from p2paudit.attest.views import create_views
 from p2paudit.identity import Identity
 
 VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
@@ -152,6 +153,7 @@ class AttestationStore:
     def _create_tables(self) -> None:
         with self.ledger.transaction() as tx:
             create_tables(tx.conn)
+            create_views(tx.conn)  # read-only SQL views for sqlite-utils and datasette (attest.views)
 
     # -- runs -------------------------------------------------------------------------------------------
 

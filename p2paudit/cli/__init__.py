@@ -84,6 +84,7 @@ from p2paudit.cli import (  # noqa: E402,F401  (registers the commands)
     daemon_cmds,
     data_cmds,
     demo_cmd,
+    explore_cmd,
     identity_cmds,
     ledger_cmds,
     node_cmds,

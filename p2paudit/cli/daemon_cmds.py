@@ -78,6 +78,13 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
 )
 @click.option("--mdns", is_flag=True, help="Find peers on the local network by mDNS (multicasts on the LAN).")
 @click.option("--quiet", is_flag=True, help="No event lines; only the final summary.")
+@click.option(
+    "--http",
+    "http_listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also serve the read-only web explorer of this node's ledger and status (e.g. 127.0.0.1:8321).",
+)
 def daemon(
     runs: tuple[Path, ...],
     listen: tuple[str, ...],
@@ -91,6 +98,7 @@ def daemon(
     lie_about_step: int | None,
     mdns: bool,
     quiet: bool,
+    http_listen: str | None,
 ) -> None:
     """Run a volunteer node: audit steps of RUNs, sign, gossip, sync and witness with peers.
 
@@ -100,6 +108,7 @@ def daemon(
     import trio
 
     from p2paudit.audit.replay import open_run
+    from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
@@ -136,6 +145,7 @@ def daemon(
         f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); "
         f"status in {config.status_path}, log in {log_path}"
     )
+    serve_explorer(http_listen, config.ledger_path, config.status_path)  # --http: a thread, stopped with the command
     monitor = LoopMonitor()
     result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
     final = result.status

@@ -1,0 +1,260 @@
+"""The JSON API under /api/v1/: routes, their parameters, and answers as (status, content type, bytes).
+
+Every request opens the ledger read-only (AttestationStore.open_readonly),
+answers, and closes it; answers that aggregate the whole index are kept per
+ledger size (explorer.cache). JSON is written with `<`, `>`, `&` and `'`
+escaped as \\u sequences, so no answer can be read as markup whatever a peer
+put in a text field. docs/explorer.md lists every endpoint and its fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger import LedgerError, leaf_hash
+from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+from p2paudit.attest.report import parse_run_id
+from p2paudit.attest.store import AttestationStore
+from p2paudit.errors import InputError, P2PAuditError
+from p2paudit.explorer import checkpoints, coverage, proofs, runs, steps
+from p2paudit.explorer.cache import ResultCache
+from p2paudit.explorer.node_view import node_view
+from p2paudit.identity import parse_public_key_hex
+
+PREFIX = "/api/v1"
+MAX_TRUSTED = 1000
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"}
+
+
+class NotFound(P2PAuditError):
+    """The run, step or entry asked for is not in the ledger (HTTP 404)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+def json_bytes(value: Any) -> bytes:
+    """JSON with every character that could start markup escaped (still the same JSON value)."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return re.sub(r"[<>&']", lambda m: _JSON_ESCAPES[m.group(0)], text).encode("ascii")
+
+
+def json_answer(value: Any, status: int = 200, download: str | None = None) -> Answer:
+    headers = (("Content-Disposition", f'attachment; filename="{download}"'),) if download else ()
+    return Answer(status, "application/json; charset=utf-8", json_bytes(value), headers)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API request: the path's captured parts and the query string's values (first of each)."""
+
+    parts: tuple[str, ...]
+    params: dict[str, str]
+
+    def integer(self, name: str, default: int | None, low: int = 0, high: int = 2**62) -> int | None:
+        text = self.params.get(name)
+        if text is None or text == "":
+            return default
+        if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
+            raise InputError(f"parameter {name}={text[:40]!r} is not an integer in {low}..{high}")
+        return int(text)
+
+
+class Explorer:
+    """The API over one ledger file (and optionally a daemon's status file)."""
+
+    def __init__(self, ledger_path: Path, status_path: Path | None = None) -> None:
+        self.ledger_path = Path(ledger_path)
+        self.status_path = status_path
+        self.cache = ResultCache()
+        self.routes: list[tuple[re.Pattern[str], Callable[[AttestationStore, Request], Answer]]] = [
+            (re.compile(p + r"/?"), handler)
+            for p, handler in (
+                (r"", self.index),
+                (r"/runs", self.runs),
+                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})", self.run),
+                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/coverage", self.coverage),
+                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/steps/([0-9]{1,19})", self.step),
+                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/init", self.init),
+                (r"/disputes", self.disputes),
+                (r"/equivocations", self.equivocations),
+                (r"/checkpoints", self.checkpoints),
+                (r"/entries/([0-9]{1,19})", self.entry),
+                (r"/entries/([0-9]{1,19})/raw", self.entry_raw),
+                (r"/entries/([0-9]{1,19})/proof", self.entry_proof),
+            )
+        ]
+
+    # -- dispatch ----------------------------------------------------------------------------------------
+
+    def answer(self, path: str, params: dict[str, str]) -> Answer:
+        """The answer to GET PREFIX + path; errors become JSON {"error": one line} with their HTTP status."""
+        if path.rstrip("/") in ("/node", "/peers"):
+            return self._guarded(lambda: json_answer(self.node(peers_only=path.startswith("/peers"))))
+        for pattern, handler in self.routes:
+            match = pattern.fullmatch(path)
+            if match:
+                request = Request(match.groups(), params)
+                return self._guarded(lambda h=handler, r=request: self._with_store(h, r))
+        return json_answer({"error": f"no API endpoint {PREFIX}{path[:200]}"}, 404)
+
+    def _with_store(self, handler: Callable[[AttestationStore, Request], Answer], request: Request) -> Answer:
+        try:
+            store = AttestationStore.open_readonly(self.ledger_path)
+        except (AttestationError, LedgerError) as exc:
+            return json_answer({"error": str(exc)}, 503)
+        with store:
+            return handler(store, request)
+
+    def _guarded(self, make: Callable[[], Answer]) -> Answer:
+        try:
+            return make()
+        except NotFound as exc:
+            return json_answer({"error": str(exc)}, 404)
+        except InputError as exc:
+            return json_answer({"error": str(exc)}, 400)
+        except (AttestationError, LedgerError) as exc:
+            return json_answer({"error": str(exc)}, 503)
+
+    def _cached(self, store: AttestationStore, key: tuple, compute: Callable[[], Any]) -> Any:
+        return self.cache.get_or_compute((str(self.ledger_path), store.ledger.size, *key), compute)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _run_id(self, store: AttestationStore, text: str) -> bytes:
+        run_id = parse_run_id(text)
+        if store.conn.execute("SELECT 1 FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise NotFound(f"run {run_id.hex()} is not known to this ledger")
+        return run_id
+
+    def _entry(self, store: AttestationStore, text: str) -> int:
+        index, size = int(text), store.ledger.size
+        if index >= size:
+            raise NotFound(f"entry {index} is not in the ledger of size {size}")
+        return index
+
+    def _trusted(self, request: Request) -> frozenset[bytes] | None:
+        text = request.params.get("trusted", "").strip()
+        if not text:
+            return None
+        items = [item for item in re.split(r"[\s,]+", text) if item]
+        if len(items) > MAX_TRUSTED:
+            raise InputError(f"{len(items)} trusted keys given, at most {MAX_TRUSTED}")
+        return frozenset(parse_public_key_hex(item) for item in items)
+
+    # -- endpoints ---------------------------------------------------------------------------------------
+
+    def index(self, store: AttestationStore, request: Request) -> Answer:
+        endpoints = [
+            "/runs",
+            "/runs/{run}",
+            "/runs/{run}/coverage",
+            "/runs/{run}/steps/{step}",
+            "/runs/{run}/init",
+            "/disputes",
+            "/equivocations",
+            "/checkpoints",
+            "/entries/{index}",
+            "/entries/{index}/raw",
+            "/entries/{index}/proof",
+            "/node",
+            "/peers",
+        ]
+        return json_answer(
+            {
+                "api": "p2paudit-explorer",
+                "version": 1,
+                "ledger": checkpoints.head(store),
+                "node_status": self.status_path is not None,
+                "endpoints": [PREFIX + e for e in endpoints],
+            }
+        )
+
+    def runs(self, store: AttestationStore, request: Request) -> Answer:
+        def compute() -> list[dict[str, Any]]:
+            return [runs.run_summary(store, info.run_id).to_dict() for info in store.runs()]
+
+        return json_answer({"ledger": checkpoints.head(store), "runs": self._cached(store, ("runs",), compute)})
+
+    def run(self, store: AttestationStore, request: Request) -> Answer:
+        run_id = self._run_id(store, request.parts[0])
+        summary = self._cached(store, ("run", run_id), lambda: runs.run_summary(store, run_id).to_dict())
+        return json_answer(summary)
+
+    def coverage(self, store: AttestationStore, request: Request) -> Answer:
+        run_id = self._run_id(store, request.parts[0])
+        trusted = self._trusted(request)
+        args = (
+            request.integer("from", None),
+            request.integer("to", None),
+            request.integer("buckets", 1000, 1, coverage.MAX_BUCKETS),
+            request.integer("min", 1, 1, 1_000_000),
+        )
+        key = ("coverage", run_id, *args, trusted)
+        strip = self._cached(
+            store, key, lambda: coverage.bucket_coverage(store, run_id, *args[:3], args[3], trusted).to_dict()
+        )
+        return json_answer(strip)
+
+    def step(self, store: AttestationStore, request: Request) -> Answer:
+        run_id = self._run_id(store, request.parts[0])
+        step = int(request.parts[1])
+        if step >= store.run_info(run_id).steps:
+            raise NotFound(
+                f"step {step} is not in run {run_id.hex()[:16]}..., which has {store.run_info(run_id).steps}"
+            )
+        return json_answer(steps.claim_detail(store, run_id, step))
+
+    def init(self, store: AttestationStore, request: Request) -> Answer:
+        run_id = self._run_id(store, request.parts[0])
+        return json_answer(steps.claim_detail(store, run_id, INIT_INDEX_STEP))
+
+    def disputes(self, store: AttestationStore, request: Request) -> Answer:
+        run_id = self._run_id(store, request.params["run"]) if request.params.get("run") else None
+        offset, limit = request.integer("offset", 0), request.integer("limit", 100, 1, runs.MAX_PAGE)
+        runs.check_page(offset, limit)
+        found = self._cached(store, ("disputes", run_id), lambda: runs.disputed_claims(store, run_id))
+        page = [runs.claim_sides(store, claim) for claim in found[offset : offset + limit]]
+        return json_answer({"total": len(found), "offset": offset, "limit": limit, "disputes": page})
+
+    def equivocations(self, store: AttestationStore, request: Request) -> Answer:
+        return json_answer(self._cached(store, ("equivocations",), lambda: checkpoints.equivocations_view(store)))
+
+    def checkpoints(self, store: AttestationStore, request: Request) -> Answer:
+        return json_answer(self._cached(store, ("checkpoints",), lambda: checkpoints.ledger_view(store)))
+
+    def entry(self, store: AttestationStore, request: Request) -> Answer:
+        index = self._entry(store, request.parts[0])
+        view = steps.attestation_view(index, store.attestation(index))
+        return json_answer({"leaf_hash": leaf_hash(store.ledger.entry(index)).hex(), **view})
+
+    def entry_raw(self, store: AttestationStore, request: Request) -> Answer:
+        index = self._entry(store, request.parts[0])
+        headers = (("Content-Disposition", f'attachment; filename="entry-{index}.msgpack"'),)
+        return Answer(200, "application/octet-stream", store.ledger.entry(index), headers)
+
+    def entry_proof(self, store: AttestationStore, request: Request) -> Answer:
+        index = self._entry(store, request.parts[0])
+        download = f"entry-{index}-proof.json" if request.params.get("download") else None
+        return json_answer(proofs.build_proof(store, index), download=download)
+
+    def node(self, peers_only: bool = False) -> dict[str, Any]:
+        view = node_view(self.status_path, time.time())
+        if peers_only and view.get("available"):
+            status = view["status"]
+            return {"available": True, "peers": status.get("peers", []), "bans": status.get("bans")}
+        return view

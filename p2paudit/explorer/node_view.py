@@ -1,0 +1,35 @@
+"""The node page's data: the daemon's status file (node.status) as it wrote it, whether it still runs, how old it is.
+
+The file is read as it is, whatever fields a newer daemon adds (peers with
+details, bans, sync state): the page shows what it finds and says what is
+absent. Nothing here talks to the daemon.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from p2paudit.errors import InputError
+from p2paudit.node.status import read_status
+from p2paudit.processes import process_alive
+
+
+def node_view(status_path: Path | None, now: float) -> dict[str, Any]:
+    """{"available": False, "reason": ...} without a readable status file, else the status and its freshness."""
+    if status_path is None:
+        return {
+            "available": False,
+            "reason": "no daemon status file was given (explore --status FILE, or daemon --http)",
+        }
+    try:
+        status = read_status(Path(status_path))
+    except (InputError, OSError) as exc:
+        return {"available": False, "reason": str(exc)}
+    pid, written = status.get("pid"), status.get("written_at")
+    return {
+        "available": True,
+        "running": process_alive(pid) if type(pid) is int and pid > 0 else None,
+        "age_seconds": round(now - written, 1) if isinstance(written, (int, float)) else None,
+        "status": status,
+    }

@@ -1,0 +1,186 @@
+"""The explorer's HTTP server: GET only, the JSON API under /api/v1/ and the pages shipped in static/.
+
+- Every method but GET is answered 405 (Allow: GET); there is no write endpoint.
+- Static files are served only by exact name from the list of files shipped in
+  the package (read once at start): no path is ever joined with a request, so
+  `..`, encoded or not, finds nothing.
+- Pages are fixed files: nothing from the ledger is ever put into HTML by the
+  server; the pages fetch JSON and build their DOM with textContent.
+- Headers: a Content-Security-Policy that allows only this origin's scripts,
+  styles and fetches (no inline script, no eval, no frames), nosniff, no referrer.
+- When listening on loopback, a request whose Host header names another host
+  is refused (421): a web page elsewhere cannot reach the API by DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import urllib.parse
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from p2paudit.errors import InputError
+from p2paudit.explorer.api import PREFIX, Answer, Explorer, json_answer
+
+DEFAULT_LISTEN = "127.0.0.1:8321"
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+SECURITY_HEADERS = (
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+    ("Cross-Origin-Resource-Policy", "same-origin"),
+)
+
+
+def load_static() -> dict[str, tuple[str, bytes]]:
+    """Every shipped page and asset by its URL path ("/run.html", "/static/app.js"), read once."""
+    files: dict[str, tuple[str, bytes]] = {}
+    root = resources.files("p2paudit.explorer") / "static"
+    for item in root.iterdir():
+        suffix = Path(item.name).suffix
+        if item.is_file() and suffix in CONTENT_TYPES:
+            path = f"/{item.name}" if suffix == ".html" else f"/static/{item.name}"
+            files[path] = (CONTENT_TYPES[suffix], item.read_bytes())
+    files["/"] = files["/index.html"]
+    return files
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets) -> (host, port); InputError naming what is wrong."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InputError(f"listen address {text[:80]!r} is not HOST:PORT with a port 0..65535")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise InputError(f"listen address {text[:80]!r}: {host[:60]!r} is not an IP address or localhost") from None
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+
+
+class ExplorerServer(ThreadingHTTPServer):
+    """A threading HTTP server holding the API (`explorer`) and the static files."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], explorer: Explorer, log: Callable[[str], None] | None = None) -> None:
+        self.address_family = _family(address[0])
+        super().__init__(address, ExplorerHandler)
+        self.explorer = explorer
+        self.static = load_static()
+        self.log = log
+        self.loopback = is_loopback(address[0])
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
+
+    def allowed_host(self, header: str | None) -> bool:
+        """Only loopback names (or none) reach a loopback server: no DNS rebinding."""
+        if not self.loopback or header is None:
+            return True
+        host = urllib.parse.urlsplit(f"//{header}").hostname or ""
+        return host == "localhost" or _is_ip_loopback(host)
+
+
+def _is_ip_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+class ExplorerHandler(BaseHTTPRequestHandler):
+    server: ExplorerServer
+    server_version = "p2paudit-explorer"
+    sys_version = ""
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+        if not self.server.allowed_host(self.headers.get("Host")):
+            self._send(json_answer({"error": "this explorer answers only requests addressed to loopback"}, 421))
+            return
+        parts = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.unquote(parts.path)
+        if path == PREFIX or path.startswith(PREFIX + "/"):
+            params = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query, max_num_fields=50).items()}
+            self._send(self.server.explorer.answer(path[len(PREFIX) :], params), api=True)
+            return
+        found = self.server.static.get(path)
+        if found is None:
+            self._send(Answer(404, "text/plain; charset=utf-8", b"not found\n"))
+            return
+        self._send(Answer(200, found[0], found[1]))
+
+    def _refuse(self) -> None:
+        self._send(
+            Answer(
+                405,
+                "text/plain; charset=utf-8",
+                b"method not allowed: this explorer is read-only\n",
+                (("Allow", "GET"),),
+            )
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("do_"):  # every other method, known or not: 405, never 501
+            return self._refuse
+        raise AttributeError(name)
+
+    def _send(self, answer: Answer, api: bool = False) -> None:
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.send_header("Cache-Control", "no-store" if api else "no-cache")
+        for name, value in (*SECURITY_HEADERS, *answer.headers):
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        if self.server.log is not None:
+            self.server.log(format % args)
+
+
+def start_in_thread(server: ExplorerServer) -> threading.Thread:
+    """Serve in a daemon thread (the daemon's --http); stop with server.shutdown()."""
+    thread = threading.Thread(target=server.serve_forever, name="p2paudit-explorer", daemon=True)
+    thread.start()
+    return thread
+
+
+def make_server(
+    listen: str, ledger_path: Path, status_path: Path | None = None, log: Callable[[str], None] | None = None
+) -> ExplorerServer:
+    """A server bound to `listen` (HOST:PORT) over the ledger file; InputError for a bad or busy address."""
+    host, port = parse_listen(listen)
+    try:
+        return ExplorerServer((host, port), Explorer(ledger_path, status_path), log)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {listen}: {exc.strerror or exc}") from None

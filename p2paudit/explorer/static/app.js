@@ -1,0 +1,200 @@
+// p2paudit explorer: shared helpers and the small pages (runs, disputes, node).
+// Rule: nothing from the API is ever parsed as HTML. Text goes in with textContent (createTextNode),
+// links only ever point at this origin's pages and API with hex ids and numbers in them.
+"use strict";
+
+const API = "/api/v1";
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined) continue;
+    if (name === "class") node.className = value;
+    else if (name === "href") node.setAttribute("href", localHref(value));
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function localHref(value) {
+  const text = String(value);
+  // Only relative links to our own pages and API: never a scheme (javascript:, data:) or another host.
+  if (!/^(\/|[a-z]+\.html)/.test(text) || text.startsWith("//")) throw new Error("refused link " + text);
+  return text;
+}
+
+function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+  return node;
+}
+
+async function getJSON(path) {
+  const response = await fetch(API + path, { headers: { Accept: "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || "HTTP " + response.status);
+  return body;
+}
+
+function query() {
+  return new URLSearchParams(window.location.search);
+}
+
+function short(hex, n) {
+  if (!hex) return "-";
+  const text = String(hex).replace(/^sha256:/, "");
+  return text.length > (n || 16) ? text.slice(0, n || 16) + "…" : text;
+}
+
+function when(ms) {
+  if (ms === null || ms === undefined) return "-";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+function pct(part, whole) {
+  return whole ? ((100 * part) / whole).toFixed(1) + "%" : "-";
+}
+
+function table(id, headers, rows) {
+  const head = el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h))));
+  const body = el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))));
+  return el("table", { id: id, class: "grid" }, head, body);
+}
+
+function runLink(runId, label) {
+  return el("a", { href: "run.html?run=" + runId, class: "run-link" }, label || short(runId));
+}
+
+function stepLink(runId, subject, step, text) {
+  const href = subject === "init" ? "step.html?run=" + runId + "&init=1" : "step.html?run=" + runId + "&step=" + step;
+  return el("a", { href: href, class: "step-link" }, text || (subject === "init" ? "initial state" : "step " + step));
+}
+
+function bar(fraction) {
+  const fill = el("span", { class: "bar-fill" });
+  fill.style.width = Math.max(0, Math.min(100, 100 * fraction)).toFixed(1) + "%";
+  return el("span", { class: "bar" }, fill);
+}
+
+function showError(error) {
+  const box = document.getElementById("error");
+  box.hidden = false;
+  box.textContent = "Error: " + (error && error.message ? error.message : String(error));
+}
+
+function navigation() {
+  const links = [
+    ["index.html", "Runs"],
+    ["disputes.html", "Disputes"],
+    ["ledger.html", "Ledger"],
+    ["node.html", "Node"],
+  ];
+  const nav = document.getElementById("nav");
+  clear(nav).appendChild(el("span", { class: "brand" }, "p2paudit explorer"));
+  for (const [href, text] of links) nav.appendChild(el("a", { href: href }, text));
+}
+
+// -- runs (index.html) ----------------------------------------------------------------------------
+
+async function pageRuns() {
+  const data = await getJSON("/runs");
+  const head = data.ledger;
+  document.getElementById("ledger-summary").textContent =
+    `Ledger ${head.origin}: ${head.size} entries, ${head.runs} runs, ${head.keys} verifier keys, root ${short(head.root)}`;
+  const rows = data.runs.map((run) => {
+    const t = run.totals;
+    return [
+      el("span", {}, runLink(run.run_id, run.label || short(run.run_id)), el("br"), el("code", {}, short(run.run_id, 24))),
+      String(run.steps),
+      el("span", {}, bar(t.checked_steps / run.steps), " " + pct(t.checked_steps, run.steps)),
+      String(t.attestations),
+      String(t.mismatch_steps),
+      el("span", { class: t.disputed_steps ? "bad" : "" }, String(t.disputed_steps)),
+      initCell(run),
+      run.last_leaf === null ? "-" : el("span", {}, when(run.last_time_ms), el("br"), "entry " + run.last_leaf),
+    ];
+  });
+  const headers = ["Run", "Steps", "Checked", "Attestations", "Steps with a mismatch", "Disputed steps", "Initial state", "Last activity"];
+  clear(document.getElementById("content")).appendChild(table("runs", headers, rows));
+}
+
+function initCell(run) {
+  const init = run.init;
+  if (!init.attestations) return "not attested";
+  const text = `${init.match} match, ${init.mismatch} mismatch, ${init.error} error`;
+  return el("span", { class: init.mismatch ? "bad" : "" }, stepLink(run.run_id, "init", 0, text));
+}
+
+// -- disputes (disputes.html) ---------------------------------------------------------------------
+
+function disputeItem(item) {
+  const sides = item.sides.map((side) =>
+    el("li", { class: "side" }, `${side.verdict} (observed ${short(side.observed_output_digest)}) signed by `,
+      side.signers.map((s, n) => el("span", {}, n ? ", " : "", el("code", {}, short(s.verifier)), ` (entry ${s.index})`)))
+  );
+  return el("li", { class: "dispute" }, runLink(item.run_id), " ", stepLink(item.run_id, item.subject, item.step),
+    `: ${item.keys} keys, ${item.sides.length} outcomes`, el("ul", {}, sides));
+}
+
+async function pageDisputes() {
+  const offset = Number(query().get("offset") || 0);
+  const run = query().get("run");
+  const data = await getJSON(`/disputes?offset=${offset}&limit=100` + (run ? "&run=" + encodeURIComponent(run) : ""));
+  const content = clear(document.getElementById("content"));
+  content.appendChild(el("p", { id: "dispute-count" }, `${data.total} disputed claims`));
+  content.appendChild(el("ul", { id: "disputes" }, data.disputes.map(disputeItem)));
+  if (offset + data.limit < data.total) content.appendChild(el("a", { href: `disputes.html?offset=${offset + data.limit}` }, "next page"));
+}
+
+// -- node (node.html) -----------------------------------------------------------------------------
+
+function listOrText(value) {
+  if (value === undefined || value === null) return "not reported by this daemon";
+  if (Array.isArray(value)) {
+    if (!value.length) return "none";
+    return el("ul", {}, value.map((item) => el("li", {}, typeof item === "object" ? JSON.stringify(item) : String(item))));
+  }
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+async function pageNode() {
+  const data = await getJSON("/node");
+  const content = clear(document.getElementById("content"));
+  if (!data.available) {
+    content.appendChild(el("p", { id: "node-unavailable" }, "No node status: " + data.reason));
+    return;
+  }
+  const s = data.status;
+  const busy = s.busy ? el("span", {}, runLink(s.busy.run_id), " ", stepLink(s.busy.run_id, "step", s.busy.step)) : "idle";
+  const rows = [
+    ["Peer id", el("code", {}, s.peer_id)],
+    ["Public key", el("code", {}, s.public_key)],
+    ["State", `${data.running ? "running" : "not running"}, status written ${data.age_seconds} s ago`],
+    ["Listening on", listOrText(s.listen)],
+    ["Replaying now", busy],
+    ["Ledger", `${s.ledger.path}, ${s.ledger.size} entries`],
+    ["Audited / received", `${s.audited} / ${s.received}`],
+    ["Peers", listOrText(s.peers)],
+    ["Bans", listOrText(s.bans)],
+    ["Sync", listOrText(s.sync)],
+    ["Health", listOrText(s.health)],
+    ["Equivocating keys", String(s.equivocations)],
+  ];
+  content.appendChild(table("node", ["", ""], rows));
+  const runs = (s.runs || []).map((r) => [runLink(r.run_id, r.label), `${r.checked_once}/${r.steps}`, `${r.checked_r}/${r.steps} (${r.redundancy}x)`, String(r.disputes)]);
+  content.appendChild(el("h2", {}, "Runs audited"));
+  content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Disputed"], runs));
+  content.appendChild(el("h2", {}, "Recent events"));
+  content.appendChild(el("ul", { id: "events" }, (s.events || []).map((line) => el("li", {}, String(line)))));
+}
+
+const PAGES = { runs: pageRuns, disputes: pageDisputes, node: pageNode };
+
+document.addEventListener("DOMContentLoaded", () => {
+  navigation();
+  const page = PAGES[document.body.dataset.page] || window.explorerPage;
+  if (page) page().then(() => (document.body.dataset.ready = "1"), (e) => { showError(e); document.body.dataset.ready = "error"; });
+});

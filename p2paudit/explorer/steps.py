@@ -1,0 +1,132 @@
+"""One claim of a run (a step, or the initial state) with every attestation of it, what each found, and why it differs.
+
+Each attestation is read from its leaf and verified again (its signature and
+rules); what differs is named pair by pair (data, state, loss, init), with
+the loss's distance in binary64 ulps. The diagnosis a replay prints (which
+tensor, which operation first departs) is not part of the signed record, so
+it is not here: `verify-range` on the step recomputes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+from p2paudit.attest.record import SignedAttestation, attestation_to_dict
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+from p2paudit.attest.store import AttestationStore
+from p2paudit.errors import InputError
+from p2paudit.identity import peer_id_of
+
+# (finding, claimed field, observed field) of a v2 record's JSON view
+_PAIRS = (
+    ("data", "claimed_data_digest", "observed_data_digest"),
+    ("state", "claimed_output_digest", "observed_output_digest"),
+    ("loss", "claimed_loss_bits", "observed_loss_bits"),
+)
+_CLAIM_FIELDS = ("input_digest", "claimed_data_digest", "data_digest", "claimed_output_digest", "claimed_loss_bits")
+
+
+def loss_value(bits_hex: str | None) -> float | str | None:
+    """The binary64 loss its 16 hex digits of bits stand for (text for NaN and infinities, which JSON lacks)."""
+    if bits_hex is None:
+        return None
+    value = struct.unpack("<d", struct.pack("<Q", int(bits_hex, 16)))[0]
+    return value if value == value and abs(value) != float("inf") else repr(value)
+
+
+def _ordered(bits: int) -> int:
+    """binary64 bits mapped to integers in the order of the values (so ulps are a difference)."""
+    return bits if bits < 1 << 63 else (1 << 63) - bits
+
+
+def ulps_between(a_hex: str | None, b_hex: str | None) -> int | None:
+    if a_hex is None or b_hex is None:
+        return None
+    return abs(_ordered(int(a_hex, 16)) - _ordered(int(b_hex, 16)))
+
+
+def differences(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each observed value that differs from its claim: which pair, both values (and ulps for the loss)."""
+    found = []
+    pairs = (("init", "claimed_output_digest", "observed_output_digest"),) if view.get("subject") == "init" else _PAIRS
+    for finding, claimed, observed in pairs:
+        a, b = view.get(claimed), view.get(observed)
+        if a is None or b is None or a == b:
+            continue
+        item = {"finding": finding, "claimed": a, "observed": b}
+        if finding == "loss":
+            item.update(claimed_value=loss_value(a), observed_value=loss_value(b), ulps=ulps_between(a, b))
+        found.append(item)
+    return found
+
+
+def attestation_view(index: int, signed: SignedAttestation) -> dict[str, Any]:
+    """The JSON view of one stored attestation, with its peer id, differing pairs and signed bytes (base64)."""
+    view = attestation_to_dict(signed.attestation)
+    view.setdefault("subject", "step")
+    view.setdefault("findings", [])
+    return {
+        "index": index,
+        **view,
+        "peer_id": peer_id_of(signed.attestation.verifier),
+        "claimed_loss": loss_value(view.get("claimed_loss_bits")),
+        "observed_loss": loss_value(view.get("observed_loss_bits")),
+        "differences": differences(view),
+        "signed_attestation": base64.b64encode(signed.encoded).decode("ascii"),
+        "bytes": len(signed.encoded),
+    }
+
+
+def _outcomes(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple, dict[str, Any]] = {}
+    for view in views:
+        key = (view["verdict"], view["observed_output_digest"])
+        group = groups.setdefault(key, {"verdict": key[0], "observed_output_digest": key[1], "signers": []})
+        group["signers"].append({"verifier": view["verifier"], "index": view["index"]})
+    return list(groups.values())
+
+
+def _claims(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct claims the attestations were made against (honest verifiers all read the same manifest)."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for view in views:
+        claim = {name: view[name] for name in _CLAIM_FIELDS if name in view}
+        group = groups.setdefault(tuple(sorted(claim.items())), {**claim, "attestations": 0})
+        group["attestations"] += 1
+    for group in groups.values():
+        group["claimed_loss"] = loss_value(group.get("claimed_loss_bits"))
+    return list(groups.values())
+
+
+def _equivocating(store_views: list[tuple[SignedAttestation, dict[str, Any]]]) -> list[str]:
+    results: dict[bytes, set] = {}
+    for signed, _ in store_views:
+        results.setdefault(signed.attestation.verifier, set()).add(signed.attestation.result())
+    return sorted(key.hex() for key, found in results.items() if len(found) > 1)
+
+
+def claim_detail(store: AttestationStore, run_id: bytes, step: int) -> dict[str, Any]:
+    """Every attestation of one claim: `step` >= 0, or INIT_INDEX_STEP (-1) for the initial state."""
+    info = store.run_info(run_id)
+    if not INIT_INDEX_STEP <= step < info.steps:
+        raise InputError(f"step {step} is not in run {run_id.hex()[:16]}..., which has {info.steps} steps")
+    found = store.step_attestations(run_id, step)
+    pairs = [(signed, attestation_view(index, signed)) for index, signed in found]
+    views = [view for _, view in pairs]
+    outcomes = _outcomes(views)
+    keys = {view["verifier"] for view in views}
+    init = step == INIT_INDEX_STEP
+    return {
+        "run_id": run_id.hex(),
+        "label": info.label,
+        "steps": info.steps,
+        "subject": "init" if init else "step",
+        "step": 0 if init else step,
+        "claims": _claims(views),
+        "outcomes": outcomes,
+        "disputed": len(keys) >= 2 and len(outcomes) >= 2,
+        "equivocating_keys": _equivocating(pairs),
+        "attestations": views,
+    }
