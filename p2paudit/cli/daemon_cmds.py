@@ -13,6 +13,28 @@ from p2paudit.cli import cli
 STATUS_FILE = "status.json"
 
 
+def open_sources(runs: tuple[str, ...], cache_dir: Path, cache_size: int, timeout: float) -> tuple:
+    """A RunSource per --run: a local directory (opened and checked now) or a remote URL (manifest fetched and
+    checked now; the rest per step)."""
+    from p2paudit.audit.replay import open_run
+    from p2paudit.node.sources import LocalSource, RemoteSource
+    from p2paudit.run.cache import BlobCache
+    from p2paudit.run.remote import is_remote
+
+    sources = []
+    cache = None
+    for run in dict.fromkeys(runs):
+        if is_remote(run):
+            cache = cache or BlobCache(cache_dir, cache_size)
+            sources.append(RemoteSource(run, cache, read_timeout=timeout))
+        else:
+            sources.append(LocalSource(open_run(Path(run))))
+    ids = [s.manifest.run_id for s in sources]
+    if len(set(ids)) != len(ids):
+        raise click.BadParameter("two --run options name the same run (one manifest)", param_hint="--run")
+    return tuple(sources)
+
+
 def _trusted(path: Path | None) -> frozenset[bytes] | None:
     from p2paudit.attest.queries import load_trusted_keys
 
@@ -25,8 +47,22 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     "runs",
     multiple=True,
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A published run directory to audit (repeatable).",
+    help="A run to audit (repeatable): a published run directory, or an http:// or https:// base URL whose "
+    "files are fetched per step, each piece checked against the signed manifest.",
+)
+@click.option(
+    "--cache-size",
+    type=click.IntRange(min=1),
+    default=16 * 1024**3,
+    show_default=True,
+    help="Bytes the cache of remote runs' verified files may hold ($P2PAUDIT_HOME/cache); LRU eviction.",
+)
+@click.option(
+    "--fetch-timeout",
+    type=click.FloatRange(min=0.001),
+    default=60.0,
+    show_default=True,
+    help="Seconds a run's web server may stay silent before a fetch fails (the step is retried later).",
 )
 @click.option(
     "--listen",
@@ -86,7 +122,9 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     help="Also serve the read-only web explorer of this node's ledger and status (e.g. 127.0.0.1:8321).",
 )
 def daemon(
-    runs: tuple[Path, ...],
+    runs: tuple[str, ...],
+    cache_size: int,
+    fetch_timeout: float,
     listen: tuple[str, ...],
     peers: tuple[str, ...],
     redundancy: int,
@@ -107,7 +145,6 @@ def daemon(
     """
     import trio
 
-    from p2paudit.audit.replay import open_run
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.run_cmds import _node_identity
@@ -120,7 +157,7 @@ def daemon(
     home = home_dir()
     configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
     peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))  # flags first, no repeats
-    views = tuple(open_run(run) for run in runs)
+    views = open_sources(runs, home / "cache", cache_size, fetch_timeout)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
         runs=views,
@@ -147,7 +184,11 @@ def daemon(
     )
     serve_explorer(http_listen, config.ledger_path, config.status_path)  # --http: a thread, stopped with the command
     monitor = LoopMonitor()
-    result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
+    try:
+        result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
+    finally:
+        for source in views:
+            source.close()
     final = result.status
     for run in final.runs:
         click.echo(
@@ -185,5 +226,17 @@ def status_cmd(as_json: bool) -> None:
             f"{run['checked_r']}/{run['steps']} checked {run['redundancy']}x, {run['disputes']} disputed"
         )
     click.echo(f"{data['equivocations']} equivocating key(s); audited {data['audited']}, received {data['received']}")
+    for remote in data.get("remote", []):
+        now = f"; fetching {remote['fetching']}" if remote.get("fetching") else ""
+        click.echo(
+            f"remote run {remote['url']}: {remote['received_bytes']} bytes fetched, "
+            f"{remote['cached_files']} file(s) served from the cache{now}"
+        )
+    health = data.get("health", {})
+    if health:
+        click.echo(
+            f"event loop: longest stall {health.get('longest_stall_ms', 0):.1f} ms "
+            f"({health.get('longest_stall_last_60s_ms', 0):.1f} ms in the last 60 s)"
+        )
     for line in data["events"]:
         click.echo(f"  {line}")

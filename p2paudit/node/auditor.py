@@ -30,6 +30,7 @@ from p2paudit.audit.replay import RunView, StepRange, verify_range
 from p2paudit.audit.streamed_replay import verify_range_planned
 from p2paudit.identity import Identity
 from p2paudit.node.assignment import pick_value, steps_for
+from p2paudit.run.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def next_step(
     peers: Iterable[bytes],
     policy: AuditPolicy,
     allow_spill: bool = True,
+    avoid: frozenset[int] = frozenset(),
 ) -> int | None:
     """The step this node should replay next, or None when nothing is left for it.
 
@@ -104,14 +106,15 @@ def next_step(
     mine = own_steps(store, run_id, me)
     if policy.lie_about_step is not None and policy.lie_about_step not in mine and policy.lie_about_step < num_steps:
         return policy.lie_about_step  # a dishonest volunteer goes for the step it wants to smear
-    skip = {step: policy.redundancy for step in mine}
+    # Steps this node checked, and steps it backs off from for now (their files could not be fetched).
+    skip = {step: policy.redundancy for step in (*mine, *avoid)}
     keys = auditor_keys(store, run_id, peers)
     assigned = steps_for(run_id, num_steps, me, keys, policy.redundancy, {**done, **skip}, k=1)
     if assigned:
         return assigned[0]
     if not allow_spill:
         return None
-    spill = [s for s in range(num_steps) if s not in mine and done.get(s, 0) < policy.redundancy]
+    spill = [s for s in range(num_steps) if s not in mine and s not in avoid and done.get(s, 0) < policy.redundancy]
     # Steps nobody checked first (as `plan --spill` models it), then by this key's pick order.
     return min(spill, key=lambda s: (done.get(s, 0), pick_value(run_id, s, me), s)) if spill else None
 
@@ -166,10 +169,10 @@ def settle_disputes(store: AttestationStore, view: RunView, backend: str) -> lis
 
 
 def record_step(
-    store: AttestationStore, identity: Identity, view: RunView, audits: tuple[StepAudit, ...]
+    store: AttestationStore, identity: Identity, manifest: Manifest, label: str, audits: tuple[StepAudit, ...]
 ) -> tuple[Recorded, list[bytes]]:
     """Sign and append the audits; returns what was recorded and the envelopes that are new (to gossip)."""
-    m = view.manifest
-    done = record_audits(store, identity, m.run_id, m.num_steps, view.run_dir.name, audits, describe_hardware())
+    m = manifest
+    done = record_audits(store, identity, m.run_id, m.num_steps, label, audits, describe_hardware())
     fresh = [store.attestation(index).encoded for index in done.indices]
     return done, fresh

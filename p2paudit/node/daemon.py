@@ -46,12 +46,13 @@ from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.tables import origin_for
-from p2paudit.audit.replay import RunView
+from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
 from p2paudit.node import auditor, daemon_jobs, status, sync, wire, witness
 from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, open_node, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
+from p2paudit.node.sources import RemoteSource, RunSource
 from p2paudit.node.store_owner import StoreOwner
 from p2paudit.node.validate import check_evidence, check_gossip
 
@@ -62,6 +63,9 @@ SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
 FLUSH_INTERVAL = 1.0
 MAX_ANNOUNCED_CONFLICTS = 100_000  # (kind, run, step, key) remembered as announced; the oldest are forgotten
+# A step whose files could not be fetched (or that does not fit) is tried again after this, doubling to the maximum.
+STEP_RETRY_MIN = 30.0
+STEP_RETRY_MAX = 3600.0
 # A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
 RETRY_MIN = 3.0
 RETRY_MAX = 300.0
@@ -82,7 +86,7 @@ class DaemonConfig:
     until cancelled or for `duration` seconds.
     """
 
-    runs: tuple[RunView, ...]
+    runs: tuple[RunSource, ...]
     ledger_path: Path
     status_path: Path
     listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
@@ -133,6 +137,7 @@ class Daemon:
         self.announced_conflicts: dict[tuple[str, bytes, int, bytes], None] = {}  # oldest first, bounded
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
+        self.step_retry: dict[tuple[bytes, int], tuple[float, float]] = {}  # (run, step) -> (not before, back-off)
 
     # -- reporting -----------------------------------------------------------------------------------------
 
@@ -241,9 +246,17 @@ class Daemon:
         peers = self._syncable_peers()
         return peers <= self.synced_since_change and time.monotonic() - self.last_change >= SPILL_GRACE
 
-    async def _pick(self) -> tuple[RunView, int] | None:
+    async def _pick(self) -> tuple[RunSource, int] | None:
         spill, peers = self._may_spill(), self._peer_keys()
-        return await self.db.call(daemon_jobs.pick, self.identity, self.config.runs, peers, self.config.policy, spill)
+        now = time.monotonic()
+        avoid: dict[bytes, set[int]] = {}
+        for (run_id, step), (until, _) in self.step_retry.items():
+            if until > now:
+                avoid.setdefault(run_id, set()).add(step)
+        frozen = {run_id: frozenset(steps) for run_id, steps in avoid.items()}
+        return await self.db.call(
+            daemon_jobs.pick, self.identity, self.config.runs, peers, self.config.policy, spill, frozen
+        )
 
     async def audit_loop(self) -> None:
         while True:
@@ -251,28 +264,42 @@ class Daemon:
             if picked is None:
                 await trio.sleep(IDLE_POLL)
                 continue
-            view, step = picked
-            self.busy_step = (view.manifest.run_id, step)
+            source, step = picked
+            run_id = source.manifest.run_id
+            self.busy_step = (run_id, step)
             began = time.monotonic()
-            # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
-            audits = await trio.to_thread.run_sync(
-                auditor.replay_step, view, step, self.config.backend, self.config.policy, abandon_on_cancel=True
-            )
-            self.busy_step = None
             try:
-                signed, own_conflicts = await self.db.call(daemon_jobs.record, self.identity, view, audits)
+                # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
+                audits = await trio.to_thread.run_sync(
+                    replay_from, source, step, self.config.backend, self.config.policy, abandon_on_cancel=True
+                )
+            except InputError as exc:  # its files could not be fetched or do not fit: try other steps, then again
+                self._step_failed(run_id, step, source.label, exc)
+                continue
+            finally:
+                self.busy_step = None
+            self.step_retry.pop((run_id, step), None)
+            try:
+                signed, own_conflicts = await self.db.call(daemon_jobs.record, self.identity, source, audits)
             except AttestationError as exc:
                 self._report("refused", f"own attestation of step {step}: {exc}")
                 continue
             self.audited += 1
             self._changed()
             verdicts = ", ".join(f"{a.subject} {a.verdict}" if a.subject == "init" else a.verdict for a in audits)
-            self._report("audited", f"step {step} of {view.run_dir.name}: {verdicts} ({time.monotonic() - began:.2f}s)")
-            self.outbox.setdefault(view.manifest.run_id, []).extend(signed)
+            self._report("audited", f"step {step} of {source.label}: {verdicts} ({time.monotonic() - began:.2f}s)")
+            self.outbox.setdefault(run_id, []).extend(signed)
             if sum(len(items) for items in self.outbox.values()) >= wire.MAX_BATCH:
                 await self.flush_outbox()
             for own, kind in own_conflicts:
                 await self._announce(own, kind)
+
+    def _step_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
+        """Back off from a step whose replay could not start (a fetch failed, a full disk, no memory):
+        30 s, doubling to an hour; other steps go first meanwhile. Nothing is signed about it."""
+        delay = min(self.step_retry.get((run_id, step), (0.0, STEP_RETRY_MIN / 2))[1] * 2, STEP_RETRY_MAX)
+        self.step_retry[(run_id, step)] = (time.monotonic() + delay, delay)
+        self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
     async def flush_outbox(self) -> None:
         """Publish the waiting attestations of each run in as few batches as the limits allow."""
@@ -396,8 +423,8 @@ class Daemon:
         """Provide each run id in the DHT and dial the other providers: auditors of the same run find each
         other beyond their bootstrap lists (peer exchange covers the peers of peers)."""
         while True:
-            for view in self.config.runs:
-                run_id = view.manifest.run_id
+            for source in self.config.runs:
+                run_id = source.manifest.run_id
                 try:
                     await self.node.provide(run_id)
                     providers = await self.node.find_providers(run_id, timeout=5.0)
@@ -431,6 +458,11 @@ class Daemon:
             "events": list(self.events),
             "busy": self.busy_step,
             "health": health,
+            "remote": [
+                {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}
+                for s in self.config.runs
+                if isinstance(s, RemoteSource)
+            ],
         }
 
     async def write_status(self) -> status.Status:
@@ -477,6 +509,12 @@ class Daemon:
             except (NetworkError, InputError):
                 return False
         return True
+
+
+def replay_from(source: RunSource, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+    """Fetch (remote runs) what `step` needs and replay it: blocking, for the worker thread."""
+    with source.step_view(step) as view:
+        return auditor.replay_step(view, step, backend, policy)
 
 
 def stateless_validator(topic: str) -> Callable[[str, bytes], bool]:
@@ -535,8 +573,8 @@ async def run_daemon(
         async with open_node(identity, node_config, daemon.on_node_event) as node:
             daemon.node = node
             _serve(node, daemon)
-            for view in config.runs:
-                topic = wire.run_topic(view.manifest.run_id)
+            for source in config.runs:
+                topic = wire.run_topic(source.manifest.run_id)
                 node.set_validator(topic, stateless_validator(topic))
                 await node.subscribe(topic, daemon.on_batch)
             node.set_validator(wire.EVIDENCE_TOPIC, stateless_validator(wire.EVIDENCE_TOPIC))

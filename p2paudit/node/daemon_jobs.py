@@ -14,9 +14,9 @@ from typing import Any
 
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import StepAudit
-from p2paudit.audit.replay import RunView
 from p2paudit.identity import Identity
 from p2paudit.node import auditor, conflicts, status, sync, wire, witness
+from p2paudit.node.sources import RunSource
 
 
 @dataclass
@@ -27,10 +27,10 @@ class Ledgered:
     witness: witness.Witness
 
 
-def setup(store: AttestationStore, identity: Identity, runs: tuple[RunView, ...]) -> Ledgered:
-    for view in runs:
-        m = view.manifest
-        store.register_run(m.run_id, m.num_steps, view.run_dir.name)
+def setup(store: AttestationStore, identity: Identity, runs: tuple[RunSource, ...]) -> Ledgered:
+    for source in runs:
+        m = source.manifest
+        store.register_run(m.run_id, m.num_steps, source.label)
     signer = witness.witness_signer(identity, store.ledger.origin)
     return Ledgered(sync.SyncCursor(store), witness.Witness(store.ledger, signer))
 
@@ -64,30 +64,38 @@ def split_views(store: AttestationStore) -> list[tuple[tuple[str, str, int], byt
 
 
 def pick(
-    store: AttestationStore, identity: Identity, runs: tuple[RunView, ...], peers: list[bytes], policy, spill: bool
-) -> tuple[RunView, int] | None:
-    for view in runs:
-        m = view.manifest
-        step = auditor.next_step(store, m.run_id, m.num_steps, identity.public_key, peers, policy, spill)
+    store: AttestationStore,
+    identity: Identity,
+    runs: tuple[RunSource, ...],
+    peers: list[bytes],
+    policy,
+    spill: bool,
+    avoid: dict[bytes, frozenset[int]],
+) -> tuple[RunSource, int] | None:
+    """The next (run, step) to replay; `avoid` holds, per run id, steps backed off from for now."""
+    for source in runs:
+        m = source.manifest
+        skip = avoid.get(m.run_id, frozenset())
+        step = auditor.next_step(store, m.run_id, m.num_steps, identity.public_key, peers, policy, spill, skip)
         if step is not None:
-            return view, step
+            return source, step
     return None
 
 
 def record(
-    store: AttestationStore, identity: Identity, view: RunView, audits: tuple[StepAudit, ...]
+    store: AttestationStore, identity: Identity, source: RunSource, audits: tuple[StepAudit, ...]
 ) -> tuple[list[bytes], list[tuple[bytes, str]]]:
     """Sign and append one replayed step: (new envelopes to gossip, [(own envelope, kind)] of conflicts)."""
-    recorded, signed = auditor.record_step(store, identity, view, audits)
+    recorded, signed = auditor.record_step(store, identity, source.manifest, source.label, audits)
     mine = []
     for conflict_step, kind in recorded.conflicts:
-        for _, item in store.step_attestations(view.manifest.run_id, conflict_step):
+        for _, item in store.step_attestations(source.manifest.run_id, conflict_step):
             if item.verifier == identity.public_key:
                 mine.append((item.encoded, kind))
     return signed, mine
 
 
-def covered(store: AttestationStore, runs: tuple[RunView, ...], policy) -> bool:
+def covered(store: AttestationStore, runs: tuple[RunSource, ...], policy) -> bool:
     """Every step of every run holds `redundancy` checks (by trusted keys, if any) in this ledger."""
     for view in runs:
         m = view.manifest

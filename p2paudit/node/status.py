@@ -8,7 +8,8 @@
  "runs": [{"run_id": hex, "label": str, "steps": int, "checked_once": int, "checked_r": int,
            "redundancy": int, "disputes": int}],
  "equivocations": int, "events": [str],
- "health": {"longest_stall_ms": float, "stall_task": str, "store_jobs": int, "busiest_store_job_ms": float}}
+ "health": {"longest_stall_ms": float, "stall_task": str, "store_jobs": int, "busiest_store_job_ms": float},
+ "remote": [{"run_id": hex, "url": str, "fetching": str | null, "received_bytes": int, "cached_files": int}]}
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Status:
     equivocations: int
     events: list[str]
     health: dict[str, Any]
+    remote: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": STATUS_FORMAT, "version": STATUS_VERSION, **asdict(self)}
@@ -80,7 +82,7 @@ def snapshot(
         runs.append(
             RunStatus(
                 m.run_id.hex(),
-                view.run_dir.name,
+                view.label,
                 m.num_steps,
                 cov.checked_once,
                 sum(1 for s in cov.per_step if s.checked >= r),
@@ -104,6 +106,7 @@ def snapshot(
         equivocations=len(equivocations(store).keys),
         events=list(live["events"][-10:]),
         health=dict(live["health"]),
+        remote=list(live["remote"]),
     )
 
 

@@ -18,6 +18,7 @@ from p2paudit.node.auditor import AuditPolicy
 from p2paudit.node.daemon import DaemonConfig, run_daemon
 from p2paudit.node.libp2p_adapter import open_node
 from p2paudit.node.libp2p_containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
+from p2paudit.node.sources import LocalSource
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 PUBLISHER = identity_from_seed(b"\x68" * 32)
@@ -66,7 +67,7 @@ def test_bad_sync_server_is_banned_once_and_a_declining_one_backed_off(run_dir, 
 
     events = []
     config = DaemonConfig(
-        runs=(open_run(run_dir),),
+        runs=(LocalSource(open_run(run_dir)),),
         ledger_path=tmp_path / "ledger.db",
         status_path=tmp_path / "status.json",
         backend="reference",
@@ -119,7 +120,7 @@ def test_a_dispute_is_announced_once_however_many_attestations_join_it(run_dir, 
     evidence: list[bytes] = []
     events = []
     config = DaemonConfig(
-        runs=(open_run(run_dir),),
+        runs=(LocalSource(open_run(run_dir)),),
         ledger_path=tmp_path / "ledger.db",
         status_path=tmp_path / "status.json",
         backend="reference",
@@ -167,7 +168,7 @@ def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(r
     """--until-covered finishes beside a connected peer that serves neither sync nor settled (a light client,
     another implementation): it is backed off from, not waited for."""
     config = DaemonConfig(
-        runs=(open_run(run_dir),),
+        runs=(LocalSource(open_run(run_dir)),),
         ledger_path=tmp_path / "ledger.db",
         status_path=tmp_path / "status.json",
         backend="reference",
@@ -206,7 +207,9 @@ def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
     from p2paudit.node.daemon import Daemon
     from p2paudit.node.libp2p_config import NodeEvent
 
-    config = DaemonConfig(runs=(open_run(run_dir),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json")
+    config = DaemonConfig(
+        runs=(LocalSource(open_run(run_dir)),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json"
+    )
     daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=None, ledgered=None, emit=lambda event: None)
     for kind in ("validator_errors", "contained", "rate_limited", "refused", "rejected", "malformed"):
         daemon.on_node_event(NodeEvent(kind, f"peer-{kind}", "detail"))

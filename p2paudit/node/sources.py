@@ -1,0 +1,105 @@
+"""Where a daemon's runs live: a directory on this disk, or a lab's web server fetched step by step.
+
+A source gives the run's checked manifest, a label for people, and
+`step_view(step)`: a context that yields a RunView holding what replaying
+that one step needs. A local run is opened once and every step uses it. A
+remote run (http or https) fetches, per step, only that step's shards and
+checkpoints, each piece checked against the signed manifest before it is
+used or cached (run.remote.RemoteRun), within a bounded cache that evicts
+least recently used pieces; a memory check then decides between in-memory
+and streaming replay (`--replay auto`). A fetch that fails, a full disk, or
+a server too slow to deliver within `fetch_deadline` seconds raises
+InputError: the daemon reports it, backs off from that step and goes on.
+
+Blocking I/O: `step_view` runs in the replay's worker thread, never on the
+event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from p2paudit.audit.remote_view import open_partial_run
+from p2paudit.audit.replay import RunView
+from p2paudit.errors import InputError
+from p2paudit.run.cache import BlobCache
+from p2paudit.run.manifest import Manifest
+from p2paudit.run.remote import RemoteRun
+
+FETCH_DEADLINE_S = 3600.0  # a step whose files take longer than this to arrive is given up on (retried later)
+
+
+class RunSource(Protocol):
+    manifest: Manifest
+    label: str
+
+    def step_view(self, step: int) -> Iterator[RunView]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSource:
+    """A published run directory on this disk (opened, shards loaded and checked, once)."""
+
+    def __init__(self, view: RunView) -> None:
+        self.view = view
+        self.manifest = view.manifest
+        self.label = view.run_dir.name
+
+    @contextmanager
+    def step_view(self, step: int) -> Iterator[RunView]:
+        yield self.view
+
+    def close(self) -> None:
+        pass
+
+
+class _GaveUp(InputError):
+    """The server did not deliver a step's files within the deadline."""
+
+
+class RemoteSource:
+    """A run at an http(s) URL, fetched lazily per step into a bounded, verified cache."""
+
+    def __init__(
+        self, url: str, cache: BlobCache, read_timeout: float = 30.0, fetch_deadline: float = FETCH_DEADLINE_S
+    ) -> None:
+        self.url = url
+        self.fetch_deadline = fetch_deadline
+        self._started = 0.0
+        self.remote = RemoteRun(url, cache, self._on_progress, read_timeout=read_timeout)
+        try:
+            self.manifest = self.remote.manifest  # fetched and checked now: a bad URL fails at start-up
+        except BaseException:
+            self.remote.__exit__(None, None, None)
+            raise
+        self.label = self.remote.base.path.rstrip("/").rsplit("/", 1)[-1] or str(self.remote.base.host)
+        self.fetching: str | None = None  # the file being fetched now, for the status
+
+    def _on_progress(self, path: str, done: int, total: int | None) -> None:
+        self.fetching = f"{path}: {done}/{total if total is not None else '?'} bytes"
+        if time.monotonic() - self._started > self.fetch_deadline:
+            raise _GaveUp(f"gave up on {self.url}: step files took over {self.fetch_deadline:.0f} s (at {path})")
+
+    @contextmanager
+    def step_view(self, step: int) -> Iterator[RunView]:
+        self._started = time.monotonic()
+        try:
+            with self.remote.local_view(step, step, mode="auto") as run_dir:
+                yield open_partial_run(Path(run_dir), str(step), mode="auto")
+        except OSError as exc:  # a full disk or an unwritable cache: one line, the daemon goes on
+            raise InputError(f"cache for {self.url}: {exc.strerror or exc}") from None
+        finally:
+            self.fetching = None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        s = self.remote.stats
+        return {"received_bytes": s.received_bytes, "cached_files": len(s.cached)}
+
+    def close(self) -> None:
+        self.remote.__exit__(None, None, None)
