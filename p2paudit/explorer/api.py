@@ -70,7 +70,7 @@ class Request:
         if text is None or text == "":
             return default
         if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
-            raise InputError(f"parameter {name}={text[:40]!r} is not an integer in {low}..{high}")
+            raise InputError(f"parameter {name}={text[:40]} is not an integer in {low}..{high}")
         return int(text)
 
 

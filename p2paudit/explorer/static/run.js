@@ -31,7 +31,7 @@ function drawStrip(canvas, data) {
     }
     if (b.mismatch_steps || b.disputed_steps) {
       ctx.fillStyle = b.disputed_steps ? COLORS.disputed : COLORS.mismatch;
-      ctx.fillRect(x, height, w, 10);
+      ctx.fillRect(x - 1, height, Math.max(3, w), 10);  // at least 3 px: one disputed step in 100,000 stays visible
     }
   });
 }

@@ -1,0 +1,173 @@
+"""The pages in a real browser: Debian's headless Chromium driven by Selenium (no browser is downloaded).
+
+Skipped only when Chromium is absent and CI is unset; under CI they run (and
+fail without a browser). Screenshots go to $P2PAUDIT_TEST_ARTIFACTS (default:
+a folder under pytest's tmp path), one per page visited.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.explorer.explorer_helpers import BIG, BIG_DISPUTED, MARKUP, NAME_MARKUP, SMALL
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
+        reason="no chromium and chromedriver (apt-get install chromium chromium-driver); CI unset",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    folder = os.environ.get("P2PAUDIT_TEST_ARTIFACTS")
+    path = Path(folder) / "explorer" if folder else tmp_path_factory.mktemp("explorer-screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER or "/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def open_page(browser, server, page: str, artifacts: Path, shot: str):
+    """Load a page and wait until its script says it is ready; a screenshot of it; no error shown."""
+    browser.get(server.url + page)
+    return wait_ready(browser, artifacts, shot)
+
+
+def wait_ready(browser, artifacts: Path, shot: str):
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + 20
+    while browser.execute_script("return document.body && document.body.dataset.ready") is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"page {browser.current_url} never became ready")
+        time.sleep(0.05)
+    browser.save_screenshot(str(artifacts / f"{shot}.png"))
+    assert browser.execute_script("return document.body.dataset.ready") == "1", browser.find_element(
+        By.ID, "error"
+    ).text
+    assert browser.execute_script("return window.__pwned") is None
+    return browser.find_element(By.TAG_NAME, "main")
+
+
+def assert_inert(browser, main) -> None:
+    """Planted markup is shown as text: no element of it exists, and nothing it carried ran."""
+    from selenium.webdriver.common.by import By
+
+    assert main.find_elements(By.TAG_NAME, "marquee") == []
+    assert main.find_elements(By.TAG_NAME, "img") == []
+    assert main.find_elements(By.TAG_NAME, "script") == []
+    assert browser.execute_script("return window.__pwned") is None
+
+
+def test_click_from_a_run_to_a_disputed_step_to_its_evidence(browser, server, artifacts):
+    from selenium.webdriver.common.by import By
+
+    main = open_page(browser, server, "index.html", artifacts, "01-runs")
+    rows = main.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    assert len(rows) == 2
+    assert "small " + MARKUP in main.text  # the label, as text
+    assert_inert(browser, main)
+    main.find_element(By.LINK_TEXT, "small " + MARKUP).click()
+    main = wait_ready(browser, artifacts, "02-small-run")
+    assert "3 disputed" in main.find_element(By.ID, "totals").text
+    assert "4 disputed claims" in main.find_element(By.ID, "run-disputes").text  # init, 3, 5, 7
+    main.find_element(By.CSS_SELECTOR, "#dispute-links").find_element(By.LINK_TEXT, "step 3").click()
+    main = wait_ready(browser, artifacts, "03-step-3")
+    assert main.find_element(By.ID, "title").text == "Step 3"
+    assert main.find_element(By.ID, "dispute-banner").text.startswith("Disputed: 2 outcomes from 3 keys")
+    assert len(main.find_elements(By.CSS_SELECTOR, "#attestations tbody tr")) == 3
+    assert MARKUP in main.find_element(By.ID, "attestations").text  # the hardware string, as text
+    assert_inert(browser, main)
+    evidence = main.find_element(By.ID, "evidence")
+    assert len(evidence.find_elements(By.CSS_SELECTOR, ".outcome")) == 2
+    raw = evidence.find_elements(By.CSS_SELECTOR, "a.download-raw")[1]
+    assert raw.get_attribute("href").startswith(server.url + "api/v1/entries/")
+    signed = browser.execute_async_script(
+        "const done = arguments[1]; fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => done(b.byteLength));",
+        raw.get_attribute("href"),
+    )
+    assert signed > 300  # a v2 signed attestation
+    assert "state" in main.find_element(By.ID, "attestations").text  # the mismatch's finding
+
+
+def test_coverage_of_a_100000_step_run_loads_fast_and_zooms_to_a_step(browser, server, artifacts):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    began = time.monotonic()
+    main = open_page(browser, server, f"run.html?run={BIG.hex()}", artifacts, "04-big-run")
+    loaded = time.monotonic() - began
+    assert loaded < 10, f"the coverage page of 100,000 steps took {loaded:.2f} s"
+    assert main.find_element(By.ID, "range").text.startswith("Steps 0–99999 of 100000 in 1000 columns")
+    assert "4000 of 100000 steps checked" in main.find_element(By.ID, "totals").text
+    canvas = main.find_element(By.ID, "strip")
+    width = canvas.size["width"]
+
+    def click_column(index: int, columns: int) -> None:
+        offset = int((index + 0.5) * width / columns - width / 2)
+        ActionChains(browser).move_to_element_with_offset(canvas, offset, 0).click().perform()
+
+    browser.execute_script("document.body.dataset.ready = null")
+    click_column(999, 1000)  # the last column: steps 99900..99999
+    deadline = time.monotonic() + 10
+    while "Steps 99900–99999" not in browser.find_element(By.ID, "range").text:
+        assert time.monotonic() < deadline, browser.find_element(By.ID, "range").text
+        time.sleep(0.05)
+    browser.save_screenshot(str(artifacts / "05-big-run-zoomed.png"))
+    assert len(main.find_elements(By.CSS_SELECTOR, "#step-table tbody tr")) == 100
+    click_column(BIG_DISPUTED - 99_900, 100)
+    main = wait_ready(browser, artifacts, "06-big-disputed-step")
+    assert main.find_element(By.ID, "title").text == f"Step {BIG_DISPUTED}"
+    assert "Disputed" in main.find_element(By.ID, "dispute-banner").text
+
+
+def test_initial_state_ledger_node_and_disputes_pages(browser, server, artifacts, built):
+    from selenium.webdriver.common.by import By
+
+    main = open_page(browser, server, f"step.html?run={SMALL.hex()}&init=1", artifacts, "07-init")
+    assert main.find_element(By.ID, "title").text == "Initial state"
+    assert "Disputed" in main.find_element(By.ID, "dispute-banner").text
+    assert "init" in main.find_element(By.ID, "attestations").text
+    main = open_page(browser, server, "ledger.html", artifacts, "08-ledger")
+    assert len(main.find_elements(By.CSS_SELECTOR, "#checkpoints tbody tr")) == 2
+    assert built.witness.name in main.find_element(By.ID, "checkpoints").text
+    assert NAME_MARKUP in main.find_element(By.ID, "split-views").text
+    assert "consistent" in main.find_element(By.ID, "checkpoints").text
+    assert_inert(browser, main)
+    main.find_element(By.ID, "proof-index").send_keys("20")
+    main.find_element(By.CSS_SELECTOR, "#proof-form button").click()
+    deadline = time.monotonic() + 10
+    while not browser.find_elements(By.ID, "proof-summary"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "Entry 20 in the tree of size 26" in browser.find_element(By.ID, "proof-summary").text
+    main = open_page(browser, server, "node.html", artifacts, "09-node")
+    assert MARKUP in main.find_element(By.ID, "node").text  # a peer, a ban's reason, the stall task
+    assert MARKUP in main.find_element(By.ID, "events").text
+    assert_inert(browser, main)
+    main = open_page(browser, server, "disputes.html", artifacts, "10-disputes")
+    assert main.find_element(By.ID, "dispute-count").text == "5 disputed claims"
+    assert len(main.find_elements(By.CSS_SELECTOR, "#disputes > li")) == 5
