@@ -30,14 +30,14 @@ def start_explorer(listen: str, ledger_path: Path, status_path: Path | None):
     return server
 
 
-def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | None) -> None:
-    """`daemon --http`: serve the explorer from a background thread until the command ends (nothing without one).
+def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | None):
+    """`daemon --http`: serve the explorer from a background thread until the command ends; the server, or None.
 
     The daemon's ledger may not exist yet: each request opens it read-only,
     and answers 503 until it does.
     """
     if listen is None:
-        return
+        return None
     from p2paudit.explorer.server import start_in_thread
 
     server = start_explorer(listen, ledger_path, status_path)
@@ -48,6 +48,7 @@ def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | No
         server.server_close()
 
     click.get_current_context().call_on_close(stop)
+    return server
 
 
 @cli.command()

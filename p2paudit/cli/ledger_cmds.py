@@ -166,8 +166,10 @@ def coverage(
         run_id = _pick_run(store, run)
         everyone = queries.coverage(store, run_id, None, min_count)
         chosen = queries.coverage(store, run_id, trusted_keys, min_count) if trusted_keys is not None else None
-    if png is not None:
-        report.plot_coverage(png, everyone, chosen)
+        if png is not None:  # the explorer's aggregation: readable at 100,000 steps
+            from p2paudit.cli.coverage_png import write_coverage_png
+
+            write_coverage_png(png, store, run_id, trusted_keys, min_count)
     tables = [everyone] + ([chosen] if chosen is not None else [])
     if as_json:
         _echo_json(
