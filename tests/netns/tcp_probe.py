@@ -22,10 +22,10 @@ def serve(port: int) -> None:
                 conn.sendall(f"SEEN {ip} {src_port}\n".encode())
 
 
-def probe(ip: str, port: int, timeout: float, source_port: int = 0) -> int:
+def probe(ip: str, port: int, timeout: float, source_port: int = 0, read: bool = True) -> int:
     try:
         with socket.create_connection((ip, port), timeout=timeout, source_address=("", source_port)) as conn:
-            answer = conn.makefile().readline().strip()
+            answer = conn.makefile().readline().strip() if read else "connected"
     except OSError as error:
         print(f"FAIL {type(error).__name__}: {error}", flush=True)
         return 1
@@ -39,6 +39,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["client"] and len(argv) in (4, 5):
         return probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]) if len(argv) == 5 else 0)
+    if argv[:1] == ["connect"] and len(argv) == 4:
+        return probe(argv[1], int(argv[2]), float(argv[3]), read=False)
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -32,6 +32,12 @@ class Role:
         self.lines.extend(lines)
         return None if line is None else json.loads(line.split(f"EVENT {event} ", 1)[1])
 
+    def latest(self, event: str, settle: float = 2.5) -> dict | None:
+        """Read for `settle` seconds, then the last `event` seen (for periodic state lines)."""
+        self.wait("\0never", settle)
+        found = self.events(event)
+        return found[-1] if found else None
+
     def finish(self, timeout: float) -> None:
         """Read what is left until the process exits (or `timeout`)."""
         self.wait("exit", timeout)

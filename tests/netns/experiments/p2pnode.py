@@ -53,6 +53,9 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 ECHO = TProtocol("/p2pa-netns/echo/1.0.0")
+# A dial-back that really dials: a new connection to the claimed address, not py-libp2p's AutoNAT v1
+# server (whose host.connect() returns the connection the request came on without dialling).
+DIALBACK = TProtocol("/p2pa-netns/dialback/1.0.0")
 CHUNK = 16 * 1024
 
 
@@ -62,6 +65,13 @@ def seed_bytes(seed: int) -> bytes:
 
 def peer_id_for(seed: int) -> str:
     return str(ID.from_pubkey(create_identity_from_seed(seed_bytes(seed)).public_key))
+
+
+def describe(error: BaseException) -> str:
+    """One line for an error; the first leaf of an exception group (trio nurseries wrap them)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"[:300]
 
 
 def emit(name: str, **fields: object) -> None:
@@ -129,6 +139,7 @@ async def measure_echo(host: IHost, peer: ID, rounds: int, bulk: int, label: str
     """Round trips of 32 bytes on one stream, then `bulk` bytes echoed back on another (written and
     read concurrently). Everything echoed is compared byte for byte."""
     result: dict = {"label": label, "rounds": rounds, "bulk_bytes": bulk}
+    started = time.monotonic()
     try:
         with trio.fail_after(timeout):
             t0 = time.monotonic()
@@ -173,8 +184,51 @@ async def measure_echo(host: IHost, peer: ID, rounds: int, bulk: int, label: str
     except BaseException as error:
         if isinstance(error, trio.Cancelled):
             raise
-        result["error"] = f"{type(error).__name__}: {error}"[:300]
+        result["error"] = describe(error)
+        result["failed_after_ms"] = round((time.monotonic() - started) * 1000, 1)
     return result
+
+
+def dialback_handler(host: IHost):
+    async def handle(stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id
+        try:
+            with trio.fail_after(10):
+                claimed = multiaddr.Multiaddr((await stream.read(1024)).decode().strip())
+                observed = stream.get_remote_address()
+                # Dial only the IP the request came from (AutoNAT's rule against amplification).
+                if observed is None or claimed.value_for_protocol("ip4") != observed[0]:
+                    verdict = f"REFUSED not the observed ip {observed}"
+                else:
+                    try:
+                        with trio.fail_after(5):
+                            conn = await host.get_network().dial_addr(claimed, peer)
+                        await conn.close()
+                        verdict = "OK"
+                    except Exception as error:
+                        verdict = f"FAIL {type(error).__name__}"
+                await stream.write(verdict.encode())
+        except Exception as error:
+            emit("dialback_handler_error", error=f"{type(error).__name__}: {error}"[:200])
+        finally:
+            await stream.close()
+
+    return handle
+
+
+async def ask_dialback(host: IHost, server: ID) -> None:
+    addrs = [("listen_addrs", a) for a in host.get_transport_addrs()]
+    addrs += [("observed_addrs", a) for a in observed_addrs(host)]
+    for label, addr in addrs:
+        try:
+            with trio.fail_after(12):
+                stream = await host.new_stream(server, [DIALBACK])
+                await stream.write(str(addr).encode())
+                verdict = (await stream.read(1024)).decode()
+                await stream.close()
+        except Exception as error:
+            verdict = f"ERROR {type(error).__name__}"
+        emit("dialback", label=label, addr=str(addr), verdict=verdict, ok=verdict == "OK")
 
 
 def relay_limits(args: argparse.Namespace) -> RelayLimits:
@@ -193,6 +247,7 @@ async def role_relay(args: argparse.Namespace) -> None:
     async with host.run(listen_addrs=[listen]), background_trio_service(protocol):
         AutoNATService(host, serve=True)
         host.set_stream_handler(ECHO, echo_handler)
+        host.set_stream_handler(DIALBACK, dialback_handler(host))
         emit("ready", peer=str(host.get_id()), addrs=[str(a) for a in host.get_addrs()])
         with trio.move_on_after(args.duration):
             while True:
@@ -353,44 +408,110 @@ async def role_dial(args: argparse.Namespace) -> None:
         nursery.cancel_scope.cancel()
 
 
+async def role_limits(args: argparse.Namespace) -> None:
+    """Against a relay with small limits: a dial to a peer with no reservation, then a circuit's data
+    cap (a bulk echo larger than it), then its duration cap (an echo after it lapsed), each on a new
+    circuit to `--target`; reports what each side saw and how long the relay took to cut."""
+    host, listen = build_host(args.seed, args.ip, args.port, args.max_conns)
+    protocol = CircuitV2Protocol(host, allow_hop=False)
+    async with host.run(listen_addrs=[listen]), background_trio_service(protocol):
+        host.set_stream_handler(ECHO, echo_handler)
+        transport = CircuitV2Transport(host, protocol, RelayConfig(roles=RelayRole.STOP))
+        with trio.move_on_after(args.duration):
+            relay_id, relay_addr = await connect_relay(host, args.relay)
+            target = ID.from_base58(args.target)
+
+            async def dial(peer: ID, label: str) -> bool:
+                t = time.monotonic()
+                try:
+                    with trio.fail_after(20):
+                        await transport.dial(multiaddr.Multiaddr(f"{relay_addr}/p2p-circuit/p2p/{peer}"))
+                    emit("dialed", label=label, ok=True, ms=round((time.monotonic() - t) * 1000, 2))
+                    return True
+                except Exception as error:
+                    ms = round((time.monotonic() - t) * 1000, 2)
+                    emit("dialed", label=label, ok=False, ms=ms, error=f"{type(error).__name__}: {error}"[:300])
+                    return False
+
+            if args.no_reservation_target:
+                await dial(ID.from_base58(args.no_reservation_target), "no-reservation")
+            if await dial(target, "data-cap"):
+                emit("echo", **await measure_echo(host, target, rounds=5, bulk=args.bulk, label="over-data-cap"))
+                await trio.sleep(1.0)
+                emit("conns", label="after-data-cap", kinds=conn_kinds(host, target))
+            await _drop(host, target)
+            if await dial(target, "duration-cap"):
+                emit("echo", **await measure_echo(host, target, rounds=5, bulk=0, label="within-duration"))
+                await trio.sleep(args.circuit_seconds + 1.5)
+                emit("echo", **await measure_echo(host, target, rounds=5, bulk=0, label="after-duration", timeout=8))
+                emit("conns", label="after-duration", kinds=conn_kinds(host, target))
+            emit("done")
+
+
+async def _drop(host: IHost, peer: ID) -> None:
+    for conn in list(host.get_network().connections.get(peer, [])):
+        try:
+            await conn.close()
+        except Exception:
+            pass
+    await trio.sleep(0.5)
+
+
 async def role_autonat(args: argparse.Namespace) -> None:
     host, listen = build_host(args.seed, args.ip, args.port, args.max_conns)
     async with host.run(listen_addrs=[listen]):
         with trio.move_on_after(args.duration):
             relay_id, _ = await connect_relay(host, args.relay)
             await query_autonat(host, AutoNATService(host, serve=False, confirmations=1), relay_id)
+            await ask_dialback(host, relay_id)
             emit("done")
+            await trio.sleep(args.linger)  # still listening while the orchestrator checks the ground truth
 
 
 async def role_reserve(args: argparse.Namespace) -> None:
-    """Raw HOP RESERVE messages: one for ourselves, then one naming another peer id (`--target`)."""
+    """Raw HOP RESERVE messages: one for ourselves, then `--squat` more each naming a made-up peer id
+    (py-libp2p's relay reserves for whatever id the message names)."""
     host, listen = build_host(args.seed, args.ip, args.port, args.max_conns)
     async with host.run(listen_addrs=[listen]):
         with trio.move_on_after(args.duration):
             relay_id, _ = await connect_relay(host, args.relay)
-            for label, peer in (("self", host.get_id()), ("other", ID.from_base58(args.target))):
+            peers = [("self", host.get_id())]
+            peers += [
+                (f"made-up-{n}", ID.from_pubkey(create_identity_from_seed(seed_bytes(1000 + n)).public_key))
+                for n in range(args.squat)
+            ]
+            for label, peer in peers:
                 stream = await host.new_stream(relay_id, [HOP_PROTOCOL_ID])
-                await write_delimited_msg(
-                    stream, HopMessage(type=HopMessage.RESERVE, peer=CircuitPeerId(id=peer.to_bytes()))
-                )
+                reserve = HopMessage(type=HopMessage.RESERVE, peer=CircuitPeerId(id=peer.to_bytes()))
+                await write_delimited_msg(stream, reserve)
                 with trio.fail_after(10):
                     answer = await read_delimited_msg(stream, HopMessage)
-                emit("reserve_answer", label=label, status=int(answer.status), for_peer=str(peer))
+                emit(
+                    "reserve_answer",
+                    label=label,
+                    status=int(answer.status),
+                    ok=answer.status == 100,
+                    for_peer=str(peer),
+                )
                 await stream.close()
             emit("done")
+            await trio.sleep(args.linger)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("role", choices=["relay", "listen", "dial", "autonat", "reserve"])
+    parser.add_argument("role", choices=["relay", "listen", "dial", "autonat", "reserve", "limits"])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--ip", required=True)
     parser.add_argument("--port", type=int, default=4001)
     parser.add_argument("--relay", help="the relay's multiaddr, ending in /p2p/<id>")
     parser.add_argument("--target", help="peer id to dial through the relay")
     parser.add_argument("--duration", type=float, default=40.0, help="end after this many seconds at most")
+    parser.add_argument("--linger", type=float, default=0.0, help="autonat: stay up this long after the queries")
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--bulk", type=int, default=1 << 20)
+    parser.add_argument("--no-reservation-target", help="limits: a peer id with no reservation to dial first")
+    parser.add_argument("--squat", type=int, default=0, help="reserve: this many reservations for made-up ids")
     parser.add_argument("--dcutr", action="store_true")
     parser.add_argument("--autonat", action="store_true")
     parser.add_argument("--watch", type=float, default=15.0, help="seconds to watch for a DCUtR upgrade")
@@ -408,7 +529,7 @@ def main(argv: list[str]) -> int:
     for name in ("libp2p.relay.circuit_v2.dcutr", "libp2p.relay.circuit_v2.transport"):
         logging.getLogger(name).setLevel(min(logging.INFO, logging.getLevelName(args.log)))
     role = {"relay": role_relay, "listen": role_listen, "dial": role_dial, "autonat": role_autonat}
-    role["reserve"] = role_reserve
+    role.update(reserve=role_reserve, limits=role_limits)
     t = time.monotonic()
     trio.run(role[args.role], args)
     emit("exit", role=args.role, seconds=round(time.monotonic() - t, 2))

@@ -38,7 +38,7 @@ def run(
         common += ["--dcutr"] if dcutr else []
         relay = start(net, pub, "relay", RELAY, "--duration", "50", "--max-conns", str(max_conns))
         ready = relay.wait("ready", 20)
-        require(ready, "relay did not start", relay)
+        require(ready is not None, "relay did not start", relay)
         addr = relay_addr(net, pub, ready["peer"])
         listener = start(net, home1, "listen", LISTENER, "--relay", addr, "--duration", "45", *common)
         reserved = listener.wait("reserved", 20)
@@ -58,8 +58,7 @@ def run(
             if summary["upgrade_dialer"] and summary["upgrade_dialer"]["first_direct_s"] is not None:
                 summary["echo_after_dcutr"] = dialer.wait("echo", 25)
         dialer.wait("done", 20)
-        relay.wait("relay_state", 3)
-        summary["relay_state"] = (relay.events("relay_state") or [None])[-1]
+        summary["relay_state"] = relay.latest("relay_state")
         summary["conntrack"] = {r.name: _tcp_entries(net.conntrack_entries(r)) for r in net.router_nodes}
         summary["logs"] = {r.name: r.logs(15) for r in roles}
     summary["seconds"] = clock()
