@@ -15,7 +15,7 @@ import logging.handlers
 import time
 from pathlib import Path
 
-LOG_FILE = "daemon.log"
+LOG_FILE = "node.log"
 MAX_BYTES = 16 << 20
 BACKUPS = 3
 WINDOW_S = 10.0
@@ -47,7 +47,7 @@ class RateLimit(logging.Filter):
 
 
 def open_log_file(home: Path) -> Path:
-    """Send log records to home/daemon.log (rotating, rate-limited); libp2p's own at WARNING and above."""
+    """Send log records to home/node.log (rotating, rate-limited); libp2p's own at WARNING and above."""
     path = home / LOG_FILE
     handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

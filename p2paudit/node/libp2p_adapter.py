@@ -91,7 +91,12 @@ class Node:
         self._nursery: trio.Nursery | None = None
         self._listen = [parse_listen_addr(a) for a in config.listen]
         self.host = build_host(
-            key_pair, self._listen, config.dial_timeout, lambda p: self.is_banned(str(p)), config.mdns
+            key_pair,
+            self._listen,
+            config.dial_timeout,
+            lambda p: self.is_banned(str(p)),
+            config.mdns,
+            config.max_connections,
         )
         self.gossip = Gossip(self.host, config, self.peer_id, self._emit)
         self.requests = Requests(

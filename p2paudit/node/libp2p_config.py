@@ -19,6 +19,8 @@ class NodeConfig:
     redial_min: float = 0.5
     redial_max: float = 60.0
     max_peers: int = 50
+    # Connections at once, inbound ones included (py-libp2p admits max_connections - min_connections inbound).
+    max_connections: int = 300
     # Peer exchange: how often we ask every connected peer, and how much it may say.
     peer_exchange_interval: float = 2.0
     peer_exchange_max_interval: float = 60.0

@@ -30,6 +30,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from p2paudit.errors import InputError
 from p2paudit.node.libp2p_containment import FaultReport, background_contained_service, contain_streams
+from p2paudit.node.libp2p_inbound import release_inbound_slots
 
 # What a failing network operation raises in py-libp2p 0.8.1 and trio.
 NETWORK_ERRORS = (BaseLibp2pError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -111,6 +112,7 @@ def build_host(
     dial_timeout: float,
     is_banned: Callable[[ID], bool],
     mdns: bool = False,
+    max_connections: int = 300,
 ) -> IHost:
     """Noise only (the default set admits plaintext), yamux, one connection per peer.
 
@@ -119,14 +121,26 @@ def build_host(
     multicasts on the real interface, so tests never turn it on outside a
     private network namespace.
     """
-    return new_host(
+    host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: GatedNoise(key_pair, is_banned)},
         muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
         listen_addrs=listen,
-        connection_config=ConnectionConfig(max_connections_per_peer=1, dial_timeout=dial_timeout),
+        # min_connections and low_watermark 0: py-libp2p's auto-connector keeps at least that many
+        # connections by dialling whatever its peerstore holds, and peers fill the peerstore (identify,
+        # Kademlia, peer records): it made a node dial addresses strangers chose. Our own loops dial.
+        connection_config=ConnectionConfig(
+            max_connections_per_peer=1,
+            dial_timeout=dial_timeout,
+            max_connections=max_connections,
+            min_connections=0,
+            low_watermark=0,
+            high_watermark=max_connections,
+        ),
         enable_mDNS=mdns,
     )
+    release_inbound_slots(host.get_network())
+    return host
 
 
 @asynccontextmanager

@@ -204,3 +204,26 @@ def test_a_burst_slower_to_validate_than_5_s_is_held_back_not_dropped():
             assert sorted(got) == sorted(b"burst %d " % i + bytes(2000) for i in range(count))
 
     run(body, 40)
+
+
+@pytest.mark.timeout(120)
+def test_inbound_slots_come_back_when_connections_close():
+    """py-libp2p 0.8.1 kept each inbound connection's slot until the node stopped: after max_connections -
+    min_connections inbound connections in a node's lifetime nobody new could connect. 16 connect-and-leave
+    cycles against a node with 10 inbound slots."""
+
+    async def body():
+        async with open_node(ident(21), config(max_connections=10)) as node:
+            target = info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs()[0]))
+            any_addr = [multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]
+            for i in range(16):
+                host = stranger(create_identity_from_seed(bytes([100 + i]) * 32))
+                peer = str(host.get_id())
+                async with host.run(listen_addrs=any_addr):
+                    with trio.fail_after(10):
+                        await host.connect(target)
+                    await wait_until(lambda p=peer: p in node.connected_peers(), f"connection {i}", 10)
+                    await host.get_network().close()  # a stock host leaves its sockets open when run() ends
+                await wait_until(lambda p=peer: p not in node.connected_peers(), f"close {i}", 10)
+
+    run(body, 60)
