@@ -36,7 +36,7 @@ from libp2p.host.autonat import AutoNATService
 from libp2p.identity_utils import create_identity_from_seed
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
@@ -433,6 +433,14 @@ async def role_limits(args: argparse.Namespace) -> None:
                     emit("dialed", label=label, ok=False, ms=ms, error=f"{type(error).__name__}: {error}"[:300])
                     return False
 
+            # The swarm drops /p2p-circuit addresses before dialling: host.connect() cannot use them.
+            try:
+                with trio.fail_after(10):
+                    circuit = multiaddr.Multiaddr(f"{relay_addr}/p2p-circuit/p2p/{target}")
+                    await host.connect(PeerInfo(target, [circuit]))
+                emit("host_connect_circuit", ok=True, kinds=conn_kinds(host, target))
+            except Exception as error:
+                emit("host_connect_circuit", ok=False, error=describe(error))
             if args.no_reservation_target:
                 await dial(ID.from_base58(args.no_reservation_target), "no-reservation")
             if await dial(target, "data-cap"):

@@ -62,6 +62,7 @@ def run() -> dict:
             "40",
         )
         require(prober.wait("done", 45) is not None, "prober did not finish", relay, listener, prober)
+        summary["host_connect_circuit"] = prober.events("host_connect_circuit")
         summary["dials"] = prober.events("dialed")
         summary["echoes"] = prober.events("echo")
         summary["conns"] = prober.events("conns")
