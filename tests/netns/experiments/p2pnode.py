@@ -533,7 +533,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--log", default="WARNING", help="level of the libp2p loggers")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="LOG %(name)s %(levelname)s %(message)s")
-    logging.getLogger("libp2p").setLevel(args.log)
+    libp2p_logger = logging.getLogger("libp2p")
+    libp2p_logger.setLevel(args.log)
+    libp2p_logger.propagate = True  # libp2p's own setup stops propagation unless LIBP2P_DEBUG is set
     for name in ("libp2p.relay.circuit_v2.dcutr", "libp2p.relay.circuit_v2.transport"):
         logging.getLogger(name).setLevel(min(logging.INFO, logging.getLevelName(args.log)))
     role = {"relay": role_relay, "listen": role_listen, "dial": role_dial, "autonat": role_autonat}
