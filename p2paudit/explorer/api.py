@@ -26,9 +26,12 @@ from p2paudit.errors import InputError, P2PAuditError
 from p2paudit.explorer import checkpoints, coverage, proofs, runs, steps
 from p2paudit.explorer.cache import ResultCache
 from p2paudit.explorer.node_view import node_view
+from p2paudit.explorer.overview import COLUMNS, Overviews
 from p2paudit.identity import parse_public_key_hex
 
 PREFIX = "/api/v1"
+DEFAULT_BUCKETS = COLUMNS
+OVERVIEW_ARGS = (None, None, COLUMNS, 1)  # from, to, buckets, min: what a run's page opens on
 MAX_TRUSTED = 1000
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"}
 
@@ -81,6 +84,7 @@ class Explorer:
         self.ledger_path = Path(ledger_path)
         self.status_path = status_path
         self.cache = ResultCache()
+        self.overviews = Overviews(self.ledger_path, self.cache)
         self.routes: list[tuple[re.Pattern[str], Callable[[AttestationStore, Request], Answer]]] = [
             (re.compile(p + r"/?"), handler)
             for p, handler in (
@@ -184,31 +188,34 @@ class Explorer:
             }
         )
 
-    def runs(self, store: AttestationStore, request: Request) -> Answer:
-        def compute() -> list[dict[str, Any]]:
-            return [runs.run_summary(store, info.run_id).to_dict() for info in store.runs()]
+    def _strip(self, store: AttestationStore, run_id: bytes, args: tuple, trusted=None) -> coverage.CoverageStrip:
+        """A run's coverage, kept per ledger size; the whole run by every key is the run's overview (kept fresh)."""
+        if args == OVERVIEW_ARGS and trusted is None:
+            return self.overviews.get(store, run_id)
+        key = ("coverage", run_id, *args, trusted)
+        return self._cached(store, key, lambda: coverage.bucket_coverage(store, run_id, *args[:3], args[3], trusted))
 
-        return json_answer({"ledger": checkpoints.head(store), "runs": self._cached(store, ("runs",), compute)})
+    def _summary(self, store: AttestationStore, run_id: bytes) -> dict[str, Any]:
+        strip = self.overviews.get(store, run_id)
+        key = (str(self.ledger_path), strip.ledger_size, "run", run_id)
+        return self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
+
+    def runs(self, store: AttestationStore, request: Request) -> Answer:
+        found = [self._summary(store, info.run_id) for info in store.runs()]
+        return json_answer({"ledger": checkpoints.head(store), "runs": found})
 
     def run(self, store: AttestationStore, request: Request) -> Answer:
-        run_id = self._run_id(store, request.parts[0])
-        summary = self._cached(store, ("run", run_id), lambda: runs.run_summary(store, run_id).to_dict())
-        return json_answer(summary)
+        return json_answer(self._summary(store, self._run_id(store, request.parts[0])))
 
     def coverage(self, store: AttestationStore, request: Request) -> Answer:
         run_id = self._run_id(store, request.parts[0])
-        trusted = self._trusted(request)
         args = (
             request.integer("from", None),
             request.integer("to", None),
-            request.integer("buckets", 1000, 1, coverage.MAX_BUCKETS),
+            request.integer("buckets", DEFAULT_BUCKETS, 1, coverage.MAX_BUCKETS),
             request.integer("min", 1, 1, 1_000_000),
         )
-        key = ("coverage", run_id, *args, trusted)
-        strip = self._cached(
-            store, key, lambda: coverage.bucket_coverage(store, run_id, *args[:3], args[3], trusted).to_dict()
-        )
-        return json_answer(strip)
+        return json_answer(self._strip(store, run_id, args, self._trusted(request)).to_dict())
 
     def step(self, store: AttestationStore, request: Request) -> Answer:
         run_id = self._run_id(store, request.parts[0])

@@ -13,6 +13,8 @@ The same aggregation draws the page's strip and `ledger coverage --png`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -69,6 +71,7 @@ class CoverageStrip:
     buckets: tuple[Bucket, ...]
     totals: Bucket
     last_leaf: int | None  # the newest ledger entry of the run in the range
+    ledger_size: int  # the counts are of the first ledger_size entries (one read snapshot)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +87,7 @@ class CoverageStrip:
             "steps_per_bucket": (self.stop - self.start) / max(1, len(self.buckets)),
             "totals": asdict(self.totals),
             "last_leaf": self.last_leaf,
+            "ledger_size": self.ledger_size,
             "buckets": [asdict(b) for b in self.buckets],
         }
 
@@ -117,7 +121,31 @@ def bucket_coverage(
     """Coverage of steps [start, stop) of a known run in `buckets` buckets (fewer when the range is shorter)."""
     if min_count < 1:
         raise InputError(f"minimum coverage is {min_count}, want >= 1")
+    with snapshot(store):
+        return _bucket_coverage(store, run_id, start, stop, buckets, min_count, trusted)
+
+
+@contextmanager
+def snapshot(store: AttestationStore) -> Iterator[None]:
+    """One read transaction: the size and the counts read inside it are of the same ledger (WAL snapshot)."""
+    store.conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        store.conn.execute("COMMIT")
+
+
+def _bucket_coverage(
+    store: AttestationStore,
+    run_id: bytes,
+    start: int | None,
+    stop: int | None,
+    buckets: int,
+    min_count: int,
+    trusted: frozenset[bytes] | None,
+) -> CoverageStrip:
     store.check_index_current()
+    size = store.ledger.size
     run = store.run_info(run_id)
     lo, hi, n = check_range(run, start, stop, buckets)
     params: dict[str, Any] = {"run": store.run_number(run_id), "lo": lo, "hi": hi, "n": n, "min": min_count}
@@ -130,7 +158,7 @@ def bucket_coverage(
     found = {row[0]: row[1:] for row in store.conn.execute(sql, params)}
     made = tuple(_bucket(lo, hi, n, b, found.get(b)) for b in range(n))
     last = max((row[-1] for row in found.values() if row[-1] is not None), default=None)
-    return CoverageStrip(run, lo, hi, min_count, known, made, _total(lo, hi, made), last)
+    return CoverageStrip(run, lo, hi, min_count, known, made, _total(lo, hi, made), last, size)
 
 
 def _bucket(lo: int, hi: int, n: int, b: int, row: tuple | None) -> Bucket:

@@ -10,7 +10,7 @@ from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.report import digest_text
 from p2paudit.attest.store import AttestationStore, RunInfo
 from p2paudit.errors import InputError
-from p2paudit.explorer.coverage import Bucket, bucket_coverage
+from p2paudit.explorer.coverage import Bucket, CoverageStrip, bucket_coverage
 from p2paudit.explorer.db import query
 
 MAX_PAGE = 500
@@ -40,6 +40,7 @@ class RunSummary:
     init: InitSummary
     last_leaf: int | None
     last_time_ms: int | None  # the signing time its newest attestation states (the verifier's clock)
+    ledger_size: int  # every figure is of the first ledger_size entries
 
     def to_dict(self) -> dict[str, Any]:
         steps = self.run.steps
@@ -52,30 +53,35 @@ class RunSummary:
             "init": asdict(self.init),
             "last_leaf": self.last_leaf,
             "last_time_ms": self.last_time_ms,
+            "ledger_size": self.ledger_size,
         }
 
 
-def init_summary(store: AttestationStore, run_id: bytes) -> InitSummary:
+def init_summary(store: AttestationStore, run_id: bytes, size: int) -> InitSummary:
+    """The run's init attestations among the first `size` ledger entries."""
     rows = store.conn.execute(
-        "SELECT verdict, COUNT(*) FROM attest_index WHERE run = ? AND step = ? GROUP BY verdict",
-        (store.run_number(run_id), INIT_INDEX_STEP),
+        "SELECT verdict, COUNT(*) FROM attest_index WHERE run = ? AND step = ? AND leaf < ? GROUP BY verdict",
+        (store.run_number(run_id), INIT_INDEX_STEP, size),
     ).fetchall()
     counts = {VERDICTS[verdict]: count for verdict, count in rows}
     return InitSummary(sum(counts.values()), counts.get("match", 0), counts.get("mismatch", 0), counts.get("error", 0))
 
 
-def run_summary(store: AttestationStore, run_id: bytes) -> RunSummary:
-    """One run: coverage totals over all its steps (one bucket), its init attestations, its newest entry."""
-    strip = bucket_coverage(store, run_id, buckets=1)
-    init = init_summary(store, run_id)
+def run_summary(store: AttestationStore, run_id: bytes, strip: CoverageStrip | None = None) -> RunSummary:
+    """One run: coverage totals over all its steps (from `strip`, the run's coverage over every step and every
+    key, when the caller holds it), its init attestations, its newest entry."""
+    if strip is None or (strip.start, strip.stop, strip.trusted_keys) != (0, strip.run.steps, None):
+        strip = bucket_coverage(store, run_id, buckets=1)
+    init = init_summary(store, run_id, strip.ledger_size)  # as of the strip's size, so the counts agree
     last = strip.last_leaf
     init_last = store.conn.execute(
-        "SELECT MAX(leaf) FROM attest_index WHERE run = ? AND step = ?", (store.run_number(run_id), INIT_INDEX_STEP)
+        "SELECT MAX(leaf) FROM attest_index WHERE run = ? AND step = ? AND leaf < ?",
+        (store.run_number(run_id), INIT_INDEX_STEP, strip.ledger_size),
     ).fetchone()[0]
     if init_last is not None and (last is None or init_last > last):
         last = init_last
     when = decode_signed(store.ledger.entry(last)).attestation.time_ms if last is not None else None
-    return RunSummary(strip.run, strip.totals, init, last, when)
+    return RunSummary(strip.run, strip.totals, init, last, when, strip.ledger_size)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -91,6 +92,17 @@ class ExplorerServer(ThreadingHTTPServer):
         self.static = load_static()
         self.log = log
         self.loopback = is_loopback(address[0])
+        self.warming: threading.Thread | None = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is no error of ours; anything else goes to the log, if any."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
+        if self.log is not None:
+            self.log(f"error answering {client_address}: {type(error).__name__}: {error}")
+        else:
+            super().handle_error(request, client_address)  # a bug of ours: its traceback on stderr
 
     @property
     def url(self) -> str:
@@ -122,6 +134,13 @@ class ExplorerHandler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+        try:
+            self._get()
+        except Exception as exc:
+            self._send(json_answer({"error": f"internal error (a bug in p2paudit): {type(exc).__name__}"}, 500))
+            raise  # to handle_error: the traceback
+
+    def _get(self) -> None:
         if not self.server.allowed_host(self.headers.get("Host")):
             self._send(json_answer({"error": "this explorer answers only requests addressed to loopback"}, 421))
             return
@@ -180,7 +199,10 @@ def make_server(
 ) -> ExplorerServer:
     """A server bound to `listen` (HOST:PORT) over the ledger file; InputError for a bad or busy address."""
     host, port = parse_listen(listen)
+    explorer = Explorer(ledger_path, status_path)
     try:
-        return ExplorerServer((host, port), Explorer(ledger_path, status_path), log)
+        server = ExplorerServer((host, port), explorer, log)
     except OSError as exc:
         raise InputError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    server.warming = explorer.overviews.warm_in_background()  # every run's overview, before a page asks for it
+    return server

@@ -72,6 +72,13 @@ def wait_ready(browser, artifacts: Path, shot: str):
     return browser.find_element(By.TAG_NAME, "main")
 
 
+def wait_for(browser, script: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not browser.execute_script(script):
+        assert time.monotonic() < deadline, f"waited {seconds} s for: {script}"
+        time.sleep(0.05)
+
+
 def assert_inert(browser, main) -> None:
     """Planted markup is shown as text: no element of it exists, and nothing it carried ran."""
     from selenium.webdriver.common.by import By
@@ -93,6 +100,7 @@ def test_click_from_a_run_to_a_disputed_step_to_its_evidence(browser, server, ar
     main.find_element(By.LINK_TEXT, "small " + MARKUP).click()
     main = wait_ready(browser, artifacts, "02-small-run")
     assert "3 disputed" in main.find_element(By.ID, "totals").text
+    wait_for(browser, "return document.body.dataset.disputes === '1'")
     assert "4 disputed claims" in main.find_element(By.ID, "run-disputes").text  # init, 3, 5, 7
     main.find_element(By.CSS_SELECTOR, "#dispute-links").find_element(By.LINK_TEXT, "step 3").click()
     main = wait_ready(browser, artifacts, "03-step-3")

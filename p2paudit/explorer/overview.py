@@ -1,0 +1,86 @@
+"""Each run's whole coverage (every step, every key, the page's 1,000 columns): what the runs list and a run's page
+open on, kept ready so that neither waits for a pass over a million index rows.
+
+- At start, a background thread computes it for every run (`warm_in_background`).
+- A request at a ledger size with no answer yet gets the newest answer of an
+  earlier size (its `ledger_size` says which: the ledger is append-only, so it
+  is true of those entries) and a background refresh is started; without any
+  earlier answer, it is computed there and then.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from ledger import LedgerError
+from p2paudit.attest.errors import AttestationError
+from p2paudit.attest.store import AttestationStore
+from p2paudit.explorer.cache import ResultCache
+from p2paudit.explorer.coverage import CoverageStrip, bucket_coverage
+
+COLUMNS = 1000  # = the page's strip
+_REFRESH_ERRORS = (AttestationError, LedgerError, sqlite3.Error)  # a ledger that cannot be read now: next request
+
+
+class Overviews:
+    def __init__(self, ledger_path: Path, cache: ResultCache) -> None:
+        self.ledger_path = ledger_path
+        self.cache = cache
+        self._latest: dict[bytes, CoverageStrip] = {}
+        self._refreshing: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def compute(self, store: AttestationStore, run_id: bytes) -> CoverageStrip:
+        """The run's overview at the store's current size (computed once per size, whoever asks)."""
+        key = (str(self.ledger_path), store.ledger.size, "overview", run_id)
+        strip = self.cache.get_or_compute(key, lambda: bucket_coverage(store, run_id, buckets=COLUMNS))
+        with self._lock:
+            held = self._latest.get(run_id)
+            if held is None or held.ledger_size < strip.ledger_size:
+                self._latest[run_id] = strip
+        return strip
+
+    def get(self, store: AttestationStore, run_id: bytes) -> CoverageStrip:
+        """The overview at the current size if made, else the newest older one (refreshed meanwhile), else made now."""
+        size = store.ledger.size
+        with self._lock:
+            held = self._latest.get(run_id)
+        if held is None or held.ledger_size >= size:
+            return self.compute(store, run_id) if held is None else held
+        self._refresh(run_id)
+        return held
+
+    def _refresh(self, run_id: bytes) -> None:
+        with self._lock:
+            if run_id in self._refreshing:
+                return
+            self._refreshing.add(run_id)
+
+        def work() -> None:
+            try:
+                with AttestationStore.open_readonly(self.ledger_path) as store:
+                    self.compute(store, run_id)
+            except _REFRESH_ERRORS:
+                pass  # the ledger cannot be read now; the next request tries again (and reports it)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(run_id)
+
+        threading.Thread(target=work, name="p2paudit-explorer-refresh", daemon=True).start()
+
+    def warm_in_background(self) -> threading.Thread:
+        """Compute every run's overview now, in a thread, so the first page does not wait for it."""
+
+        def work() -> None:
+            try:
+                with AttestationStore.open_readonly(self.ledger_path) as store:
+                    for info in store.runs():
+                        self.compute(store, info.run_id)
+            except _REFRESH_ERRORS:
+                pass  # no ledger yet (a daemon's first seconds): requests compute it when there is one
+
+        thread = threading.Thread(target=work, name="p2paudit-explorer-warm", daemon=True)
+        thread.start()
+        return thread
