@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -195,3 +196,18 @@ def test_node_and_peers(server):
     assert node["running"] is True and node["age_seconds"] >= 0
     peers = fetch(server, "/api/v1/peers").json()
     assert peers["peers"][1] == MARKUP and peers["bans"][0]["reason"] == MARKUP
+
+
+def test_shipped_pages_never_parse_text_as_html_and_load_nothing_from_elsewhere():
+    from importlib import resources
+
+    static = resources.files("p2paudit.explorer") / "static"
+    names = [item.name for item in static.iterdir()]
+    assert {"index.html", "run.html", "step.html", "ledger.html", "node.html", "disputes.html", "app.js"} <= set(names)
+    for item in static.iterdir():
+        text = item.read_text()
+        for word in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "http://", "https://"):
+            assert word not in text, f"{item.name} uses {word}"
+        if item.name.endswith(".html"):
+            assert "<script>" not in text and " style=" not in text, item.name  # no inline script or style
+            assert not re.search(r"\son[a-z]+=", text), item.name  # no inline event handler
