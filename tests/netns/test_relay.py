@@ -55,6 +55,19 @@ def test_a_home_node_reserves_is_dialled_through_the_relay_echoes_both_ways_and_
     assert result["seconds"] < 60
 
 
+def test_with_one_connection_per_peer_a_late_hole_punch_cuts_the_relayed_connection_and_its_streams(experiments):
+    """p2paudit's hosts allow one connection per peer. A direct connection that arrives after the relayed
+    one has passed the swarm's 20 s grace period makes the swarm trim the relayed one at once, resetting a
+    stream open on it. (With two per peer both stay, and DCUtR closes the relayed one after 60 s.)"""
+    relay_dcutr = experiments[0]
+    result = relay_dcutr.run(dcutr=True, max_conns=1, rounds=ROUNDS, bulk=BULK, watch=8, dcutr_after=22, hold=True)
+    for side in ("upgrade_dialer", "upgrade_listener"):
+        assert result[side]["history"] == [["relayed"], ["direct"]], result[side]
+    assert result["held_stream"]["ok"] is False and "reset" in result["held_stream"]["error"].lower()
+    _echo_complete(result["echo_after_dcutr"])
+    assert result["echo_after_dcutr"]["stream_kind"] == "direct"
+
+
 def test_behind_random_port_nats_dcutr_fails_and_the_relayed_connection_carries_on(experiments):
     relay_dcutr = experiments[0]
     result = relay_dcutr.run(dcutr=True, nat_mapping="random", rounds=ROUNDS, bulk=BULK, watch=8)

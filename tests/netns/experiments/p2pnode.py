@@ -333,9 +333,8 @@ async def role_listen(args: argparse.Namespace) -> None:
     async with host.run(listen_addrs=[listen]), background_trio_service(protocol), trio.open_nursery() as nursery:
         host.set_stream_handler(ECHO, note_inbound)
         transport = CircuitV2Transport(host, protocol, config)
-        dcutr = None
-        if args.dcutr:
-            dcutr = DCUtRProtocol(host)
+        dcutr = DCUtRProtocol(host) if args.dcutr else None
+        if dcutr is not None and not args.dcutr_after:
             await nursery.start(_run_service, dcutr)
         relay_id, relay_addr = await connect_relay(host, args.relay)
         t = time.monotonic()
@@ -355,10 +354,14 @@ async def role_listen(args: argparse.Namespace) -> None:
             await query_autonat(host, AutoNATService(host, serve=False, confirmations=1), relay_id)
         with trio.move_on_after(args.duration):
             peer = await arrivals.receive()
+            arrived = time.monotonic()
             emit("inbound", peer=str(peer), kinds=conn_kinds(host, peer))
             # The other direction: we open a stream to the peer that reached us through the relay.
             back = await measure_echo(host, peer, rounds=args.rounds, bulk=args.bulk, label="listener->dialer")
             emit("echo", **back)
+            if dcutr is not None and args.dcutr_after:
+                await trio.sleep(max(0.0, arrived + args.dcutr_after - time.monotonic()))
+                await nursery.start(_run_service, dcutr)
             if dcutr is not None:
                 emit("upgrade", side="listener", **await watch_connections(host, peer, args.watch, "listener"))
             await trio.sleep_forever()
@@ -379,9 +382,8 @@ async def role_dial(args: argparse.Namespace) -> None:
     async with host.run(listen_addrs=[listen]), background_trio_service(protocol), trio.open_nursery() as nursery:
         host.set_stream_handler(ECHO, echo_handler)
         transport = CircuitV2Transport(host, protocol, RelayConfig(roles=roles))
-        dcutr = None
-        if args.dcutr:
-            dcutr = DCUtRProtocol(host)
+        dcutr = DCUtRProtocol(host) if args.dcutr else None
+        if dcutr is not None and not args.dcutr_after:
             await nursery.start(_run_service, dcutr)
         with trio.move_on_after(args.duration):
             relay_id, relay_addr = await connect_relay(host, args.relay)
@@ -394,18 +396,45 @@ async def role_dial(args: argparse.Namespace) -> None:
             except Exception as error:
                 emit("dialed", ok=False, error=f"{type(error).__name__}: {error}"[:300])
                 return
-            emit("dialed", ok=True, ms=round((time.monotonic() - t) * 1000, 2), kinds=conn_kinds(host, target))
+            dialed = time.monotonic()
+            emit("dialed", ok=True, ms=round((dialed - t) * 1000, 2), kinds=conn_kinds(host, target))
             emit(
                 "echo", **await measure_echo(host, target, rounds=args.rounds, bulk=args.bulk, label="dialer->listener")
             )
+            held = await hold_stream(host, target) if args.hold else None
+            if dcutr is not None and args.dcutr_after:
+                await trio.sleep(max(0.0, dialed + args.dcutr_after - time.monotonic()))
+                await nursery.start(_run_service, dcutr)
             if dcutr is not None:
                 watched = await watch_connections(host, target, args.watch, "dialer")
                 emit("upgrade", side="dialer", **watched)
+                if held is not None:
+                    emit("held_stream", **await use_held_stream(held))
                 if watched["first_direct_s"] is not None:
                     after = await measure_echo(host, target, rounds=args.rounds, bulk=args.bulk, label="after-dcutr")
                     emit("echo", **after)
             emit("done")
         nursery.cancel_scope.cancel()
+
+
+async def hold_stream(host: IHost, peer: ID) -> INetStream:
+    """An echo stream opened now (on the relayed connection) and kept open across a DCUtR upgrade."""
+    stream = await host.new_stream(peer, [ECHO])
+    await stream.write(b"held")
+    await read_exactly(stream, 4)
+    return stream
+
+
+async def use_held_stream(stream: INetStream) -> dict:
+    try:
+        with trio.fail_after(5):
+            await stream.write(b"still")
+            ok = await read_exactly(stream, 5) == b"still"
+        return {"ok": ok}
+    except BaseException as error:
+        if isinstance(error, trio.Cancelled):
+            raise
+        return {"ok": False, "error": describe(error)}
 
 
 async def role_limits(args: argparse.Namespace) -> None:
@@ -521,6 +550,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-reservation-target", help="limits: a peer id with no reservation to dial first")
     parser.add_argument("--squat", type=int, default=0, help="reserve: this many reservations for made-up ids")
     parser.add_argument("--dcutr", action="store_true")
+    parser.add_argument(
+        "--dcutr-after", type=float, default=0.0, help="start DCUtR this long after the relayed connection"
+    )
+    parser.add_argument("--hold", action="store_true", help="dial: keep a stream open across the upgrade")
     parser.add_argument("--autonat", action="store_true")
     parser.add_argument("--watch", type=float, default=15.0, help="seconds to watch for a DCUtR upgrade")
     parser.add_argument("--max-conns", type=int, default=1, help="ConnectionConfig.max_connections_per_peer")

@@ -29,14 +29,17 @@ def run(
     bulk: int = 1 << 20,
     rounds: int = 50,
     watch: float = 12.0,
+    dcutr_after: float = 0.0,
+    hold: bool = False,
 ) -> dict:
     clock = Clock()
     summary: dict = {"nat_mapping": nat_mapping, "dcutr": dcutr, "max_conns_per_peer": max_conns}
     with Fabric(homes=2, public=1, nat_mapping=nat_mapping) as net:
         pub, home0, home1 = net.node("pub0"), net.node("home0"), net.node("home1")
         common = ["--max-conns", str(max_conns), "--rounds", str(rounds), "--bulk", str(bulk), "--watch", str(watch)]
-        common += ["--dcutr"] if dcutr else []
-        relay = start(net, pub, "relay", RELAY, "--duration", "50", "--max-conns", str(max_conns))
+        common += ["--dcutr", "--dcutr-after", str(dcutr_after)] if dcutr else []
+        summary["dcutr_after_s"] = dcutr_after
+        relay = start(net, pub, "relay", RELAY, "--duration", "55", "--max-conns", str(max_conns))
         ready = relay.wait("ready", 20)
         require(ready is not None, "relay did not start", relay)
         addr = relay_addr(net, pub, ready["peer"])
@@ -46,15 +49,20 @@ def run(
         summary["reservation"] = reserved
         summary["relay_connect_ms"] = {"listener": listener.events("relay_connected")[0]["ms"]}
         target = peer_id_for(LISTENER)
-        dialer = start(net, home0, "dial", DIALER, "--relay", addr, "--target", target, "--duration", "40", *common)
+        hold_args = ["--hold"] if hold else []
+        dialer = start(
+            net, home0, "dial", DIALER, "--relay", addr, "--target", target, "--duration", "45", *common, *hold_args
+        )
         roles = (relay, listener, dialer)
         summary["dialed"] = dialer.wait("dialed", 25)
         require(summary["dialed"] and summary["dialed"]["ok"], "relayed dial failed", *roles)
         summary["echo_dialer_to_listener"] = dialer.wait("echo", 25)
         summary["echo_listener_to_dialer"] = listener.wait("echo", 25)
         if dcutr:
-            summary["upgrade_dialer"] = dialer.wait("upgrade", watch + 10)
-            summary["upgrade_listener"] = listener.wait("upgrade", watch + 10)
+            summary["upgrade_dialer"] = dialer.wait("upgrade", dcutr_after + watch + 10)
+            summary["upgrade_listener"] = listener.wait("upgrade", dcutr_after + watch + 10)
+            if hold:
+                summary["held_stream"] = dialer.wait("held_stream", 10)
             if summary["upgrade_dialer"] and summary["upgrade_dialer"]["first_direct_s"] is not None:
                 summary["echo_after_dcutr"] = dialer.wait("echo", 25)
         dialer.wait("done", 20)
@@ -75,8 +83,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nat", default="port-preserving", choices=["port-preserving", "random"])
     parser.add_argument("--max-conns", type=int, default=1)
     parser.add_argument("--bulk", type=int, default=1 << 20)
+    parser.add_argument(
+        "--dcutr-after", type=float, default=0.0, help="start DCUtR on both this long after the circuit"
+    )
+    parser.add_argument("--hold", action="store_true", help="keep a stream open on the circuit across the upgrade")
+    parser.add_argument("--watch", type=float, default=12.0)
     args = parser.parse_args(argv)
-    summary = run(dcutr=not args.no_dcutr, nat_mapping=args.nat, max_conns=args.max_conns, bulk=args.bulk)
+    summary = run(
+        dcutr=not args.no_dcutr,
+        nat_mapping=args.nat,
+        max_conns=args.max_conns,
+        bulk=args.bulk,
+        watch=args.watch,
+        dcutr_after=args.dcutr_after,
+        hold=args.hold,
+    )
     print(json.dumps(summary, indent=1))
     there, back = summary.get("echo_dialer_to_listener") or {}, summary.get("echo_listener_to_dialer") or {}
     return 0 if there.get("echoed_bulk_bytes") == back.get("echoed_bulk_bytes") == args.bulk else 1
