@@ -319,6 +319,7 @@ class NodeConfig:
     redundancy: int
     key: str
     peers: tuple[str, ...] = ()  # bootstrap peers (/p2p/ multiaddrs) the daemon keeps for good
+    follow: tuple[str, ...] = ()  # publisher keys (64 hex) whose announced runs the daemon audits
 
 
 def default_config(name: str | None = None, redundancy: int = 3, home: Path | None = None) -> NodeConfig:
@@ -339,7 +340,7 @@ def save_config(config: NodeConfig, path: Path | str) -> None:
     """Write the config as JSON atomically; refuses to replace an existing file."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fields = {**asdict(config), "peers": list(config.peers)}
+    fields = {**asdict(config), "peers": list(config.peers), "follow": list(config.follow)}
     text = json.dumps({"format": CONFIG_FORMAT, "version": CONFIG_VERSION, **fields}, indent=2) + "\n"
     try:
         write_durably(path, text.encode(), replace=False)
@@ -365,7 +366,14 @@ def load_config(path: Path | str) -> NodeConfig:
     peers = data.get("peers", [])  # optional: configs written before the daemon have none
     if type(peers) is not list or not all(type(p) is str and 0 < len(p) <= 512 for p in peers) or len(peers) > 256:
         raise InputError(f"config file {path}: peers must be a list of at most 256 multiaddr strings")
-    unknown = sorted(set(data) - set(expected) - {"format", "version", "peers"})
+    follow = data.get("follow", [])  # optional too
+    if type(follow) is not list or len(follow) > 64 or not all(_is_key_hex(k) for k in follow):
+        raise InputError(f"config file {path}: follow must be a list of at most 64 public keys (64 hex digits)")
+    unknown = sorted(set(data) - set(expected) - {"format", "version", "peers", "follow"})
     if unknown:
         raise InputError(f"config file {path}: unknown field {unknown[0]!r}")
-    return NodeConfig(**{name: data[name] for name in expected}, peers=tuple(peers))
+    return NodeConfig(**{name: data[name] for name in expected}, peers=tuple(peers), follow=tuple(follow))
+
+
+def _is_key_hex(text: object) -> bool:
+    return type(text) is str and len(text) == 64 and all(c in "0123456789abcdef" for c in text)

@@ -81,6 +81,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 # Every command module, listed: a missing one is an import error, never a silently absent command.
 from p2paudit.cli import (  # noqa: E402,F401  (registers the commands)
+    announce_cmd,
     daemon_cmds,
     data_cmds,
     demo_cmd,

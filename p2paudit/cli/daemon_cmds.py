@@ -35,6 +35,20 @@ def open_sources(runs: tuple[str, ...], cache_dir: Path, cache_size: int, timeou
     return tuple(sources)
 
 
+def parse_keys(keys) -> list[bytes]:
+    """Ed25519 public keys from 64-hex-digit strings; a click error naming the bad one otherwise."""
+    out = []
+    for key in keys:
+        try:
+            raw = bytes.fromhex(key)
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            raise click.BadParameter(f"{key[:80]!r} is not a public key of 64 hex digits", param_hint="--follow")
+        out.append(raw)
+    return out
+
+
 def _trusted(path: Path | None) -> frozenset[bytes] | None:
     from p2paudit.attest.queries import load_trusted_keys
 
@@ -46,9 +60,15 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     "--run",
     "runs",
     multiple=True,
-    required=True,
     help="A run to audit (repeatable): a published run directory, or an http:// or https:// base URL whose "
     "files are fetched per step, each piece checked against the signed manifest.",
+)
+@click.option(
+    "--follow",
+    multiple=True,
+    metavar="PUBKEY",
+    help="Audit every run this publisher key (64 hex) announces on the network (repeatable); "
+    'config.json\'s "follow" are added.',
 )
 @click.option(
     "--cache-size",
@@ -123,6 +143,7 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
 )
 def daemon(
     runs: tuple[str, ...],
+    follow: tuple[str, ...],
     cache_size: int,
     fetch_timeout: float,
     listen: tuple[str, ...],
@@ -157,6 +178,9 @@ def daemon(
     home = home_dir()
     configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
     peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))  # flags first, no repeats
+    followed = frozenset(parse_keys((*follow, *(configured.follow if configured else ()))))
+    if not runs and not followed:
+        raise click.UsageError("give a run to audit (--run) or a lab to follow (--follow), or both")
     views = open_sources(runs, home / "cache", cache_size, fetch_timeout)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
@@ -170,6 +194,10 @@ def daemon(
         duration=duration,
         stop_when_covered=until_covered,
         mdns=mdns,
+        follow=followed,
+        cache_dir=home / "cache",
+        cache_size=cache_size,
+        fetch_timeout=fetch_timeout,
     )
     started = time.monotonic()
 

@@ -31,6 +31,7 @@ drained continuously into the store with append_many.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import signal
 import time
@@ -50,13 +51,25 @@ from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
 from p2paudit.node import auditor, daemon_jobs, status, sync, wire, witness
+from p2paudit.node.announce import (
+    ANNOUNCEMENTS_PROTOCOL,
+    MAX_LIST_BYTES,
+    MAX_LIST_REQUEST_BYTES,
+    RUNS_TOPIC,
+    list_refusal,
+)
+from p2paudit.node.follow import Follower
 from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, open_node, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
 from p2paudit.node.sources import RemoteSource, RunSource
 from p2paudit.node.store_owner import StoreOwner
 from p2paudit.node.validate import check_evidence, check_gossip
+from p2paudit.run.cache import BlobCache
+
+logger = logging.getLogger(__name__)
 
 SYNC_INTERVAL = 3.0
+STATUS_MAX_INTERVAL = 10.0  # the status file is at most this old while the daemon runs
 WITNESS_INTERVAL = 3.0
 IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
@@ -66,6 +79,7 @@ MAX_ANNOUNCED_CONFLICTS = 100_000  # (kind, run, step, key) remembered as announ
 # A step whose files could not be fetched (or that does not fit) is tried again after this, doubling to the maximum.
 STEP_RETRY_MIN = 30.0
 STEP_RETRY_MAX = 3600.0
+ANNOUNCEMENTS_INTERVAL = 60.0  # how often each peer is asked for announcements of the labs we follow
 # A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
 RETRY_MIN = 3.0
 RETRY_MAX = 300.0
@@ -97,6 +111,11 @@ class DaemonConfig:
     stop_when_covered: bool = False
     linger: float = 4.0
     mdns: bool = False
+    # Labs whose run announcements (RUNS_TOPIC) this node audits; their runs are fetched into the cache.
+    follow: frozenset[bytes] = frozenset()
+    cache_dir: Path | None = None
+    cache_size: int = 16 * 1024**3
+    fetch_timeout: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,10 @@ class Daemon:
         self.identity, self.config, self.db, self.emit = identity, config, db, emit
         self.ledgered = ledgered  # the sync cursor and witness: used inside db jobs only
         self.monitor = monitor
+        self.sources: list[RunSource] = list(config.runs)  # grows as followed labs announce runs
+        cache = None if config.cache_dir is None else BlobCache(config.cache_dir, config.cache_size)
+        self.follower = Follower(config.follow, cache, config.fetch_timeout, db.call, self.add_source, self._report)
+        self.follower.known_runs.update(s.manifest.run_id for s in self.sources)
         self.node: Node | None = None
         self.last_change = time.monotonic()
         self.synced_since_change: set[str] = set()  # peers synced since the last change here
@@ -222,6 +245,42 @@ class Daemon:
             if self.node is not None:
                 await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
+    # -- runs -----------------------------------------------------------------------------------------------
+
+    async def add_source(self, source: RunSource) -> None:
+        """Audit one more run (announced by a lab we follow): register it, join its topic."""
+        m = source.manifest
+        await self.db.call(daemon_jobs.register, source)
+        self.sources.append(source)
+        if self.node is not None:
+            topic = wire.run_topic(m.run_id)
+            self.node.set_validator(topic, stateless_validator(topic))
+            await self.node.subscribe(topic, self.on_batch)
+        self._changed()
+
+    async def resume_following(self) -> None:
+        """Adopt the runs announced before this start; a failure is logged, never the end of the daemon."""
+        try:
+            await self.follower.resume()
+        except Exception:  # noqa: BLE001 (one-shot, so not under supervise: logged with its traceback)
+            logger.exception("resuming the runs of followed labs failed")
+            self._report("refused", "could not resume the runs of followed labs; see the log")
+
+    async def ask_announcements(self, peer: str) -> None:
+        """Learn earlier announcements of the labs we follow from `peer` (at most once a minute per peer)."""
+        if not self.config.follow or time.monotonic() - self.follower.asked.get(peer, -1e9) < ANNOUNCEMENTS_INTERVAL:
+            return
+
+        async def request(data: bytes) -> bytes:
+            return await self.node.request(peer, ANNOUNCEMENTS_PROTOCOL, data, max_response=MAX_LIST_BYTES)
+
+        try:
+            await self.follower.ask(request, peer)
+        except NetworkError:  # it does not serve announcements, or declined: it has none for us
+            pass
+        except InputError as exc:
+            await self._bad_peer("announcements answer", peer, exc)
+
     # -- audit ----------------------------------------------------------------------------------------------
 
     def _peer_keys(self) -> list[bytes]:
@@ -255,7 +314,7 @@ class Daemon:
                 avoid.setdefault(run_id, set()).add(step)
         frozen = {run_id: frozenset(steps) for run_id, steps in avoid.items()}
         return await self.db.call(
-            daemon_jobs.pick, self.identity, self.config.runs, peers, self.config.policy, spill, frozen
+            daemon_jobs.pick, self.identity, tuple(self.sources), peers, self.config.policy, spill, frozen
         )
 
     async def audit_loop(self) -> None:
@@ -370,6 +429,7 @@ class Daemon:
             for peer in list(self.node.connected_peers()):
                 if self._due("sync", peer):
                     await self.sync_with(peer)
+                await self.ask_announcements(peer)
             await trio.sleep(SYNC_INTERVAL)
 
     async def serve_sync(self, peer: str, request: bytes) -> bytes:
@@ -423,7 +483,7 @@ class Daemon:
         """Provide each run id in the DHT and dial the other providers: auditors of the same run find each
         other beyond their bootstrap lists (peer exchange covers the peers of peers)."""
         while True:
-            for source in self.config.runs:
+            for source in list(self.sources):
                 run_id = source.manifest.run_id
                 try:
                     await self.node.provide(run_id)
@@ -460,19 +520,24 @@ class Daemon:
             "health": health,
             "remote": [
                 {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}
-                for s in self.config.runs
+                for s in self.sources
                 if isinstance(s, RemoteSource)
             ],
         }
 
     async def write_status(self) -> status.Status:
         return await self.db.call(
-            daemon_jobs.write_status, self.identity, self.config, self.live(), self.config.status_path
+            daemon_jobs.write_status,
+            self.identity,
+            self.config,
+            list(self.sources),
+            self.live(),
+            self.config.status_path,
         )
 
     async def covered(self) -> bool:
         """Every step of every run checked `redundancy` times here, quiet for `linger`, every peer synced since."""
-        if not await self.db.call(daemon_jobs.covered, self.config.runs, self.config.policy):
+        if not await self.db.call(daemon_jobs.covered, tuple(self.sources), self.config.policy):
             return False
         peers = self._syncable_peers()
         quiet = time.monotonic() - self.last_change >= self.config.linger
@@ -490,7 +555,7 @@ class Daemon:
                 self._report("done", "every step is covered, every peer synced and settled too")
                 cancel.cancel()
             # Every second, or less often when a snapshot is slow (a big ledger): at most ~10 % of the store's time.
-            await trio.sleep(max(1.0, 10 * (time.monotonic() - began)))
+            await trio.sleep(min(STATUS_MAX_INTERVAL, max(1.0, 10 * (time.monotonic() - began))))
 
     async def serve_settled(self, peer: str, request: bytes) -> bytes:
         """Whether this node is covered by its own rule (--until-covered coordination): b"\x01" or b"\x00"."""
@@ -579,6 +644,8 @@ async def run_daemon(
                 await node.subscribe(topic, daemon.on_batch)
             node.set_validator(wire.EVIDENCE_TOPIC, stateless_validator(wire.EVIDENCE_TOPIC))
             await node.subscribe(wire.EVIDENCE_TOPIC, daemon.on_evidence)
+            node.set_validator(RUNS_TOPIC, daemon.follower.validate)
+            await node.subscribe(RUNS_TOPIC, daemon.follower.on_announcement)
             async with trio.open_nursery() as nursery:
                 # Every loop supervised: an exception is logged with its traceback and the loop restarts
                 # after a back-off; nothing a peer sends, and no bug of ours in one loop, ends the daemon.
@@ -594,6 +661,7 @@ async def run_daemon(
                     daemon.ban_loop,
                 ):
                     nursery.start_soon(supervise, loop, report)
+                nursery.start_soon(daemon.resume_following)
             daemon.node = None
         with trio.CancelScope(shield=True):
             note = await db.call(daemon_jobs.checkpoint, identity)
@@ -619,6 +687,14 @@ def _serve(node: Node, daemon: Daemon) -> None:
         max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
         timeout=10.0,
         refuse=wire.witness_refusal,
+    )
+    node.set_handler(
+        ANNOUNCEMENTS_PROTOCOL,
+        daemon.follower.serve,
+        max_request=MAX_LIST_REQUEST_BYTES,
+        max_response=MAX_LIST_BYTES,
+        timeout=10.0,
+        refuse=list_refusal,
     )
     node.set_handler(
         wire.SETTLED_PROTOCOL,

@@ -35,6 +35,10 @@ def setup(store: AttestationStore, identity: Identity, runs: tuple[RunSource, ..
     return Ledgered(sync.SyncCursor(store), witness.Witness(store.ledger, signer))
 
 
+def register(store: AttestationStore, source: RunSource) -> None:
+    store.register_run(source.manifest.run_id, source.manifest.num_steps, source.label)
+
+
 def append(store: AttestationStore, envelopes: list[bytes]) -> tuple[int, list[tuple[bytes, str]]]:
     """Append signed attestations: (how many were new, [(envelope, conflict kind)] for new conflicts)."""
     appended = store.append_many(envelopes)
@@ -131,8 +135,10 @@ def checkpoint(store: AttestationStore, identity: Identity) -> str:
     return store.checkpoint(identity)
 
 
-def write_status(store: AttestationStore, identity: Identity, config: Any, live: dict[str, Any], path: Path):
+def write_status(
+    store: AttestationStore, identity: Identity, config: Any, runs: list[RunSource], live: dict[str, Any], path: Path
+):
     """Make the status snapshot and write it (no fsync: it is a view of the ledger); returns the snapshot."""
-    snap = status.snapshot(store, identity, config, live)
+    snap = status.snapshot(store, identity, config, runs, live)
     status.write_status(path, snap)
     return snap

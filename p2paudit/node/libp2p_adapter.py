@@ -36,7 +36,7 @@ from p2paudit.errors import InputError, InternalError, NetworkError
 from p2paudit.identity import Identity, peer_id_of, private_seed
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent
 from p2paudit.node.libp2p_containment import background_contained_service, supervise
-from p2paudit.node.libp2p_gossip import Gossip, GossipHandler, GossipValidator, raise_library_queues
+from p2paudit.node.libp2p_gossip import IGNORE, Gossip, GossipHandler, GossipValidator, raise_library_queues
 from p2paudit.node.libp2p_host import (
     NETWORK_ERRORS,
     Notifee,
@@ -58,6 +58,7 @@ from p2paudit.node.libp2p_requests import (
 )
 
 __all__ = [
+    "IGNORE",
     "BadResponse",
     "Node",
     "NodeConfig",
@@ -326,9 +327,9 @@ class Node:
     # --- gossip -------------------------------------------------------------------
 
     def set_validator(self, topic: str, fn: GossipValidator) -> None:
-        """fn(origin_peer, data) -> bool, sync or async, run before delivery and forwarding.
+        """fn(origin_peer, data) -> bool or IGNORE, sync or async, run before delivery and forwarding.
 
-        Only True accepts. An exception counts as reject and is logged. Each
+        Only True accepts; IGNORE drops the message without blaming anyone (not forwarded either). An exception counts as reject and is logged. Each
         rejection emits a NodeEvent naming the peer that forwarded the message.
         """
         self.gossip.set_validator(topic, fn)

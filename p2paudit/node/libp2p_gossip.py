@@ -50,7 +50,10 @@ from p2paudit.node.wire import message_id
 logger = logging.getLogger(__name__)
 
 GossipHandler = Callable[[str, bytes], Awaitable[None] | None]
-GossipValidator = Callable[[str, bytes], Awaitable[bool] | bool]
+GossipValidator = Callable[[str, bytes], Awaitable[bool | object] | bool | object]
+# A validator's answer for a message that is fine but not wanted here (e.g. a run announcement by a key
+# this node does not follow): dropped and not forwarded, and nobody is blamed.
+IGNORE = object()
 
 
 def content_message_id(msg: rpc_pb2.Message) -> bytes:
@@ -108,7 +111,14 @@ class Gossip:
         self._validators: dict[str, GossipValidator] = {}
         self._buckets: dict[str, TokenBucket] = {}
         self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self.stats = {"delivered": 0, "duplicates": 0, "rejected": 0, "rate_limited": 0, "validator_errors": 0}
+        self.stats = {
+            "delivered": 0,
+            "duplicates": 0,
+            "rejected": 0,
+            "ignored": 0,
+            "rate_limited": 0,
+            "validator_errors": 0,
+        }
 
     def set_validator(self, topic: str, fn: GossipValidator) -> None:
         self._validators[topic] = fn
@@ -146,6 +156,9 @@ class Gossip:
         except Exception:  # our validator's bug: dropped, logged with its traceback, never the peer's fault
             logger.exception("validator for %s failed on a message from %s (our bug, not the peer's)", topic, origin)
             return self._reject("validator_errors", forwarder, f"{topic}: our validator failed on {origin}")
+        if result is IGNORE:
+            self.stats["ignored"] += 1
+            return False
         if result is not True:
             return self._reject("rejected", forwarder, f"{topic}: message from {origin}")
         return True

@@ -70,13 +70,14 @@ def snapshot(
     store: AttestationStore,
     identity: Identity,
     config: Any,
+    sources: Any,
     live: dict[str, Any],
 ) -> Status:
     """The node's state now: ledger size and coverage per run (r = the policy's redundancy) from the store,
     and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health)."""
     r = config.policy.redundancy
     runs = []
-    for view in config.runs:
+    for view in sources:
         m = view.manifest
         cov = coverage(store, m.run_id, config.policy.trusted)
         runs.append(
