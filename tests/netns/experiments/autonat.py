@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from orchestra import Clock, Fabric, relay_addr, require, start
+from orchestra import Clock, Fabric, deadline, relay_addr, require, start
 
 PROBE = str(Path(__file__).resolve().parent.parent / "tcp_probe.py")
 SERVER, PUBLIC_CLIENT, HOME_CLIENT = 1, 4, 5
@@ -62,7 +62,8 @@ def _reachable(net: Fabric, src, addr: str) -> bool:
 
 
 def main() -> int:
-    summary = run()
+    with deadline():
+        summary = run()
     print(json.dumps(summary, indent=1))
     agree = [d["ok"] == d["truth"] for kind in ("public", "home") for d in summary[kind]["dialback"]]
     return 0 if agree and all(agree) else 1

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +66,23 @@ def require(condition: object, what: str, *roles: Role) -> None:
     if not condition:
         tail = "\n".join(f"--- {r.name}\n" + "\n".join(r.lines[-30:]) for r in roles)
         raise RuntimeError(f"{what}\n{tail}")
+
+
+@contextmanager
+def deadline(seconds: int = 58) -> Iterator[None]:
+    """For a script run by hand: raise TimeoutError after `seconds`, so the fabric's exit cleans up and
+    the script ends. (Not under pytest: pytest-timeout owns SIGALRM there.)"""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"experiment still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Clock:

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from orchestra import Clock, Fabric, relay_addr, require, start
+from orchestra import Clock, Fabric, deadline, relay_addr, require, start
 from p2pnode import peer_id_for
 
 RELAY, DIALER, LISTENER = 1, 2, 3
@@ -89,15 +89,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hold", action="store_true", help="keep a stream open on the circuit across the upgrade")
     parser.add_argument("--watch", type=float, default=12.0)
     args = parser.parse_args(argv)
-    summary = run(
-        dcutr=not args.no_dcutr,
-        nat_mapping=args.nat,
-        max_conns=args.max_conns,
-        bulk=args.bulk,
-        watch=args.watch,
-        dcutr_after=args.dcutr_after,
-        hold=args.hold,
-    )
+    with deadline():
+        summary = run(
+            dcutr=not args.no_dcutr,
+            nat_mapping=args.nat,
+            max_conns=args.max_conns,
+            bulk=args.bulk,
+            watch=args.watch,
+            dcutr_after=args.dcutr_after,
+            hold=args.hold,
+        )
     print(json.dumps(summary, indent=1))
     there, back = summary.get("echo_dialer_to_listener") or {}, summary.get("echo_listener_to_dialer") or {}
     return 0 if there.get("echoed_bulk_bytes") == back.get("echoed_bulk_bytes") == args.bulk else 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from orchestra import Clock, Fabric, relay_addr, require, start
+from orchestra import Clock, Fabric, deadline, relay_addr, require, start
 from p2pnode import peer_id_for
 
 RELAY, PROBER, LISTENER, SQUATTER, LATECOMER = 1, 2, 3, 6, 7
@@ -73,7 +73,9 @@ def run() -> dict:
 
 
 def main() -> int:
-    print(json.dumps(run(), indent=1))
+    with deadline():
+        summary = run()
+    print(json.dumps(summary, indent=1))
     return 0
 
 
