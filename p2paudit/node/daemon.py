@@ -50,7 +50,7 @@ from p2paudit.attest.tables import origin_for
 from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
-from p2paudit.node import auditor, daemon_jobs, status, sync, wire, witness
+from p2paudit.node import auditor, daemon_jobs, reconcile, status, sync, wire, witness
 from p2paudit.node.announce import (
     ANNOUNCEMENTS_PROTOCOL,
     MAX_LIST_BYTES,
@@ -59,11 +59,13 @@ from p2paudit.node.announce import (
     list_refusal,
 )
 from p2paudit.node.follow import Follower
-from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, open_node, supervise
+from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, RequestFailed, open_node, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
+from p2paudit.node.reconcile import RECONCILE_PROTOCOL
 from p2paudit.node.sources import RemoteSource, RunSource
 from p2paudit.node.store_owner import StoreOwner
 from p2paudit.node.validate import check_evidence, check_gossip
+from p2paudit.node.wire import PeerRefused, WireError
 from p2paudit.run.cache import BlobCache
 
 logger = logging.getLogger(__name__)
@@ -160,6 +162,7 @@ class Daemon:
         self.announced_conflicts: dict[tuple[str, bytes, int, bytes], None] = {}  # oldest first, bounded
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
+        self.sync_bytes = 0  # bytes received by sync (reconciliation, checkpoints, pages)
         self.step_retry: dict[tuple[bytes, int], tuple[float, float]] = {}  # (run, step) -> (not before, back-off)
 
     # -- reporting -----------------------------------------------------------------------------------------
@@ -392,18 +395,16 @@ class Daemon:
             await self.node.penalize(peer, f"bad {what}: {exc}")
 
     async def sync_with(self, peer: str) -> None:
-        """One sync session with `peer`; a peer whose pages do not prove out is banned."""
-        session = await self.db.call(lambda store: sync.SyncSession(store, self.ledgered.cursor))
+        """One sync with `peer`: reconcile each run's attestations with it (each one we lack fetched once) and
+        take its signed checkpoint (split views, witnessing); a peer that does not serve reconciliation is
+        synced by proved pages of its log. A peer that lies (a bad page, proof, signature, answer) is banned."""
         try:
-            while (request := await self.db.call(lambda _: session.next_request())) is not None:
-                response = await self.node.request(peer, wire.SYNC_PROTOCOL, request, max_response=wire.MAX_PAGE_BYTES)
-                handshake = session.checkpoint is None
-                # Proofs, signatures and the append run on the store's thread, off the event loop.
-                await self.db.call(lambda _, answer=response: session.handle_response(answer))
-                if handshake:
-                    note = wire.decode_sync_response(response).note
-                    await self.db.call(daemon_jobs.record_peer_note, note)
-                    await self._announce_split_views()
+            try:
+                new, conflicts = await self._reconcile_with(peer)
+            except RequestFailed:  # it does not serve reconcile (or is gone: then the pages fail too)
+                new, conflicts = await self._pages_from(peer)
+            else:
+                await self._checkpoint_of(peer)
         except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
             self._unreachable("sync", peer, exc)
             return
@@ -411,18 +412,60 @@ class Daemon:
             await self._bad_peer("sync page", peer, exc)
             return
         self._retry.pop(("sync", peer), None)
-        new = sum(applied.new for applied in session.applied)
         if new:
             self.received += new
             self._changed()
             self._report("synced", f"{new} attestation(s) from {peer[:16]}..")
         self.synced_since_change.add(peer)
-        indices = [
-            (item.index, item.conflict) for a in session.applied for item in a.appended if item.new and item.conflict
-        ]
-        for index, kind in indices:
-            signed = await self.db.call(lambda store, i=index: store.attestation(i).encoded)
+        for signed, kind in conflicts:
             await self._announce(signed, kind)
+
+    async def _reconcile_with(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
+        async def ask(data: bytes) -> bytes:
+            return await self.node.request(peer, RECONCILE_PROTOCOL, data, max_response=reconcile.MAX_ANSWER_BYTES)
+
+        new, conflicts = 0, []
+        for source in list(self.sources):
+            m = source.manifest
+            done = await reconcile.reconcile_run(ask, self.db.call, m.run_id, m.num_steps)
+            new += done.new
+            conflicts += done.conflicts
+            self.sync_bytes += done.received_bytes
+        return new, conflicts
+
+    async def _checkpoint_of(self, peer: str) -> None:
+        """The peer's signed checkpoint (status handshake): kept, so two heads of one size meet here."""
+        request = wire.encode_sync_request(wire.StatusRequest())
+        answer = await self.node.request(peer, wire.SYNC_PROTOCOL, request, max_response=wire.MAX_STATUS_BYTES)
+        self.sync_bytes += len(answer)
+        response = wire.decode_sync_response(answer)
+        if isinstance(response, wire.SyncRefusal):
+            raise PeerRefused(f"peer refused the status request: {response.reason[:200]}")
+        if not isinstance(response, wire.StatusResponse):
+            raise WireError(f"peer answered a status request with a {type(response).__name__}")
+        sync.open_peer_checkpoint(response.note)  # signed by the key its origin names, or PageProofError
+        await self.db.call(daemon_jobs.record_peer_note, response.note)
+        await self._announce_split_views()
+
+    async def _pages_from(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
+        """Pull the peer's log from our cursor in proved pages (sync.SyncSession)."""
+        session = await self.db.call(lambda store: sync.SyncSession(store, self.ledgered.cursor))
+        while (request := await self.db.call(lambda _: session.next_request())) is not None:
+            response = await self.node.request(peer, wire.SYNC_PROTOCOL, request, max_response=wire.MAX_PAGE_BYTES)
+            self.sync_bytes += len(response)
+            handshake = session.checkpoint is None
+            # Proofs, signatures and the append run on the store's thread, off the event loop.
+            await self.db.call(lambda _, answer=response: session.handle_response(answer))
+            if handshake:
+                note = wire.decode_sync_response(response).note
+                await self.db.call(daemon_jobs.record_peer_note, note)
+                await self._announce_split_views()
+        new = sum(applied.new for applied in session.applied)
+        indices = [(i.index, i.conflict) for a in session.applied for i in a.appended if i.new and i.conflict]
+        conflicts = []
+        for index, kind in indices:
+            conflicts.append((await self.db.call(lambda store, i=index: store.attestation(i).encoded), kind))
+        return new, conflicts
 
     async def sync_loop(self) -> None:
         while True:
@@ -431,6 +474,9 @@ class Daemon:
                     await self.sync_with(peer)
                 await self.ask_announcements(peer)
             await trio.sleep(SYNC_INTERVAL)
+
+    async def serve_reconcile(self, peer: str, request: bytes) -> bytes:
+        return await self.db.call(reconcile.serve, request)
 
     async def serve_sync(self, peer: str, request: bytes) -> bytes:
         return await self.db.call(daemon_jobs.serve_sync, self.identity, request)
@@ -687,6 +733,14 @@ def _serve(node: Node, daemon: Daemon) -> None:
         max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
         timeout=10.0,
         refuse=wire.witness_refusal,
+    )
+    node.set_handler(
+        RECONCILE_PROTOCOL,
+        daemon.serve_reconcile,
+        max_request=reconcile.MAX_REQUEST_BYTES,
+        max_response=reconcile.MAX_ANSWER_BYTES,
+        timeout=10.0,
+        refuse=reconcile.refusal,
     )
     node.set_handler(
         ANNOUNCEMENTS_PROTOCOL,

@@ -15,7 +15,7 @@ from typing import Any
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import StepAudit
 from p2paudit.identity import Identity
-from p2paudit.node import auditor, conflicts, status, sync, wire, witness
+from p2paudit.node import auditor, conflicts, reconcile, status, sync, wire, witness
 from p2paudit.node.sources import RunSource
 
 
@@ -31,6 +31,7 @@ def setup(store: AttestationStore, identity: Identity, runs: tuple[RunSource, ..
     for source in runs:
         m = source.manifest
         store.register_run(m.run_id, m.num_steps, source.label)
+    reconcile.ensure_index(store)
     signer = witness.witness_signer(identity, store.ledger.origin)
     return Ledgered(sync.SyncCursor(store), witness.Witness(store.ledger, signer))
 

@@ -5,6 +5,7 @@ declines with a refusal is backed off from, never banned."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -210,7 +211,8 @@ def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
     config = DaemonConfig(
         runs=(LocalSource(open_run(run_dir)),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json"
     )
-    daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=None, ledgered=None, emit=lambda event: None)
+    no_store = SimpleNamespace(call=None)  # nothing here reaches the store
+    daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=no_store, ledgered=None, emit=lambda event: None)
     for kind in ("validator_errors", "contained", "rate_limited", "refused", "rejected", "malformed"):
         daemon.on_node_event(NodeEvent(kind, f"peer-{kind}", "detail"))
     queued = []
