@@ -49,7 +49,7 @@ from p2paudit.node.wire import (
 RECONCILE_PROTOCOL = "/p2paudit/reconcile/1.0.0"
 MAGIC = "p2paudit/reconcile"
 MAX_BUCKETS = 64
-MAX_HASHES = 1024
+MAX_HASHES = 8192  # a bucket's hash list: 32 bytes an attestation, at most 270 KB
 MAX_ENTRIES = 256
 MAX_REQUEST_BYTES = 64 + MAX_ENTRIES * (HASH_SIZE + 2)
 MAX_ANSWER_BYTES = 64 + MAX_ENTRIES * (4096 + 3)  # entries are signed envelopes of at most 4,096 bytes
@@ -132,7 +132,7 @@ def refusal(reason: str) -> bytes:
 
 def decode_answer(data: bytes, want: str) -> list:
     """The answer's items for a request of kind `want`; PeerRefused for a refusal, WireError otherwise."""
-    fields = unpack_message(data, MAX_ANSWER_BYTES, MAGIC, "reconcile answer")
+    fields = unpack_message(data, MAX_ANSWER_BYTES, MAGIC, "reconcile answer", MAX_HASHES)
     check_fields(fields, 2, "reconcile answer")
     if fields[0] == "refusal":
         raise PeerRefused(f"peer refused to reconcile: {check_text(fields[1], 'reason', MAX_TEXT)}")

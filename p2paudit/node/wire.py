@@ -88,8 +88,9 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
-def unpack_message(data: Any, limit: int, magic: str, what: str) -> list:
-    """Parse one canonical message of at most `limit` bytes; return its fields after magic and version."""
+def unpack_message(data: Any, limit: int, magic: str, what: str, max_items: int = 0) -> list:
+    """Parse one canonical message of at most `limit` bytes; return its fields after magic and version.
+    Arrays hold at most max(max_items, the largest list any message here allows) items."""
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
     if type(data) is not bytes:
@@ -104,7 +105,7 @@ def unpack_message(data: Any, limit: int, magic: str, what: str) -> list:
             strict_map_key=True,
             max_map_len=0,
             max_ext_len=0,
-            max_array_len=max(MAX_BATCH, MAX_PAGE, MAX_RUNS, MAX_PROOF_HASHES),
+            max_array_len=max(MAX_BATCH, MAX_PAGE, MAX_RUNS, MAX_PROOF_HASHES, max_items),
             max_bin_len=limit,
             max_str_len=limit,
         )
