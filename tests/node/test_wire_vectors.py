@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 from node_helpers import RUN, key, record
 
 from ledger.cosignature import CosignatureSigner
+from ledger.merkle import leaf_hash
 from ledger.note import Checkpoint, NoteSigner, sign_checkpoint
 from p2paudit.attest.record import sign_attestation
 from p2paudit.identity import peer_id_of
-from p2paudit.node import wire
+from p2paudit.node import reconcile, wire
+from p2paudit.node.announce import decode_announcement, encode_list, encode_list_request, sign_announcement
 from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list, encode_peer_refusal
 from p2paudit.node.wire import PeerRefused
 
@@ -94,6 +97,23 @@ def build() -> dict[str, dict[str, Any]]:
     peers = [(peer_id_of(key(3).public_key), ["/ip4/127.0.0.1/tcp/4001"])]
     add("peer exchange answer", encode_peer_list(peers), peers)
     add("peer exchange refusal", encode_peer_refusal("busy"), {"reason": "busy"})
+    announcement = sign_announcement(key(1), RUN, ["https://lab.example/run/"], 1_764_000_000_000)
+    add("run announcement", announcement, decode_announcement(announcement),
+        "signature over b'p2paudit/announce/v1' 0x00 + the array without its signature")  # fmt: skip
+    add("announcements request", encode_list_request([key(1).public_key]), {"publishers": [key(1).public_key]})
+    add("announcements answer", encode_list([announcement]), {"announcements": [announcement]})
+    summary = reconcile.Summary(RUN, -1, 3, 2)
+    add("reconcile summary request", reconcile.encode_request(summary), summary, "steps -1..3 in 2 buckets")
+    fingerprint = sha256(b"".join(sorted([leaf_hash(a), leaf_hash(b)]))).digest()
+    buckets = [[2, fingerprint], [0, sha256(b"").digest()]]
+    add("reconcile summary", reconcile.encode_answer("summary", buckets), {"buckets": buckets},
+        "fingerprint = SHA-256 of the sorted leaf hashes; an empty bucket: SHA-256 of nothing")  # fmt: skip
+    hashes = reconcile.Hashes(RUN, 0, 2)
+    add("reconcile hashes request", reconcile.encode_request(hashes), hashes)
+    add("reconcile hashes", reconcile.encode_answer("hashes", [leaf_hash(a)]), {"hashes": [leaf_hash(a)]})
+    wanted = reconcile.Entries((leaf_hash(a),))
+    add("reconcile entries request", reconcile.encode_request(wanted), wanted)
+    add("reconcile entries", reconcile.encode_answer("entries", [a]), {"entries": [a]})
     add("checkpoint note (empty log)", note.encode(), {"origin": note.split("\n")[0], "size": 0, "root": empty_root},
         "C2SP signed note (UTF-8 bytes); key id SHA-256(name || 0x0A || 0x01 || key)[:4]")  # fmt: skip
     return out
@@ -133,3 +153,10 @@ def test_every_vector_decodes_to_its_fields():
     except PeerRefused as refused:
         assert "busy" in str(refused)
     assert wire.message_id(bytes.fromhex(d["gossip message id"]["data"])) == v["gossip message id"]
+    assert _hex(decode_announcement(v["run announcement"])) == d["run announcement"]
+    assert _hex(reconcile.decode_request(v["reconcile summary request"])) == d["reconcile summary request"]
+    assert _hex(reconcile.decode_request(v["reconcile hashes request"])) == d["reconcile hashes request"]
+    assert _hex(reconcile.decode_request(v["reconcile entries request"])) == d["reconcile entries request"]
+    buckets = reconcile.decode_answer(v["reconcile summary"], "summary")
+    assert _hex([list(b) for b in buckets]) == d["reconcile summary"]["buckets"]
+    assert _hex(reconcile.decode_answer(v["reconcile entries"], "entries")) == d["reconcile entries"]["entries"]
