@@ -92,6 +92,34 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     help="A multiaddr to listen on (repeatable). Loopback unless opened up on purpose.",
 )
 @click.option(
+    "--announce",
+    multiple=True,
+    metavar="MULTIADDR",
+    help="An address to tell peers instead of the bound ones (repeatable), e.g. /ip4/203.0.113.10/tcp/4001 "
+    "for a public --listen /ip4/0.0.0.0/tcp/4001 or a port forward; peers dial it back to check it.",
+)
+@click.option(
+    "--relay-service",
+    is_flag=True,
+    help="Offer circuit relay v2 to peers behind NAT (public nodes; per-peer, per-IP and total limits).",
+)
+@click.option(
+    "--max-relays",
+    type=click.IntRange(min=0, max=8),
+    default=2,
+    show_default=True,
+    help="Relays to reserve a slot on when this node is not reachable (0: never).",
+)
+@click.option("--no-hole-punch", is_flag=True, help="Do not upgrade relayed connections to direct ones (DCUtR).")
+@click.option(
+    "--reserve-after",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Seconds without a reachability answer (and no inbound direct connection) before reserving on relays "
+    "anyway; one failed dial-back reserves at once.",
+)
+@click.option(
     "--peer",
     "peers",
     multiple=True,
@@ -147,6 +175,11 @@ def daemon(
     cache_size: int,
     fetch_timeout: float,
     listen: tuple[str, ...],
+    announce: tuple[str, ...],
+    relay_service: bool,
+    max_relays: int,
+    no_hole_punch: bool,
+    reserve_after: float,
     peers: tuple[str, ...],
     redundancy: int,
     trusted_path: Path | None,
@@ -172,6 +205,7 @@ def daemon(
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
     from p2paudit.node.daemon import DaemonConfig, run_daemon
+    from p2paudit.node.libp2p_adapter import ReachConfig
     from p2paudit.node.loop_monitor import LoopMonitor
 
     identity = _node_identity()
@@ -198,6 +232,13 @@ def daemon(
         cache_dir=home / "cache",
         cache_size=cache_size,
         fetch_timeout=fetch_timeout,
+        reach=ReachConfig(
+            announce=announce,
+            relay_service=relay_service,
+            max_relays=max_relays,
+            hole_punch=not no_hole_punch,
+            reserve_after_unknown=reserve_after,
+        ),
     )
     started = time.monotonic()
 
@@ -260,6 +301,7 @@ def status_cmd(as_json: bool) -> None:
             f"remote run {remote['url']}: {remote['received_bytes']} bytes fetched, "
             f"{remote['cached_files']} file(s) served from the cache{now}"
         )
+    show_reach(data.get("reach", {}))
     health = data.get("health", {})
     if health:
         click.echo(
@@ -268,3 +310,28 @@ def status_cmd(as_json: bool) -> None:
         )
     for line in data["events"]:
         click.echo(f"  {line}")
+
+
+def show_reach(reach: dict) -> None:
+    """Reachability, relays in use, and how each connected peer is reached (status file "reach")."""
+    if not reach:
+        return
+    relays = reach.get("relays", [])
+    held = len(reach.get("reservations", []))
+    click.echo(
+        f"reachability: {reach.get('state', 'unknown')}; {len(relays)} relay(s) in use"
+        f"{f' ({held} reservation(s) held)' if held else ''}"
+    )
+    for addr in reach.get("addresses", []):
+        click.echo(f"  told peers: {addr}")
+    for line in reach.get("dialbacks", []):
+        click.echo(f"  dial-back {line}")
+    for link in reach.get("links", [])[:50]:
+        via = f" via {link['relay']}" if link.get("relay") else ""
+        click.echo(f"  peer {link['peer']}: {link['kind']}{via}")
+    service = reach.get("relay_service")
+    if service:
+        click.echo(
+            f"relay service: {service['reservations']} reservation(s), {service['circuits']} circuit(s), "
+            f"{service['refused']} request(s) refused"
+        )

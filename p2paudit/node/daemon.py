@@ -59,7 +59,7 @@ from p2paudit.node.announce import (
     list_refusal,
 )
 from p2paudit.node.follow import Follower
-from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, RequestFailed, open_node, supervise
+from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent, ReachConfig, RequestFailed, open_node, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
 from p2paudit.node.reconcile import RECONCILE_PROTOCOL
 from p2paudit.node.sources import RemoteSource, RunSource
@@ -118,6 +118,8 @@ class DaemonConfig:
     cache_dir: Path | None = None
     cache_size: int = 16 * 1024**3
     fetch_timeout: float = 60.0
+    # Announced addresses, relays (client and service), hole punching: the adapter's terms.
+    reach: ReachConfig = ReachConfig()
 
 
 @dataclass(frozen=True)
@@ -559,6 +561,7 @@ class Daemon:
         return {
             "listen": self.node.listen_addrs() if self.node is not None else [],
             "peers": self.node.connected_peers() if self.node is not None else [],
+            "reach": self.node.reachability().to_dict() if self.node is not None else {},
             "audited": self.audited,
             "received": self.received,
             "events": list(self.events),
@@ -680,7 +683,7 @@ async def run_daemon(
         ledgered = await db.call(daemon_jobs.setup, identity, config.runs)
         daemon = Daemon(identity, config, db, ledgered, emit, monitor)
         stopped_by: list[int] = []
-        node_config = NodeConfig(listen=config.listen, bootstrap=config.peers, mdns=config.mdns)
+        node_config = NodeConfig(listen=config.listen, bootstrap=config.peers, mdns=config.mdns, reach=config.reach)
         async with open_node(identity, node_config, daemon.on_node_event) as node:
             daemon.node = node
             _serve(node, daemon)

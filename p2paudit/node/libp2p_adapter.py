@@ -24,30 +24,31 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-import multiaddr
 import trio
 from libp2p.identity_utils import create_identity_from_seed
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.peer.peerstore import PERMANENT_ADDR_TTL, PeerStoreError
+from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
 
-from p2paudit.errors import InputError, InternalError, NetworkError
+from p2paudit.errors import InternalError, NetworkError
 from p2paudit.identity import Identity, peer_id_of, private_seed
-from p2paudit.node.libp2p_config import NodeConfig, NodeEvent
+from p2paudit.node.libp2p_config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
 from p2paudit.node.libp2p_containment import background_contained_service, supervise
+from p2paudit.node.libp2p_dialback import DIALBACK_PROTOCOL, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, refusal
+from p2paudit.node.libp2p_discovery import MAX_PEER_LIST_BYTES, PEERS_PROTOCOL, PeerDiscovery
 from p2paudit.node.libp2p_gossip import IGNORE, Gossip, GossipHandler, GossipValidator, raise_library_queues
 from p2paudit.node.libp2p_host import (
     NETWORK_ERRORS,
     Notifee,
     build_host,
-    dht_key,
     parse_listen_addr,
     parse_peer_addr,
     parse_peer_id,
     run_host,
 )
-from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list, encode_peer_refusal
+from p2paudit.node.libp2p_peers import encode_peer_refusal
+from p2paudit.node.libp2p_reach import Reach
 from p2paudit.node.libp2p_requests import (
     BadResponse,
     Handler,
@@ -66,17 +67,18 @@ __all__ = [
     "RequestFailed",
     "RequestTimedOut",
     "PEERS_PROTOCOL",
+    "PeerLink",
+    "ReachConfig",
+    "Reachability",
+    "RelayServiceLimits",
     "open_node",
     "supervise",
 ]
 
 logger = logging.getLogger(__name__)
 
-PEERS_PROTOCOL = "/p2paudit/peers/1.0.0"
-_MAX_PEER_LIST_BYTES = 64 * 1024
 
-
-class Node:
+class Node(PeerDiscovery):
     """A running libp2p node in our terms. Made by `open_node`; not constructed directly."""
 
     def __init__(self, identity: Identity, config: NodeConfig, on_event: Callable[[NodeEvent], None] | None) -> None:
@@ -91,6 +93,7 @@ class Node:
         self._bootstrap: dict[str, PeerInfo] = {}
         self._nursery: trio.Nursery | None = None
         self._listen = [parse_listen_addr(a) for a in config.listen]
+        self.reach = Reach(config.reach, self._emit)
         self.host = build_host(
             key_pair,
             self._listen,
@@ -98,6 +101,7 @@ class Node:
             lambda p: self.is_banned(str(p)),
             config.mdns,
             config.max_connections,
+            config.reach.connections_per_peer,
         )
         self.gossip = Gossip(self.host, config, self.peer_id, self._emit)
         self.requests = Requests(
@@ -106,12 +110,21 @@ class Node:
         # Provider records only. The per-subnet cap would admit two loopback peers at most.
         self.dht = KadDHT(self.host, DHTMode.SERVER, enable_values=False, max_peers_per_subnet=0)
         self.host.get_network().register_notifee(Notifee(self._on_connected, self._on_disconnected))
+        self.reach.attach(self.host, self.requests.request, lambda peer: peer in self._bootstrap)
 
     # --- peers, events, bans ------------------------------------------------
 
     def listen_addrs(self) -> list[str]:
         """The addresses actually bound, each ending in /p2p/<our peer id>."""
+        return [f"{a}/p2p/{self.peer_id}" for a in self.host.get_transport_addrs()]
+
+    def advertised_addrs(self) -> list[str]:
+        """What peers are told (announced, bound if reachable, /p2p-circuit through our relays)."""
         return [str(a) for a in self.host.get_addrs()]
+
+    def reachability(self) -> Reachability:
+        """Public, behind NAT or unknown; relays in use; how each connected peer is reached."""
+        return self.reach.status()
 
     def connected_peers(self) -> list[str]:
         return sorted(str(p) for p in self.host.get_connected_peers())
@@ -201,6 +214,24 @@ class Node:
             raise RequestFailed(f"peer {peer} is banned")
         if peer == self.peer_id:
             raise RequestFailed("refusing to dial ourselves")
+        # The swarm drops /p2p-circuit addresses: those go through the circuit transport, if direct ones fail.
+        circuits = [a for a in info.addrs if "/p2p-circuit" in str(a)]
+        direct = PeerInfo(info.peer_id, [a for a in info.addrs if "/p2p-circuit" not in str(a)])
+        try:
+            if direct.addrs or not circuits:
+                try:
+                    await self._dial_direct(direct)
+                    return
+                except RequestFailed:
+                    if not circuits:
+                        raise
+            await self.reach.dial_circuit(info.peer_id, circuits, 2 * self.config.dial_timeout)
+        finally:
+            # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
+            self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
+
+    async def _dial_direct(self, info: PeerInfo) -> None:
+        peer = str(info.peer_id)
         # After one failure the swarm refuses to redial a peer for 60 s; our loops do the back-off.
         self.host.get_network().unblock_peer(info.peer_id)
         try:
@@ -210,9 +241,6 @@ class Node:
             raise RequestTimedOut(f"dial {peer} timed out after {self.config.dial_timeout} s") from None
         except NETWORK_ERRORS as error:
             raise RequestFailed(f"dial {peer} failed: {str(error).splitlines()[0][:200]}") from None
-        finally:
-            # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
-            self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
 
     async def add_bootstrap(self, addr: str) -> None:
         """Keep this peer for good: permanent address, redialled with back-off while we run."""
@@ -241,88 +269,6 @@ class Node:
                 logger.info("bootstrap %s: %s; retry in %.1f s", peer, error, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.config.redial_max)
-
-    # --- peer exchange and provider records -------------------------------------
-
-    async def _serve_peers(self, peer: str, request: bytes) -> bytes:
-        entries = []
-        store = self.host.get_peerstore()
-        for other in self.connected_peers():
-            if other == peer or self.is_banned(other):
-                continue
-            try:
-                known = store.addrs(parse_peer_id(other))
-            except PeerStoreError:  # connected inbound, no address stored: nothing to tell about it
-                continue
-            addrs = [str(a) for a in known][: self.config.max_addrs_per_peer]
-            if addrs:
-                entries.append((other, addrs))
-            if len(entries) >= self.config.max_peer_list:
-                break
-        return encode_peer_list(entries)
-
-    async def exchange_peers(self, peer: str) -> int:
-        """Ask `peer` for its peers and dial the new ones; returns how many we connected to."""
-        answer = await self.request(peer, PEERS_PROTOCOL, b"", max_response=_MAX_PEER_LIST_BYTES, timeout=5.0)
-        entries = decode_peer_list(answer, self.config.max_peer_list, self.config.max_addrs_per_peer)
-        dialled = 0
-        for other, addrs in entries:
-            if other == self.peer_id or other in self._connected or self.is_banned(other):
-                continue
-            if len(self._connected) >= self.config.max_peers:
-                break
-            info = PeerInfo(parse_peer_id(other), [multiaddr.Multiaddr(a) for a in addrs])
-            try:
-                await self._dial(info, ttl=self.config.exchanged_addr_ttl)
-                dialled += 1
-            except (NetworkError, InputError) as error:  # unreachable, banned, or ourselves: a hint, not a lie
-                logger.info("peer %s from %s: %s", other, peer, error)
-        return dialled
-
-    async def _exchange_loop(self) -> None:
-        # Ask often while it finds peers, then back off (each ask costs every peer a request).
-        interval = self.config.peer_exchange_interval
-        while True:
-            await trio.sleep(interval)
-            found = 0
-            for peer in list(self._connected):
-                if len(self._connected) >= self.config.max_peers:
-                    break
-                try:
-                    found += await self.exchange_peers(peer)
-                except NetworkError as error:  # unreachable, too slow or declined: ask again later
-                    logger.info("peer exchange with %s: %s", peer, error)
-                except InputError as error:  # its answer was bad data
-                    await self.penalize(peer, f"bad peer-exchange answer: {error}")
-            if found:
-                interval = self.config.peer_exchange_interval
-            else:
-                interval = min(interval * 2, self.config.peer_exchange_max_interval)
-
-    async def _add_dht_peer(self, peer_id: ID) -> None:
-        # Identify must finish first: the routing table admits only peers that speak the DHT protocol.
-        await trio.sleep(0.5)
-        try:
-            await self.dht.add_peer(peer_id)
-        except NETWORK_ERRORS as error:
-            logger.debug("dht add_peer %s: %s", peer_id, error)
-
-    async def provide(self, key: bytes) -> bool:
-        """Announce in the DHT that we serve `key` (e.g. a run id); True if it was stored."""
-        return await self.dht.provide(dht_key(key))
-
-    async def find_providers(self, key: bytes, count: int = 20, timeout: float = 10.0) -> list[tuple[str, list[str]]]:
-        """(peer, addresses) of up to `count` providers of `key` other than us; addresses kept for a while."""
-        with trio.move_on_after(timeout):
-            infos = await self.dht.find_providers(dht_key(key), count)
-            out: dict[str, list[str]] = {}
-            for info in infos:  # the same provider comes back once per peer that stored it
-                peer = str(info.peer_id)
-                if peer != self.peer_id and info.addrs and peer not in out:
-                    self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, self.config.exchanged_addr_ttl)
-                    out[peer] = [str(a) for a in info.addrs]
-            return list(out.items())
-        raise RequestTimedOut(f"find_providers timed out after {timeout} s")
 
     # --- gossip -------------------------------------------------------------------
 
@@ -390,7 +336,11 @@ class Node:
         resets (NetworkError: nobody's proven fault); BadResponse (InputError) if it answers
         with a malformed or oversize frame.
         """
-        return await self.requests.request(peer, protocol_id, data, max_response, timeout)
+        try:
+            return await self.requests.request(peer, protocol_id, data, max_response, timeout)
+        except RequestFailed as error:
+            await self.reach.drop_dead_relayed(peer, error)
+            raise
 
 
 @asynccontextmanager
@@ -413,20 +363,32 @@ async def open_node(
         PEERS_PROTOCOL,
         node._serve_peers,
         max_request=0,
-        max_response=_MAX_PEER_LIST_BYTES,
+        max_response=MAX_PEER_LIST_BYTES,
         timeout=5.0,
         refuse=encode_peer_refusal,
+    )
+    timeout = config.reach.dialback_timeout
+    node.set_handler(
+        DIALBACK_PROTOCOL,
+        node.reach.dialback.serve,
+        max_request=MAX_REQUEST_BYTES,
+        max_response=MAX_RESPONSE_BYTES,
+        timeout=timeout + 3.0,
+        refuse=refusal,
+        max_concurrent_per_peer=1,
     )
     async with run_host(node.host, node._listen, node._emit):
         async with (
             background_contained_service(node.gossip.pubsub, node._emit),
             background_contained_service(node.gossip.router, node._emit),
             background_contained_service(node.dht, node._emit),
+            node.reach.services(node._emit),
         ):
             await node.gossip.pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:
                 node._nursery = nursery
-                for loop in (node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known):
+                loops = [node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known]
+                for loop in loops + node.reach.loops():
                     nursery.start_soon(supervise, loop, node._emit)
                 for addr in config.bootstrap:
                     await node.add_bootstrap(addr)

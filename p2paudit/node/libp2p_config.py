@@ -2,7 +2,67 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Reachability, in our terms (libp2p_reach): what dial-backs by peers said about our address.
+PUBLIC = "public"
+BEHIND_NAT = "behind-nat"
+UNKNOWN = "unknown"
+# How a connected peer is reached: directly, only through a relay, or directly after a hole punch (DCUtR).
+DIRECT = "direct"
+RELAYED = "relayed"
+HOLE_PUNCHED = "hole-punched"
+
+
+@dataclass(frozen=True)
+class RelayServiceLimits:
+    """What a node offering circuit relay v2 (`--relay-service`) gives its peers (docs/network.md, threat model).
+
+    A reservation is held for the connection's own peer only, while it stays connected; new reservations
+    are rate limited per peer (a bucket of `reservation_burst`, one more every `reservation_interval` s).
+    Circuits are counted at both ends; each one is cut after `circuit_seconds` or `circuit_bytes`
+    (both directions together).
+    """
+
+    reservations: int = 64
+    reservations_per_ip: int = 4
+    reservation_burst: int = 3
+    reservation_interval: float = 120.0
+    reservation_ttl: int = 900
+    circuits: int = 16
+    circuits_per_peer: int = 4
+    circuit_seconds: int = 600
+    circuit_bytes: int = 64 << 20
+
+
+@dataclass(frozen=True)
+class ReachConfig:
+    """How the node gets reached (libp2p_reach; measurements in docs/reachability.md).
+
+    announce: multiaddrs peers are told instead of the bound ones (a public address, a port forward).
+    relay_service: offer circuit relay v2 to peers, within relay_limits.
+    max_relays: relays a node that is not public reserves a slot on (0: never reserve).
+    hole_punch: run DCUtR, which upgrades a relayed connection to a direct one where both NATs allow.
+    reserve_after_unknown: a node still unknown after this long, with no inbound direct connection,
+    reserves anyway (one failed dial-back is enough sooner).
+    connections_per_peer: 2 lets a hole-punched connection arrive beside the relayed one without the
+    swarm trimming either (streams on the relayed one survive); its price is py-libp2p's fixed 0.25 s
+    happy-eyeballs wait in every connect (1 skips it).
+    """
+
+    announce: tuple[str, ...] = ()
+    relay_service: bool = False
+    relay_limits: RelayServiceLimits = RelayServiceLimits()
+    max_relays: int = 2
+    hole_punch: bool = True
+    dialback: bool = True
+    dialback_peers: int = 3
+    dialback_timeout: float = 5.0
+    recheck_interval: float = 1800.0
+    reserve_after_unknown: float = 120.0
+    connections_per_peer: int = 2
+    hole_punch_dial_timeout: int = 3
 
 
 @dataclass(frozen=True)
@@ -55,6 +115,8 @@ class NodeConfig:
     # Request/response.
     max_request: int = 1 << 20
     max_requests_per_peer: int = 4
+    # Announced addresses, dial-back, relays and hole punching.
+    reach: ReachConfig = ReachConfig()
 
 
 @dataclass(frozen=True)
@@ -73,3 +135,44 @@ class NodeEvent:
     kind: str
     peer: str
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class PeerLink:
+    """How one connected peer is reached: kind is DIRECT, RELAYED or HOLE_PUNCHED; relay names the relay
+    carrying a relayed link (None for direct ones)."""
+
+    peer: str
+    kind: str
+    relay: str | None = None
+
+
+@dataclass(frozen=True)
+class RelayServiceState:
+    """A relay service's load now, and what it refused since it started."""
+
+    reservations: int
+    circuits: int
+    refused: int
+
+
+@dataclass(frozen=True)
+class Reachability:
+    """The node's reachability in our terms (Node.reachability()).
+
+    state: PUBLIC, BEHIND_NAT or UNKNOWN (what dial-backs by peers decided; 2 agreeing answers decide).
+    addresses: what peers are told (identify, peer exchange). relays: the relays carrying us (reservations
+    held) and carrying relayed links. dialbacks: the latest answers, one line each.
+    """
+
+    state: str
+    addresses: tuple[str, ...]
+    relays: tuple[str, ...]
+    reservations: tuple[str, ...]
+    links: tuple[PeerLink, ...]
+    dialbacks: tuple[str, ...]
+    relay_service: RelayServiceState | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, for the status file."""
+        return asdict(self)

@@ -113,13 +113,15 @@ def build_host(
     is_banned: Callable[[ID], bool],
     mdns: bool = False,
     max_connections: int = 300,
+    connections_per_peer: int = 1,
 ) -> IHost:
-    """Noise only (the default set admits plaintext), yamux, one connection per peer.
+    """Noise only (the default set admits plaintext), yamux, `connections_per_peer` connections per peer.
 
-    One connection per peer also spares every connect the swarm's fixed 0.25 s
-    happy-eyeballs wait. mDNS is off unless asked for (`--mdns`, on a LAN): it
-    multicasts on the real interface, so tests never turn it on outside a
-    private network namespace.
+    One connection per peer spares every connect the swarm's fixed 0.25 s
+    happy-eyeballs wait; two let a hole-punched connection arrive beside a
+    relayed one (libp2p_config.ReachConfig). mDNS is off unless asked for
+    (`--mdns`, on a LAN): it multicasts on the real interface, so tests never
+    turn it on outside a private network namespace.
     """
     host = new_host(
         key_pair=key_pair,
@@ -130,7 +132,7 @@ def build_host(
         # connections by dialling whatever its peerstore holds, and peers fill the peerstore (identify,
         # Kademlia, peer records): it made a node dial addresses strangers chose. Our own loops dial.
         connection_config=ConnectionConfig(
-            max_connections_per_peer=1,
+            max_connections_per_peer=connections_per_peer,
             dial_timeout=dial_timeout,
             max_connections=max_connections,
             min_connections=0,

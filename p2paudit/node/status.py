@@ -9,7 +9,11 @@
            "redundancy": int, "disputes": int}],
  "equivocations": int, "events": [str],
  "health": {"longest_stall_ms": float, "stall_task": str, "store_jobs": int, "busiest_store_job_ms": float},
- "remote": [{"run_id": hex, "url": str, "fetching": str | null, "received_bytes": int, "cached_files": int}]}
+ "remote": [{"run_id": hex, "url": str, "fetching": str | null, "received_bytes": int, "cached_files": int}],
+ "reach": {"state": "public" | "behind-nat" | "unknown", "addresses": [multiaddr told to peers],
+           "relays": [peer id], "reservations": [relay peer id], "dialbacks": [str],
+           "links": [{"peer": str, "kind": "direct" | "relayed" | "hole-punched", "relay": str | null}],
+           "relay_service": {"reservations": int, "circuits": int, "refused": int} | null}}
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,7 @@ class Status:
     events: list[str]
     health: dict[str, Any]
     remote: list[dict[str, Any]]
+    reach: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": STATUS_FORMAT, "version": STATUS_VERSION, **asdict(self)}
@@ -74,7 +79,7 @@ def snapshot(
     live: dict[str, Any],
 ) -> Status:
     """The node's state now: ledger size and coverage per run (r = the policy's redundancy) from the store,
-    and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health)."""
+    and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health, reach)."""
     r = config.policy.redundancy
     runs = []
     for view in sources:
@@ -108,6 +113,7 @@ def snapshot(
         events=list(live["events"][-10:]),
         health=dict(live["health"]),
         remote=list(live["remote"]),
+        reach=dict(live.get("reach", {})),
     )
 
 

@@ -1,0 +1,245 @@
+"""Dial-back: is the address we would announce reachable from the internet? (adapter-internal)
+
+py-libp2p 0.8.1's AutoNAT v1 server "dials back" with `host.connect()`, which
+returns the connection the request came on, so it told a node behind NAT that
+it was public (docs/reachability.md). Ours dials on a **new** connection:
+
+    request:  ["p2paudit/dialback", 1, multiaddr (str)]
+    response: ["p2paudit/dialback", 1, code (int), multiaddr dialled (str), reason (str)]
+
+The request names one /ip4/.../tcp/PORT address. Its IP must be the one the
+request came from (no amplification: nobody can make us dial a third party),
+or 0.0.0.0, meaning "the IP you see me at". The server dials it on a fresh TCP
+connection from an ephemeral port, runs the Noise handshake (which proves the
+peer id), closes it, and answers OK (0) or FAILED (1); REFUSED (2) carries why
+it did not dial: not the requester's IP, a request over a relayed connection
+(no IP to check), more than one dial-back per peer per minute, or busy. The
+dialled connection never joins the swarm (no protocols, no pubsub).
+
+`Tally` keeps one round of answers: 2 agreeing answers from different peers
+decide PUBLIC or BEHIND_NAT.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgpack
+import multiaddr
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+
+from p2paudit.errors import InputError
+from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN
+from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_id
+
+logger = logging.getLogger(__name__)
+
+DIALBACK_PROTOCOL = "/p2paudit/dialback/1.0.0"
+MAGIC = "p2paudit/dialback"
+OK, FAILED, REFUSED = 0, 1, 2
+MAX_REQUEST_BYTES = 256
+MAX_RESPONSE_BYTES = 512
+MAX_ADDR = 200
+MAX_REASON = 200
+PER_PEER_INTERVAL = 60.0
+MAX_CONCURRENT = 4
+WILDCARD = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One dial-back answer: code OK, FAILED or REFUSED, the address the server dialled, and why."""
+
+    code: int
+    addr: str
+    reason: str
+
+
+def _pack(value: list) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _unpack(data: bytes, limit: int, what: str) -> list:
+    if len(data) > limit:
+        raise InputError(f"dial-back {what} of {len(data)} bytes is over {limit}")
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as error:  # msgpack raises several unrelated exception types
+        raise InputError(f"dial-back {what} is not msgpack: {type(error).__name__}") from None
+    if not isinstance(value, list) or len(value) < 3 or value[0] != MAGIC or value[1] != 1:
+        raise InputError(f"dial-back {what} must be [{MAGIC!r}, 1, ...]")
+    if _pack(value) != data:
+        raise InputError(f"dial-back {what} is not canonical msgpack")
+    return value
+
+
+def tcp_target(addr: str) -> tuple[str, int]:
+    """(ip, port) of an /ip4/A.B.C.D/tcp/PORT multiaddr; InputError for anything else."""
+    try:
+        parsed = multiaddr.Multiaddr(addr)
+        names = [p.name for p in parsed.protocols()]
+        ip, port = parsed.value_for_protocol("ip4"), int(parsed.value_for_protocol("tcp"))
+    except Exception:  # multiaddr raises several unrelated exception types
+        raise InputError(f"dial-back address {addr[:MAX_ADDR]!r} is not /ip4/<ip>/tcp/<port>") from None
+    if names != ["ip4", "tcp"] or not 0 < port < 65536:
+        raise InputError(f"dial-back address {addr[:MAX_ADDR]!r} is not /ip4/<ip>/tcp/<port> (port 1..65535)")
+    return ip, port
+
+
+def encode_request(addr: str) -> bytes:
+    return _pack([MAGIC, 1, addr[:MAX_ADDR]])
+
+
+def decode_request(data: bytes) -> str:
+    value = _unpack(data, MAX_REQUEST_BYTES, "request")
+    if len(value) != 3 or not isinstance(value[2], str) or len(value[2]) > MAX_ADDR:
+        raise InputError(f"dial-back request must be [{MAGIC!r}, 1, address of at most {MAX_ADDR} characters]")
+    tcp_target(value[2])
+    return value[2]
+
+
+def encode_response(code: int, addr: str, reason: str) -> bytes:
+    return _pack([MAGIC, 1, code, addr[:MAX_ADDR], reason[:MAX_REASON]])
+
+
+def refusal(reason: str) -> bytes:
+    return encode_response(REFUSED, "", reason)
+
+
+def decode_response(data: bytes) -> Answer:
+    value = _unpack(data, MAX_RESPONSE_BYTES, "response")
+    if len(value) != 5 or value[2] not in (OK, FAILED, REFUSED) or type(value[2]) is not int:
+        raise InputError("dial-back response must be [magic, 1, code 0..2, address, reason]")
+    if not (isinstance(value[3], str) and isinstance(value[4], str)):
+        raise InputError("dial-back response's address and reason must be strings")
+    if value[2] != REFUSED:
+        tcp_target(value[3])
+    return Answer(value[2], value[3], value[4])
+
+
+class DialbackServer:
+    """Serves DIALBACK_PROTOCOL: dials the requester back on a new connection (module docstring)."""
+
+    def __init__(self, host: IHost, remote_ips: Callable[[ID], list[str]], timeout: float) -> None:
+        self._host = host
+        self._remote_ips = remote_ips  # IPs of the peer's direct connections, relayed ones left out
+        self._timeout = timeout
+        self._last: dict[str, float] = {}
+        self._slots = trio.Semaphore(MAX_CONCURRENT)
+
+    async def serve(self, peer: str, request: bytes) -> bytes:
+        claimed = decode_request(request)
+        ip, port = tcp_target(claimed)
+        seen = self._remote_ips(parse_peer_id(peer))
+        if not seen:
+            return refusal("dial-back only over a direct connection (no IP to check on a relayed one)")
+        if ip == WILDCARD:
+            ip = seen[0]
+        elif ip not in seen:
+            return refusal(f"{ip} is not the address the request came from ({seen[0]})")
+        now = time.monotonic()
+        if now - self._last.get(peer, -1e9) < PER_PEER_INTERVAL:
+            return refusal(f"one dial-back per peer per {PER_PEER_INTERVAL:.0f} s")
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            return refusal(f"busy: {MAX_CONCURRENT} dial-backs running")
+        try:
+            self._last[peer] = now
+            self._forget_old(now)
+            target = f"/ip4/{ip}/tcp/{port}"
+            return await self._dial(target, parse_peer_id(peer))
+        finally:
+            self._slots.release()
+
+    def _forget_old(self, now: float) -> None:
+        if len(self._last) > 4096:
+            self._last = {p: t for p, t in self._last.items() if now - t < PER_PEER_INTERVAL}
+
+    async def _dial(self, target: str, peer_id: ID) -> bytes:
+        """A TCP connection and a Noise handshake that proves `peer_id`, then closed; never joins the swarm."""
+        swarm = self._host.get_network()
+        addr = multiaddr.Multiaddr(target)
+        began = time.monotonic()
+        raw = None
+        try:
+            with trio.fail_after(self._timeout):
+                transport = swarm.transport_manager.transport_for_dialing(addr)
+                if transport is None:
+                    return encode_response(FAILED, target, "no transport here dials it")
+                raw = await transport.dial(addr)
+                secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)
+                await secure.close()
+        except trio.TooSlowError:
+            return encode_response(FAILED, target, f"no answer within {self._timeout:.0f} s")
+        except NETWORK_ERRORS as error:
+            reason = f"{type(error).__name__} after {time.monotonic() - began:.2f} s: {str(error)[:120]}"
+            return encode_response(FAILED, target, reason)
+        finally:
+            await _close_quietly(raw)
+        return encode_response(OK, target, f"Noise handshake done in {time.monotonic() - began:.3f} s")
+
+
+async def _close_quietly(conn: object) -> None:
+    if conn is None:
+        return
+    try:
+        await conn.close()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 (already closed or broken)
+        pass
+
+
+def slash24(ip: str) -> str:
+    return ip.rsplit(".", 1)[0]
+
+
+class Tally:
+    """One round of dial-back answers, one per peer; 2 agreeing answers decide."""
+
+    def __init__(self) -> None:
+        self.state = UNKNOWN
+        self.round_started = time.monotonic()
+        self.answers: dict[str, Answer] = {}
+        self.asked: set[str] = set()  # this round (a peer is asked once per round)
+        self.confirmed: str | None = None  # the address an OK answer dialled
+        self.decided_at: float | None = None
+
+    def new_round(self) -> None:
+        self.round_started = time.monotonic()
+        self.answers = {}
+        self.asked = set()
+        self.decided_at = None
+
+    def record(self, peer: str, answer: Answer) -> None:
+        self.answers[peer] = answer
+        oks = [a for a in self.answers.values() if a.code == OK]
+        failed = [a for a in self.answers.values() if a.code == FAILED]
+        if len(oks) >= 2:
+            self.state, self.confirmed, self.decided_at = PUBLIC, oks[-1].addr, time.monotonic()
+        elif len(failed) >= 2:
+            self.state, self.confirmed, self.decided_at = BEHIND_NAT, None, time.monotonic()
+
+    @property
+    def decided(self) -> bool:
+        return self.decided_at is not None
+
+    @property
+    def any_failed(self) -> bool:
+        return any(a.code == FAILED for a in self.answers.values())
+
+    @property
+    def leaning_nat(self) -> bool:
+        """Behind NAT, or undecided with failures and no success: our bound addresses reach nobody."""
+        if self.state == BEHIND_NAT:
+            return True
+        codes = [a.code for a in self.answers.values()]
+        return self.state == UNKNOWN and FAILED in codes and OK not in codes
+
+    def lines(self) -> tuple[str, ...]:
+        names = {OK: "ok", FAILED: "failed", REFUSED: "refused"}
+        return tuple(f"{p[:16]}..: {names[a.code]} {a.addr} ({a.reason[:80]})" for p, a in self.answers.items())

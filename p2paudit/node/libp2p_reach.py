@@ -1,0 +1,452 @@
+"""Reachability (adapter-internal): announced addresses, dial-back, relays, circuits and hole punching.
+
+The design and the measurements behind it are docs/reachability.md; the rest of
+p2paudit.node sees only `Reachability` (our terms: public, behind-nat, unknown;
+per peer direct, relayed, hole-punched). A `Reach` belongs to one Node:
+
+- **Addresses** peers are told (`told`, which replaces the host's `get_addrs`,
+  so identify, peer exchange and relay answers carry them): the `--announce`
+  ones, else the bound ones (never a wildcard, and none once dial-backs say
+  they reach nobody), the address a dial-back proved when public, and
+  `<relay>/p2p/<relay>/p2p-circuit` for each reservation held. Not through
+  `new_host(addrs_factory=...)`: py-libp2p's `get_addrs` cuts every address at
+  its first /p2p/, which turns a circuit address into the relay's own. A
+  change is pushed to every peer (identify push).
+- **Dial-back** (libp2p_dialback): ask up to `dialback_peers` peers with a
+  direct connection, from different /24s first; 2 agreeing answers decide;
+  asked again every `recheck_interval` and when identify's observed IP changes.
+- **Relay client**: a node that is not public (one failed dial-back is enough,
+  or `reserve_after_unknown` s undecided with no inbound direct connection)
+  keeps reservations on up to `max_relays` connected peers that offer hop
+  (bootstrap peers first), refreshes them at 3/4 of their time, drops one whose
+  relay connection closed and reserves again, with back-off per relay.
+- **Circuits**: `dial_circuit` dials /p2p-circuit addresses through the circuit
+  transport (the swarm drops them); `drop_dead_relayed` closes a relayed link
+  whose request failed (a relay's cap can leave a dead one listed).
+- **Hole punching**: DCUtR on every node; its listen-port lookup reads the bound
+  addresses (the advertised ones of a NATed node hold no port to punch from).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import libp2p.relay.circuit_v2.dcutr as _dcutr_module
+import multiaddr
+import trio
+from libp2p.abc import IHost, INetConn
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+from p2paudit.errors import InputError, NetworkError
+from p2paudit.node.libp2p_config import (
+    BEHIND_NAT,
+    DIRECT,
+    HOLE_PUNCHED,
+    PUBLIC,
+    RELAYED,
+    UNKNOWN,
+    PeerLink,
+    Reachability,
+    ReachConfig,
+    RelayServiceState,
+)
+from p2paudit.node.libp2p_containment import FaultReport, background_contained_service
+from p2paudit.node.libp2p_dialback import (
+    DIALBACK_PROTOCOL,
+    MAX_RESPONSE_BYTES,
+    WILDCARD,
+    DialbackServer,
+    Tally,
+    decode_response,
+    encode_request,
+    slash24,
+)
+from p2paudit.node.libp2p_host import NETWORK_ERRORS, Notifee, parse_listen_addr
+from p2paudit.node.libp2p_relay import HOP, Grant, GuardedRelay, NodeCircuit, is_relayed, remote_ip, reserve
+from p2paudit.node.libp2p_requests import RequestFailed, RequestTimedOut
+
+logger = logging.getLogger(__name__)
+
+Emit = Callable[[str, str, str], None]
+RequestFn = Callable[[str, str, bytes, int, float], Awaitable[bytes]]
+TICK = 1.0
+RELAY_RETRY_MIN = 30.0
+RELAY_RETRY_MAX = 600.0
+ASK_AGAIN_AFTER = 65.0  # a dial-back server answers one request per peer per minute
+
+
+def _bound_tcp_ports(host: Any) -> list[tuple[int, str, int]]:
+    """DCUtR's listen-port lookup, on the bound addresses (py-libp2p reads the advertised ones)."""
+    found = []
+    for addr in host.get_transport_addrs():
+        parsed = _dcutr_module._tcp_ip_port(addr)
+        if parsed is not None:
+            found.append(parsed)
+    return found
+
+
+_dcutr_module._local_tcp_listen_addrs = _bound_tcp_ports
+
+
+class _ConnNotifee(Notifee):
+    """Connect and disconnect notifications with the connection itself (kinds need it)."""
+
+    def __init__(self, on_connected: Callable[[INetConn], None], on_disconnected: Callable[[INetConn], None]) -> None:
+        super().__init__(lambda _: None, lambda _: None)
+        self._with_conn = (on_connected, on_disconnected)
+
+    async def connected(self, network: Any, conn: INetConn) -> None:
+        self._with_conn[0](conn)
+
+    async def disconnected(self, network: Any, conn: INetConn) -> None:
+        self._with_conn[1](conn)
+
+
+def relay_in_addr(addr: str) -> str | None:
+    """The relay's peer id in a .../p2p/<relay>/p2p-circuit/... address (None if there is none)."""
+    if "/p2p-circuit" not in addr:
+        return None
+    try:
+        return multiaddr.Multiaddr(addr.split("/p2p-circuit", 1)[0]).value_for_protocol("p2p")
+    except Exception:  # noqa: BLE001 (no /p2p/ before /p2p-circuit)
+        return None
+
+
+def _without_peer_id(addr: str) -> str:
+    """An announced address without a trailing /p2p/<id> (ours is appended to everything we tell)."""
+    head, _, tail = addr.rpartition("/p2p/")
+    return head if head and "/" not in tail and "/p2p-circuit" not in addr else addr
+
+
+def _is_wildcard(addr: multiaddr.Multiaddr) -> bool:
+    return f"/ip4/{WILDCARD}/" in str(addr) or str(addr).startswith("/ip6/::/")
+
+
+class Reach:
+    """One node's reachability machinery (module docstring); `attach` it to the host, then run `services`
+    and `loops` inside the node."""
+
+    def __init__(self, config: ReachConfig, emit: Emit) -> None:
+        self.config = config
+        self._emit = emit
+        self._announce = tuple(_without_peer_id(str(parse_listen_addr(a))) for a in config.announce)
+        self.tally = Tally()
+        self.grants: dict[ID, Grant] = {}
+        self._relay_retry: dict[ID, tuple[float, float]] = {}
+        self._hole_punched: set[ID] = set()
+        self._asked_at: dict[str, float] = {}
+        self._no_dialback: set[str] = set()
+        self._observed_ips: frozenset[str] = frozenset()
+        self._pushed: tuple[str, ...] = ()
+        self._started = time.monotonic()
+        self.host: IHost | None = None
+
+    def attach(self, host: IHost, request: RequestFn, is_bootstrap: Callable[[str], bool]) -> None:
+        self.host = host
+        self._request = request
+        self._is_bootstrap = is_bootstrap
+        if self.config.relay_service:
+            self.circuit: NodeCircuit = GuardedRelay(host, self.config.relay_limits)
+        else:
+            self.circuit = NodeCircuit(host)
+        self.transport = CircuitV2Transport(host, self.circuit, RelayConfig(roles=RelayRole.STOP))
+        dial_timeout = self.config.hole_punch_dial_timeout
+        self.dcutr = DCUtRProtocol(host, dial_timeout=dial_timeout) if self.config.hole_punch else None
+        self.dialback = DialbackServer(host, self.remote_ips, self.config.dialback_timeout)
+        host.get_network().register_notifee(_ConnNotifee(self._on_connected, self._on_disconnected))
+        host.get_addrs = self.told  # type: ignore[method-assign]
+
+    @asynccontextmanager
+    async def services(self, report: FaultReport) -> AsyncIterator[None]:
+        """Circuit relay (stop, and hop for a relay service) and DCUtR, each contained, for the node's life."""
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(background_contained_service(self.circuit, report))
+            if self.dcutr is not None:
+                await stack.enter_async_context(background_contained_service(self.dcutr, report))
+            yield
+
+    def loops(self) -> list[Callable[[], Awaitable[None]]]:
+        return [self._probe_loop, self._relay_loop, self._addrs_loop]
+
+    # --- connections -------------------------------------------------------------------------------
+
+    def _conns(self, peer: ID) -> list[INetConn]:
+        return list(self.host.get_network().connections.get(peer, [])) if self.host is not None else []
+
+    def remote_ips(self, peer: ID) -> list[str]:
+        """IPs of the peer's direct connections (a relayed one has none to check)."""
+        return [ip for ip in (remote_ip(c) for c in self._conns(peer)) if ip is not None]
+
+    def _on_connected(self, conn: INetConn) -> None:
+        peer = conn.muxed_conn.peer_id
+        if not is_relayed(conn) and any(is_relayed(c) for c in self._conns(peer) if c is not conn):
+            self._hole_punched.add(peer)
+            logger.info("direct connection to %s beside the relayed one (hole punch)", peer)
+            self._emit("hole-punched", str(peer), "")
+
+    def _on_disconnected(self, conn: INetConn) -> None:
+        peer = conn.muxed_conn.peer_id
+        left = self._conns(peer)
+        if not left:
+            self._hole_punched.discard(peer)
+        if not any(not is_relayed(c) for c in left):
+            if isinstance(self.circuit, GuardedRelay):
+                self.circuit.drop_reservation(peer)
+            if self.grants.pop(peer, None) is not None:
+                logger.info("relay %s: connection closed, its reservation is void", peer)
+                self._emit("relay", str(peer), "connection lost; reserving again")
+
+    def _has_inbound_direct(self) -> bool:
+        for conns in self.host.get_network().connections.values():
+            for conn in conns:
+                if getattr(conn.direction, "name", "") == "INBOUND" and not is_relayed(conn):
+                    return True
+        return False
+
+    # --- addresses ---------------------------------------------------------------------------------
+
+    def told(self) -> list[multiaddr.Multiaddr]:
+        """What peers are told, each ending in /p2p/<our id> (the module docstring says which)."""
+        out = list(self._announce)
+        if not out and not self.tally.leaning_nat:
+            bound = self.host.get_transport_addrs()
+            out += [str(a) for a in bound if not _is_wildcard(a) and "/p2p-circuit" not in str(a)]
+            if self.tally.state == PUBLIC and self.tally.confirmed:
+                out.append(self.tally.confirmed)
+        for relay, grant in list(self.grants.items()):
+            out += [f"{a}/p2p-circuit" for a in self._relay_addrs(relay, grant)]
+        me = f"/p2p/{self.host.get_id()}"
+        return [multiaddr.Multiaddr(a + me) for a in dict.fromkeys(out)]
+
+    def circuits_for(self, peer: str) -> list[str]:
+        """/p2p-circuit addresses through us for a peer holding a reservation on our relay service."""
+        if not isinstance(self.circuit, GuardedRelay) or self.host is None:
+            return []
+        if ID.from_base58(peer) not in self.circuit.reserved_peers():
+            return []
+        ours = [str(a) for a in self.host.get_addrs() if "/p2p-circuit" not in str(a)]
+        return [f"{a}/p2p-circuit" for a in ours[:2]]
+
+    def _relay_addrs(self, relay: ID, grant: Grant) -> list[str]:
+        if grant.relay_addrs:
+            return list(grant.relay_addrs)
+        conns = [c for c in self._conns(relay) if not is_relayed(c)]
+        return [f"{a}/p2p/{relay}" for c in conns[:1] for a in c.get_transport_addresses()[:2]]
+
+    async def _addrs_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            connected = set(self.host.get_network().connections)
+            self.circuit.forget(connected)
+            self._hole_punched &= connected
+            current = tuple(str(a) for a in self.host.get_addrs())
+            if current != self._pushed:
+                logger.info("advertising %s", ", ".join(current) or "no address")
+                self._pushed = current
+                if connected:
+                    try:
+                        await self.host._push_identify_to_all_peers()
+                    except NETWORK_ERRORS as error:  # best effort: identify at the next connection tells them
+                        logger.info("identify push failed: %s", error)
+
+    # --- dial-back ---------------------------------------------------------------------------------
+
+    def _probe_addr(self) -> str | None:
+        """The address to have checked: the first announced one, else "my IP as you see it" with our port."""
+        for addr in self._announce:
+            if addr.startswith("/ip4/") and "/tcp/" in addr and "/p2p-circuit" not in addr:
+                return "/".join(addr.split("/")[:5])
+        for addr in self.host.get_transport_addrs():
+            try:
+                return f"/ip4/{WILDCARD}/tcp/{int(addr.value_for_protocol('tcp'))}"
+            except Exception:  # noqa: BLE001 (not TCP)
+                continue
+        return None
+
+    def _maybe_new_round(self) -> None:
+        manager = getattr(self.host, "_observed_addr_manager", None)
+        ips = frozenset()
+        if manager is not None:
+            ips = frozenset(ip for _, ip in _dcutr_module._external_ips(manager.addrs(min_observers=1)))
+        changed = bool(self._observed_ips) and bool(ips) and ips != self._observed_ips
+        self._observed_ips = ips or self._observed_ips
+        stale = self.tally.decided and time.monotonic() - self.tally.decided_at > self.config.recheck_interval
+        if changed or stale:
+            logger.info("dial-back: asking again (%s)", "observed address changed" if changed else "recheck")
+            self.tally.new_round()
+
+    def _dialback_candidates(self) -> list[str]:
+        now = time.monotonic()
+        used = {slash24(ips[0]) for p in self.tally.answers if (ips := self.remote_ips(ID.from_base58(p)))}
+        fresh, again = [], []
+        for peer_id in sorted(self.host.get_network().connections, key=str):
+            peer, ips = str(peer_id), self.remote_ips(peer_id)
+            if not ips or peer in self.tally.asked or peer in self._no_dialback:
+                continue
+            if now - self._asked_at.get(peer, -1e9) < ASK_AGAIN_AFTER:
+                continue
+            (again if slash24(ips[0]) in used else fresh).append(peer)
+            used.add(slash24(ips[0]))
+        return (fresh + again)[: self.config.dialback_peers]
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            if not self.config.dialback:
+                await trio.sleep_forever()
+            self._maybe_new_round()
+            addr = self._probe_addr()
+            if self.tally.decided or addr is None:
+                continue
+            async with trio.open_nursery() as nursery:
+                for peer in self._dialback_candidates():
+                    nursery.start_soon(self._ask, peer, addr)
+
+    async def _ask(self, peer: str, addr: str) -> None:
+        self.tally.asked.add(peer)
+        self._asked_at[peer] = time.monotonic()
+        try:
+            data = encode_request(addr)
+            answer = decode_response(
+                await self._request(peer, DIALBACK_PROTOCOL, data, MAX_RESPONSE_BYTES, self.config.dialback_timeout + 5)
+            )
+        except NetworkError as error:  # it does not serve dial-back, or could not answer now
+            logger.info("dial-back by %s: %s", peer, error)
+            return
+        except InputError as error:  # a malformed answer: not asked again
+            logger.warning("dial-back by %s: bad answer: %s", peer, error)
+            self._no_dialback.add(peer)
+            return
+        before = self.tally.state
+        self.tally.record(peer, answer)
+        logger.info("dial-back by %s: code %d %s (%s)", peer, answer.code, answer.addr, answer.reason)
+        if self.tally.state != before:
+            self._emit("reachability", "-", self.tally.state)
+
+    # --- relay client ------------------------------------------------------------------------------
+
+    def _should_reserve(self) -> bool:
+        if self.config.max_relays <= 0 or self.tally.state == PUBLIC:
+            return False
+        if self.tally.state == BEHIND_NAT or self.tally.any_failed:
+            return True
+        waited = time.monotonic() - self._started >= self.config.reserve_after_unknown
+        return waited and not self._has_inbound_direct()
+
+    def _relay_candidates(self) -> list[ID]:
+        store, found = self.host.get_peerstore(), []
+        for peer_id in self.host.get_network().connections:
+            if peer_id in self.grants or not self.remote_ips(peer_id):
+                continue
+            not_before, _ = self._relay_retry.get(peer_id, (0.0, 0.0))
+            try:
+                offers_hop = HOP in store.get_protocols(peer_id)
+            except Exception:  # noqa: BLE001 (identify not done yet: not a candidate for now)
+                offers_hop = False
+            if offers_hop and time.monotonic() >= not_before:
+                found.append(peer_id)
+        return sorted(found, key=lambda p: (not self._is_bootstrap(str(p)), str(p)))
+
+    async def _relay_loop(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            if not self._should_reserve():
+                if self.grants:
+                    logger.info("public now: leaving %d relay reservation(s)", len(self.grants))
+                    self.grants.clear()
+                continue
+            now = time.time()
+            for relay, grant in list(self.grants.items()):
+                if now >= grant.granted + 0.75 * (grant.expires - grant.granted):
+                    await self._reserve_on(relay)
+            for relay in self._relay_candidates():
+                if len(self.grants) >= self.config.max_relays:
+                    break
+                await self._reserve_on(relay)
+
+    async def _reserve_on(self, relay: ID) -> None:
+        try:
+            grant = await reserve(self.host, relay)
+        except Exception as error:  # noqa: BLE001 (refused, unreachable or a bad answer: back off)
+            _, delay = self._relay_retry.get(relay, (0.0, RELAY_RETRY_MIN / 2))
+            delay = min(delay * 2, RELAY_RETRY_MAX)
+            self._relay_retry[relay] = (time.monotonic() + delay, delay)
+            if self.grants.pop(relay, None) is not None:
+                self._emit("relay", str(relay), "reservation lost")
+            logger.info("relay %s: no reservation (%s: %s); retry in %.0f s", relay, type(error).__name__, error, delay)
+            return
+        self._relay_retry.pop(relay, None)
+        fresh = relay not in self.grants
+        self.grants[relay] = grant
+        if fresh:
+            logger.info("relay %s: reserved until %.0f", relay, grant.expires)
+            self._emit("relay", str(relay), f"reserved for {grant.expires - grant.granted:.0f} s")
+
+    # --- circuits ----------------------------------------------------------------------------------
+
+    async def dial_circuit(self, peer_id: ID, addrs: list[multiaddr.Multiaddr], timeout: float) -> None:
+        """Connect to `peer_id` through the first of its /p2p-circuit addresses that works; RequestFailed if
+        none does."""
+        errors = []
+        for addr in addrs[:4]:
+            text = str(addr)
+            if not text.endswith(f"/p2p/{peer_id}"):
+                text = f"{text}/p2p/{peer_id}"
+            relay = relay_in_addr(text)
+            if relay is None or relay in (str(peer_id), str(self.host.get_id())):
+                continue
+            try:
+                with trio.fail_after(timeout):
+                    await self.transport.dial(multiaddr.Multiaddr(text))
+                return
+            except trio.TooSlowError:
+                errors.append(f"via {relay[:16]}..: timed out after {timeout} s")
+            except Exception as error:  # noqa: BLE001 (the circuit transport raises assorted types)
+                errors.append(f"via {relay[:16]}..: {type(error).__name__}: {str(error).splitlines()[0][:120]}")
+        raise RequestFailed(f"dial {peer_id} through a relay failed: {'; '.join(errors) or 'no usable address'}")
+
+    async def drop_dead_relayed(self, peer: str, error: RequestFailed) -> None:
+        """A request to `peer` failed: if it is reached only through relays, close those connections."""
+        if isinstance(error, RequestTimedOut) or self.host is None:
+            return
+        conns = self._conns(ID.from_base58(peer))
+        if conns and all(is_relayed(c) for c in conns):
+            logger.info("closing the relayed connection(s) of %s after a failed request", peer)
+            for conn in conns:
+                try:
+                    await conn.close()
+                except NETWORK_ERRORS:
+                    pass
+
+    # --- status ------------------------------------------------------------------------------------
+
+    def _link(self, peer: ID, conns: list[INetConn]) -> PeerLink:
+        if any(not is_relayed(c) for c in conns):
+            punched = peer in self._hole_punched or (self.dcutr is not None and peer in self.dcutr._direct_connections)
+            return PeerLink(str(peer), HOLE_PUNCHED if punched else DIRECT)
+        relay = None
+        for conn in conns:
+            relay = relay_in_addr(str((conn.get_transport_addresses() or [""])[0]))
+            if relay == str(self.host.get_id()):  # an inbound one is labelled with our own id
+                noted = self.circuit.inbound_relay.get(peer)
+                relay = str(noted) if noted is not None else None
+        return PeerLink(str(peer), RELAYED, relay)
+
+    def status(self) -> Reachability:
+        if self.host is None:
+            return Reachability(UNKNOWN, (), (), (), (), (), None)
+        links = tuple(self._link(p, list(c)) for p, c in sorted(self.host.get_network().connections.items(), key=str))
+        reservations = tuple(sorted(str(r) for r in self.grants))
+        relays = tuple(sorted(set(reservations) | {link.relay for link in links if link.relay}))
+        service = None
+        if isinstance(self.circuit, GuardedRelay):
+            service = RelayServiceState(len(self.circuit.reserved_peers()), self.circuit.circuits, self.circuit.refused)
+        addresses = tuple(str(a) for a in self.host.get_addrs())
+        return Reachability(self.tally.state, addresses, relays, reservations, links, self.tally.lines(), service)

@@ -1,0 +1,196 @@
+"""Reachability on loopback, all in one trio process: dial-back, the guarded relay service, circuits, status.
+
+The namespace tests (tests/netns/test_reach.py) put the same code behind real NATs; these run anywhere.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import msgpack
+import pytest
+import trio
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
+from test_libp2p_adapter import config, ident, run, wait_until
+
+from p2paudit.errors import InputError
+from p2paudit.node.libp2p_adapter import ReachConfig, RelayServiceLimits, open_node
+from p2paudit.node.libp2p_dialback import (
+    DIALBACK_PROTOCOL,
+    FAILED,
+    OK,
+    REFUSED,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+
+QUIET = dict(dialback=False, hole_punch=False)  # nodes that only do what a test asks
+
+
+def _relay_config(**limits) -> ReachConfig:
+    return ReachConfig(relay_service=True, relay_limits=RelayServiceLimits(**limits), **QUIET)
+
+
+def _client_config(**changes) -> ReachConfig:
+    return ReachConfig(**{**QUIET, "reserve_after_unknown": 0.0, "max_relays": 1, **changes})
+
+
+def test_dialback_messages_are_canonical_and_bounded():
+    assert decode_request(encode_request("/ip4/0.0.0.0/tcp/4001")) == "/ip4/0.0.0.0/tcp/4001"
+    answer = decode_response(encode_response(OK, "/ip4/203.0.113.9/tcp/4001", "done"))
+    assert (answer.code, answer.addr) == (OK, "/ip4/203.0.113.9/tcp/4001")
+    bad = [
+        b"",
+        encode_request("/ip4/1.2.3.4/tcp/4001") + b"\x00",  # trailing bytes
+        msgpack.packb(["p2paudit/dialback", 2, "/ip4/1.2.3.4/tcp/1"]),  # version
+        msgpack.packb(["p2paudit/dialback", 1, "/ip4/1.2.3.4/udp/1"]),  # not TCP
+        msgpack.packb(["p2paudit/dialback", 1, "/ip4/1.2.3.4/tcp/0"]),  # port 0
+        msgpack.packb(["p2paudit/dialback", 1, "/ip4/1.2.3.4/tcp/1/p2p-circuit"]),
+        msgpack.packb(["p2paudit/dialback", 1, "x" * 300]),
+    ]
+    for data in bad:
+        with pytest.raises(InputError):
+            decode_request(data)
+    for data in (msgpack.packb(["p2paudit/dialback", 1, 7, "", ""]), msgpack.packb(["p2paudit/dialback", 1, 0, 5, ""])):
+        with pytest.raises(InputError):
+            decode_response(data)
+
+
+@pytest.mark.timeout(120)
+def test_dialback_decides_public_on_loopback_and_refuses_other_ips_and_repeats():
+    async def body():
+        async with AsyncExitStack() as stack:
+            nodes = []
+            for i in range(3):
+                boot = (nodes[0].listen_addrs()[0],) if nodes else ()
+                reach = ReachConfig(hole_punch=False)
+                nodes.append(
+                    await stack.enter_async_context(open_node(ident(40 + i), config(bootstrap=boot, reach=reach)))
+                )
+            await wait_until(lambda: all(n.reachability().state == "public" for n in nodes), "dial-backs deciding")
+            for node in nodes:
+                status = node.reachability()
+                assert sum(" ok " in line for line in status.dialbacks) >= 2, status.dialbacks
+                assert node.listen_addrs()[0] in [f"{a}" for a in status.addresses]
+                assert status.reservations == () and {link.kind for link in status.links} == {"direct"}
+            asker = await stack.enter_async_context(
+                open_node(ident(49), config(bootstrap=(nodes[0].listen_addrs()[0],), reach=ReachConfig(**QUIET)))
+            )
+            server = nodes[0].peer_id
+            await wait_until(lambda: server in asker.connected_peers(), "connection")
+
+            async def ask(addr: str):
+                return decode_response(await asker.request(server, DIALBACK_PROTOCOL, encode_request(addr), timeout=15))
+
+            other_ip = await ask("/ip4/203.0.113.5/tcp/4001")  # no amplification: only the requester's own IP
+            assert other_ip.code == REFUSED and "not the address" in other_ip.reason
+            closed = await ask("/ip4/0.0.0.0/tcp/1")  # our IP as the server sees it, a port nobody listens on
+            assert (closed.code, closed.addr) == (FAILED, "/ip4/127.0.0.1/tcp/1"), closed
+            again = await ask("/ip4/0.0.0.0/tcp/1")
+            assert again.code == REFUSED and "per minute" in again.reason.replace("60 s", "minute")
+
+    run(body, 40)
+
+
+@pytest.mark.timeout(120)
+def test_relay_service_reserves_for_the_connections_peer_only_within_its_limits_and_drops_on_disconnect():
+    async def body():
+        async with AsyncExitStack() as stack:
+            relay = await stack.enter_async_context(
+                open_node(ident(50), config(peer_exchange_interval=3600, reach=_relay_config(reservations_per_ip=2)))
+            )
+            boot = (relay.listen_addrs()[0],)
+            relay_id = ID.from_base58(relay.peer_id)
+            squatter = await stack.enter_async_context(
+                open_node(
+                    ident(51),
+                    config(bootstrap=boot, peer_exchange_interval=3600, reach=ReachConfig(**QUIET, max_relays=0)),
+                )
+            )
+            await wait_until(lambda: relay.peer_id in squatter.connected_peers(), "connection")
+
+            async def raw_reserve(for_peer: ID | None) -> int:
+                stream = await squatter.host.new_stream(relay_id, [HOP])
+                message = HopMessage(type=HopMessage.RESERVE)
+                if for_peer is not None:
+                    message.peer.CopyFrom(CircuitPeerId(id=for_peer.to_bytes()))
+                await write_delimited_msg(stream, message)
+                with trio.fail_after(10):
+                    answer = await read_delimited_msg(stream, HopMessage)
+                await stream.close()
+                return int(answer.status)
+
+            made_up = ID.from_base58(peer_id_of_seed(52))
+            assert await raw_reserve(made_up) == 202  # PERMISSION_DENIED, and no slot taken
+            assert relay.reach.circuit.reserved_peers() == []
+            assert await raw_reserve(None) == 100
+            assert await raw_reserve(ID.from_base58(squatter.peer_id)) == 100  # naming itself is fine
+            assert relay.reach.circuit.reserved_peers() == [ID.from_base58(squatter.peer_id)]
+            clients = []
+            for i in (53, 54):
+                node = open_node(ident(i), config(bootstrap=boot, peer_exchange_interval=3600, reach=_client_config()))
+                clients.append(await stack.enter_async_context(node))
+            await wait_until(lambda: clients[0].reachability().reservations == (relay.peer_id,), "a reservation")
+            await trio.sleep(2.5)  # the second client keeps trying: 2 per IP (loopback is one IP) are taken
+            assert clients[1].reachability().reservations == ()
+            assert relay.reachability().relay_service.refused >= 1
+            assert any("/p2p-circuit" in a for a in clients[0].reachability().addresses)
+            await squatter.penalize(relay.peer_id, "leaving", seconds=60)  # its last connection to the relay closes
+            await wait_until(lambda: len(relay.reach.circuit.reserved_peers()) == 1, "the squatter's slot freed")
+
+    run(body, 40)
+
+
+def peer_id_of_seed(i: int) -> str:
+    from p2paudit.identity import peer_id_of
+
+    return peer_id_of(ident(i).public_key)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("hole_punch", [False, True])
+def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_punch):
+    async def body():
+        async with AsyncExitStack() as stack:
+            relay = await stack.enter_async_context(
+                open_node(ident(60), config(peer_exchange_interval=3600, reach=_relay_config()))
+            )
+            boot = (relay.listen_addrs()[0],)
+            reach = _client_config(hole_punch=hole_punch)
+            cfg = config(bootstrap=boot, peer_exchange_interval=3600, reach=reach)
+            a = await stack.enter_async_context(open_node(ident(61), cfg))
+            b = await stack.enter_async_context(open_node(ident(62), cfg))
+            await wait_until(lambda: a.reachability().reservations == (relay.peer_id,), "a reservation")
+
+            async def echo(peer, request):
+                return request[::-1]
+
+            for node in (a, b):
+                node.set_handler("/t/echo/1", echo, max_request=64, max_response=64, timeout=5, refuse=str.encode)
+            circuit = next(x for x in a.reachability().addresses if "/p2p-circuit" in x)
+            assert await b.connect(circuit) == a.peer_id
+            assert {link.peer: link.kind for link in b.reachability().links}[a.peer_id] in ("relayed", "hole-punched")
+            if not hole_punch:
+                link = {link.peer: link for link in b.reachability().links}[a.peer_id]
+                assert (link.kind, link.relay) == ("relayed", relay.peer_id)
+                await wait_until(lambda: a.peer_id in b.connected_peers() and b.peer_id in a.connected_peers(), "both")
+                back = {link.peer: link for link in a.reachability().links}[b.peer_id]
+                assert (back.kind, back.relay) == ("relayed", relay.peer_id)  # inbound: the relay noted at stop
+                assert relay.reachability().relay_service.circuits == 1
+            assert await b.request(a.peer_id, "/t/echo/1", b"abc") == b"cba"
+            assert await a.request(b.peer_id, "/t/echo/1", b"xyz") == b"zyx"
+            if hole_punch:
+                await wait_until(
+                    lambda: {link.peer: link.kind for link in b.reachability().links}.get(a.peer_id) == "hole-punched",
+                    "DCUtR's direct connection",
+                    timeout=20,
+                )
+                assert await b.request(a.peer_id, "/t/echo/1", b"abc") == b"cba"
+
+    run(body, 45)
