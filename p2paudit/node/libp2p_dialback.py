@@ -16,15 +16,16 @@ it did not dial: not the requester's IP, a request over a relayed connection
 (no IP to check), more than one dial-back per peer per minute, or busy. The
 dialled connection never joins the swarm (no protocols, no pubsub).
 
-`Tally` keeps one round of answers: 2 agreeing answers from different peers
-decide PUBLIC or BEHIND_NAT.
+`DialbackClient` asks with the first announced address, or with 0.0.0.0 and
+the listening port; `Tally` keeps one round of answers: 2 agreeing answers
+from different peers decide PUBLIC or BEHIND_NAT.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgpack
@@ -32,9 +33,10 @@ import multiaddr
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.dcutr import _external_ips
 
-from p2paudit.errors import InputError
-from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN
+from p2paudit.errors import InputError, NetworkError
+from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN, ReachConfig
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_id
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ MAX_REASON = 200
 PER_PEER_INTERVAL = 60.0
 MAX_CONCURRENT = 4
 WILDCARD = "0.0.0.0"
+TICK = 1.0
+ASK_AGAIN_AFTER = 65.0  # a server answers one request per peer per minute
+RequestFn = Callable[[str, str, bytes, int, float], Awaitable[bytes]]
 
 
 @dataclass(frozen=True)
@@ -243,3 +248,104 @@ class Tally:
     def lines(self) -> tuple[str, ...]:
         names = {OK: "ok", FAILED: "failed", REFUSED: "refused"}
         return tuple(f"{p[:16]}..: {names[a.code]} {a.addr} ({a.reason[:80]})" for p, a in self.answers.items())
+
+
+class DialbackClient:
+    """Asks peers we reach directly to dial us back, up to `dialback_peers` at a time, from different /24s
+    first, each once per round, and keeps the `Tally`; a new round every `recheck_interval` and when
+    identify shows a new observed IP."""
+
+    def __init__(
+        self,
+        host: IHost,
+        config: ReachConfig,
+        announce: tuple[str, ...],
+        tally: Tally,
+        request: RequestFn,
+        remote_ips: Callable[[ID], list[str]],
+        emit: Callable[[str, str, str], None],
+    ) -> None:
+        self.host = host
+        self._config = config
+        self._announce = announce
+        self.tally = tally
+        self._request = request
+        self.remote_ips = remote_ips
+        self._emit = emit
+        self._asked_at: dict[str, float] = {}
+        self._no_dialback: set[str] = set()
+        self._observed_ips: frozenset[str] = frozenset()
+
+    def _probe_addr(self) -> str | None:
+        """The address to have checked: the first announced one, else "my IP as you see it" with our port."""
+        for addr in self._announce:
+            if addr.startswith("/ip4/") and "/tcp/" in addr and "/p2p-circuit" not in addr:
+                return "/".join(addr.split("/")[:5])
+        for addr in self.host.get_transport_addrs():
+            try:
+                return f"/ip4/{WILDCARD}/tcp/{int(addr.value_for_protocol('tcp'))}"
+            except Exception:  # noqa: BLE001 (not TCP)
+                continue
+        return None
+
+    def _maybe_new_round(self) -> None:
+        manager = getattr(self.host, "_observed_addr_manager", None)
+        ips = frozenset()
+        if manager is not None:
+            ips = frozenset(ip for _, ip in _external_ips(manager.addrs(min_observers=1)))
+        changed = bool(self._observed_ips) and bool(ips) and ips != self._observed_ips
+        self._observed_ips = ips or self._observed_ips
+        stale = self.tally.decided and time.monotonic() - self.tally.decided_at > self._config.recheck_interval
+        if changed or stale:
+            logger.info("dial-back: asking again (%s)", "observed address changed" if changed else "recheck")
+            self.tally.new_round()
+
+    def _dialback_candidates(self) -> list[str]:
+        now = time.monotonic()
+        used = {slash24(ips[0]) for p in self.tally.answers if (ips := self.remote_ips(ID.from_base58(p)))}
+        fresh, again = [], []
+        for peer_id in sorted(self.host.get_network().connections, key=str):
+            peer, ips = str(peer_id), self.remote_ips(peer_id)
+            if not ips or peer in self.tally.asked or peer in self._no_dialback:
+                continue
+            if now - self._asked_at.get(peer, -1e9) < ASK_AGAIN_AFTER:
+                continue
+            (again if slash24(ips[0]) in used else fresh).append(peer)
+            used.add(slash24(ips[0]))
+        return (fresh + again)[: self._config.dialback_peers]
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(TICK)
+            if not self._config.dialback:
+                await trio.sleep_forever()
+            self._maybe_new_round()
+            addr = self._probe_addr()
+            if self.tally.decided or addr is None:
+                continue
+            async with trio.open_nursery() as nursery:
+                for peer in self._dialback_candidates():
+                    nursery.start_soon(self._ask, peer, addr)
+
+    async def _ask(self, peer: str, addr: str) -> None:
+        self.tally.asked.add(peer)
+        self._asked_at[peer] = time.monotonic()
+        try:
+            data = encode_request(addr)
+            answer = decode_response(
+                await self._request(
+                    peer, DIALBACK_PROTOCOL, data, MAX_RESPONSE_BYTES, self._config.dialback_timeout + 5
+                )
+            )
+        except NetworkError as error:  # it does not serve dial-back, or could not answer now
+            logger.info("dial-back by %s: %s", peer, error)
+            return
+        except InputError as error:  # a malformed answer: not asked again
+            logger.warning("dial-back by %s: bad answer: %s", peer, error)
+            self._no_dialback.add(peer)
+            return
+        before = self.tally.state
+        self.tally.record(peer, answer)
+        logger.info("dial-back by %s: code %d %s (%s)", peer, answer.code, answer.addr, answer.reason)
+        if self.tally.state != before:
+            self._emit("reachability", "-", self.tally.state)

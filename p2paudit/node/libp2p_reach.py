@@ -12,9 +12,8 @@ per peer direct, relayed, hole-punched). A `Reach` belongs to one Node:
   `new_host(addrs_factory=...)`: py-libp2p's `get_addrs` cuts every address at
   its first /p2p/, which turns a circuit address into the relay's own. A
   change is pushed to every peer (identify push).
-- **Dial-back** (libp2p_dialback): ask up to `dialback_peers` peers with a
-  direct connection, from different /24s first; 2 agreeing answers decide;
-  asked again every `recheck_interval` and when identify's observed IP changes.
+- **Dial-back** (libp2p_dialback): peers with a direct connection dial us
+  back; 2 agreeing answers decide.
 - **Relay client**: a node that is not public (one failed dial-back is enough,
   or `reserve_after_unknown` s undecided with no inbound direct connection)
   keeps reservations on up to `max_relays` connected peers that offer hop
@@ -44,7 +43,6 @@ from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
-from p2paudit.errors import InputError, NetworkError
 from p2paudit.node.libp2p_config import (
     BEHIND_NAT,
     DIRECT,
@@ -58,16 +56,7 @@ from p2paudit.node.libp2p_config import (
     RelayServiceState,
 )
 from p2paudit.node.libp2p_containment import FaultReport, background_contained_service
-from p2paudit.node.libp2p_dialback import (
-    DIALBACK_PROTOCOL,
-    MAX_RESPONSE_BYTES,
-    WILDCARD,
-    DialbackServer,
-    Tally,
-    decode_response,
-    encode_request,
-    slash24,
-)
+from p2paudit.node.libp2p_dialback import WILDCARD, DialbackClient, DialbackServer, RequestFn, Tally
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, Notifee, parse_listen_addr
 from p2paudit.node.libp2p_relay import HOP, Grant, GuardedRelay, NodeCircuit, is_relayed, remote_ip, reserve
 from p2paudit.node.libp2p_requests import RequestFailed, RequestTimedOut
@@ -75,11 +64,9 @@ from p2paudit.node.libp2p_requests import RequestFailed, RequestTimedOut
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, str, str], None]
-RequestFn = Callable[[str, str, bytes, int, float], Awaitable[bytes]]
 TICK = 1.0
 RELAY_RETRY_MIN = 30.0
 RELAY_RETRY_MAX = 600.0
-ASK_AGAIN_AFTER = 65.0  # a dial-back server answers one request per peer per minute
 
 
 def _bound_tcp_ports(host: Any) -> list[tuple[int, str, int]]:
@@ -141,16 +128,12 @@ class Reach:
         self.grants: dict[ID, Grant] = {}
         self._relay_retry: dict[ID, tuple[float, float]] = {}
         self._hole_punched: set[ID] = set()
-        self._asked_at: dict[str, float] = {}
-        self._no_dialback: set[str] = set()
-        self._observed_ips: frozenset[str] = frozenset()
         self._pushed: tuple[str, ...] = ()
         self._started = time.monotonic()
         self.host: IHost | None = None
 
     def attach(self, host: IHost, request: RequestFn, is_bootstrap: Callable[[str], bool]) -> None:
         self.host = host
-        self._request = request
         self._is_bootstrap = is_bootstrap
         if self.config.relay_service:
             self.circuit: NodeCircuit = GuardedRelay(host, self.config.relay_limits)
@@ -160,6 +143,9 @@ class Reach:
         dial_timeout = self.config.hole_punch_dial_timeout
         self.dcutr = DCUtRProtocol(host, dial_timeout=dial_timeout) if self.config.hole_punch else None
         self.dialback = DialbackServer(host, self.remote_ips, self.config.dialback_timeout)
+        self.prober = DialbackClient(
+            host, self.config, self._announce, self.tally, request, self.remote_ips, self._emit
+        )
         host.get_network().register_notifee(_ConnNotifee(self._on_connected, self._on_disconnected))
         host.get_addrs = self.told  # type: ignore[method-assign]
 
@@ -173,7 +159,7 @@ class Reach:
             yield
 
     def loops(self) -> list[Callable[[], Awaitable[None]]]:
-        return [self._probe_loop, self._relay_loop, self._addrs_loop]
+        return [self.prober.run, self._relay_loop, self._addrs_loop]
 
     # --- connections -------------------------------------------------------------------------------
 
@@ -255,80 +241,6 @@ class Reach:
                         await self.host._push_identify_to_all_peers()
                     except NETWORK_ERRORS as error:  # best effort: identify at the next connection tells them
                         logger.info("identify push failed: %s", error)
-
-    # --- dial-back ---------------------------------------------------------------------------------
-
-    def _probe_addr(self) -> str | None:
-        """The address to have checked: the first announced one, else "my IP as you see it" with our port."""
-        for addr in self._announce:
-            if addr.startswith("/ip4/") and "/tcp/" in addr and "/p2p-circuit" not in addr:
-                return "/".join(addr.split("/")[:5])
-        for addr in self.host.get_transport_addrs():
-            try:
-                return f"/ip4/{WILDCARD}/tcp/{int(addr.value_for_protocol('tcp'))}"
-            except Exception:  # noqa: BLE001 (not TCP)
-                continue
-        return None
-
-    def _maybe_new_round(self) -> None:
-        manager = getattr(self.host, "_observed_addr_manager", None)
-        ips = frozenset()
-        if manager is not None:
-            ips = frozenset(ip for _, ip in _dcutr_module._external_ips(manager.addrs(min_observers=1)))
-        changed = bool(self._observed_ips) and bool(ips) and ips != self._observed_ips
-        self._observed_ips = ips or self._observed_ips
-        stale = self.tally.decided and time.monotonic() - self.tally.decided_at > self.config.recheck_interval
-        if changed or stale:
-            logger.info("dial-back: asking again (%s)", "observed address changed" if changed else "recheck")
-            self.tally.new_round()
-
-    def _dialback_candidates(self) -> list[str]:
-        now = time.monotonic()
-        used = {slash24(ips[0]) for p in self.tally.answers if (ips := self.remote_ips(ID.from_base58(p)))}
-        fresh, again = [], []
-        for peer_id in sorted(self.host.get_network().connections, key=str):
-            peer, ips = str(peer_id), self.remote_ips(peer_id)
-            if not ips or peer in self.tally.asked or peer in self._no_dialback:
-                continue
-            if now - self._asked_at.get(peer, -1e9) < ASK_AGAIN_AFTER:
-                continue
-            (again if slash24(ips[0]) in used else fresh).append(peer)
-            used.add(slash24(ips[0]))
-        return (fresh + again)[: self.config.dialback_peers]
-
-    async def _probe_loop(self) -> None:
-        while True:
-            await trio.sleep(TICK)
-            if not self.config.dialback:
-                await trio.sleep_forever()
-            self._maybe_new_round()
-            addr = self._probe_addr()
-            if self.tally.decided or addr is None:
-                continue
-            async with trio.open_nursery() as nursery:
-                for peer in self._dialback_candidates():
-                    nursery.start_soon(self._ask, peer, addr)
-
-    async def _ask(self, peer: str, addr: str) -> None:
-        self.tally.asked.add(peer)
-        self._asked_at[peer] = time.monotonic()
-        try:
-            data = encode_request(addr)
-            answer = decode_response(
-                await self._request(peer, DIALBACK_PROTOCOL, data, MAX_RESPONSE_BYTES, self.config.dialback_timeout + 5)
-            )
-        except NetworkError as error:  # it does not serve dial-back, or could not answer now
-            logger.info("dial-back by %s: %s", peer, error)
-            return
-        except InputError as error:  # a malformed answer: not asked again
-            logger.warning("dial-back by %s: bad answer: %s", peer, error)
-            self._no_dialback.add(peer)
-            return
-        before = self.tally.state
-        self.tally.record(peer, answer)
-        logger.info("dial-back by %s: code %d %s (%s)", peer, answer.code, answer.addr, answer.reason)
-        if self.tally.state != before:
-            self._emit("reachability", "-", self.tally.state)
 
     # --- relay client ------------------------------------------------------------------------------
 
