@@ -55,6 +55,16 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     return None if path is None else load_trusted_keys(path)
 
 
+def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from p2paudit.errors import InputError
+    from p2paudit.node.libp2p_adapter import check_announce
+
+    try:
+        return tuple(check_announce(addr) for addr in value)
+    except InputError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 @cli.command()
 @click.option(
     "--run",
@@ -95,6 +105,7 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
     "--announce",
     multiple=True,
     metavar="MULTIADDR",
+    callback=_announce_addrs,
     help="An address to tell peers instead of the bound ones (repeatable), e.g. /ip4/203.0.113.10/tcp/4001 "
     "for a public --listen /ip4/0.0.0.0/tcp/4001 or a port forward; peers dial it back to check it.",
 )

@@ -48,7 +48,7 @@ from p2paudit.node.libp2p_host import (
     run_host,
 )
 from p2paudit.node.libp2p_peers import encode_peer_refusal
-from p2paudit.node.libp2p_reach import Reach
+from p2paudit.node.libp2p_reach import Reach, check_announce
 from p2paudit.node.libp2p_requests import (
     BadResponse,
     Handler,
@@ -66,6 +66,7 @@ __all__ = [
     "NodeEvent",
     "RequestFailed",
     "RequestTimedOut",
+    "check_announce",
     "PEERS_PROTOCOL",
     "PeerLink",
     "ReachConfig",

@@ -43,6 +43,7 @@ from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
+from p2paudit.errors import InputError
 from p2paudit.node.libp2p_config import (
     BEHIND_NAT,
     DIRECT,
@@ -57,7 +58,7 @@ from p2paudit.node.libp2p_config import (
 )
 from p2paudit.node.libp2p_containment import FaultReport, background_contained_service
 from p2paudit.node.libp2p_dialback import WILDCARD, DialbackClient, DialbackServer, RequestFn, Tally
-from p2paudit.node.libp2p_host import NETWORK_ERRORS, Notifee, parse_listen_addr
+from p2paudit.node.libp2p_host import NETWORK_ERRORS, Notifee
 from p2paudit.node.libp2p_relay import HOP, Grant, GuardedRelay, NodeCircuit, is_relayed, remote_ip, reserve
 from p2paudit.node.libp2p_requests import RequestFailed, RequestTimedOut
 
@@ -106,6 +107,19 @@ def relay_in_addr(addr: str) -> str | None:
         return None
 
 
+def check_announce(addr: str) -> str:
+    """An --announce address as we tell it (without a trailing /p2p/<id>); InputError unless it is a
+    multiaddr with a TCP port and no /p2p-circuit."""
+    try:
+        parsed = multiaddr.Multiaddr(addr)
+        int(parsed.value_for_protocol("tcp"))
+    except Exception:  # multiaddr raises several unrelated exception types
+        raise InputError(f"announce address {addr[:200]!r} is not a multiaddr with a TCP port") from None
+    if "/p2p-circuit" in addr:
+        raise InputError(f"announce address {addr[:200]!r} is a relay address: relays are found, not announced")
+    return _without_peer_id(str(parsed))
+
+
 def _without_peer_id(addr: str) -> str:
     """An announced address without a trailing /p2p/<id> (ours is appended to everything we tell)."""
     head, _, tail = addr.rpartition("/p2p/")
@@ -123,7 +137,7 @@ class Reach:
     def __init__(self, config: ReachConfig, emit: Emit) -> None:
         self.config = config
         self._emit = emit
-        self._announce = tuple(_without_peer_id(str(parse_listen_addr(a))) for a in config.announce)
+        self._announce = tuple(check_announce(a) for a in config.announce)
         self.tally = Tally()
         self.grants: dict[ID, Grant] = {}
         self._relay_retry: dict[ID, tuple[float, float]] = {}

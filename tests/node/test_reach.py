@@ -194,3 +194,42 @@ def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_pu
                 assert await b.request(a.peer_id, "/t/echo/1", b"abc") == b"cba"
 
     run(body, 45)
+
+
+def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path):
+    from click.testing import CliRunner
+
+    from p2paudit.cli import cli
+    from p2paudit.node.libp2p_adapter import PeerLink, Reachability
+    from p2paudit.node.libp2p_config import RelayServiceState
+    from p2paudit.node.status import Status, write_status
+
+    relay, a, b = (peer_id_of_seed(i) for i in (70, 71, 72))
+    reach = Reachability(
+        state="behind-nat",
+        addresses=(f"/ip4/203.0.113.10/tcp/4001/p2p/{relay}/p2p-circuit/p2p/{a}",),
+        relays=(relay,),
+        reservations=(relay,),
+        links=(PeerLink(relay, "direct"), PeerLink(b, "relayed", relay)),
+        dialbacks=(f"{relay[:16]}..: failed /ip4/203.0.113.101/tcp/4001 (no answer within 5 s)",),
+        relay_service=RelayServiceState(0, 0, 0),
+    )
+    status = Status(1, 0.0, a, "00", [], [relay, b], {"path": "l", "size": 0}, 0, 0, None, [], 0, [], {}, [])
+    write_status(tmp_path / "status.json", Status(**{**status.__dict__, "reach": reach.to_dict()}))
+    shown = CliRunner().invoke(cli, ["status"], env={"P2PAUDIT_HOME": str(tmp_path)})
+    assert shown.exit_code == 0, shown.output
+    assert "reachability: behind-nat; 1 relay(s) in use (1 reservation(s) held)" in shown.output
+    assert f"peer {b}: relayed via {relay}" in shown.output and f"peer {relay}: direct" in shown.output
+    assert "/p2p-circuit/p2p/" in shown.output and "dial-back" in shown.output
+    assert "relay service: 0 reservation(s), 0 circuit(s), 0 request(s) refused" in shown.output
+
+
+def test_a_bad_announce_address_is_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from p2paudit.cli import cli
+
+    argv = ["daemon", "--follow", "00" * 32, "--announce", "not-an-address", "--duration", "1"]
+    result = CliRunner().invoke(cli, argv, env={"P2PAUDIT_HOME": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert "not-an-address" in result.output and "node key" not in result.output
