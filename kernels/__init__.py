@@ -48,16 +48,22 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from exit_codes import EXIT_USAGE, CodedError
+
 ARITHMETIC_VERSION = 1
 BACKENDS = ("reference", "cpu", "triton")
 
 _MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
 
 
-class KernelInputError(ValueError):
-    """An input to a kernel is malformed (dtype, shape, index range)."""
+class KernelInputError(ValueError, CodedError):
+    """An input to a kernel is malformed (dtype, shape, index range): exit code 2.
 
-    exit_code = 2
+    A ValueError, as numpy's own shape errors are, and a CodedError, the root of
+    the error tree kernels shares with ledger and p2paudit (exit_codes).
+    """
+
+    exit_code = EXIT_USAGE
 
 
 def get_backend(name: str) -> ModuleType:

@@ -1,19 +1,22 @@
-"""Errors of the ledger package (a leaf module: the ledger imports nothing from p2paudit).
+"""Errors of the ledger package (it imports nothing from p2paudit, only the shared leaf exit_codes).
 
-Every error carries an `exit_code` so a CLI can map it without knowing the
-ledger's classes: 2 for LedgerError and its subclasses (bad input, a refused
-operation, an unusable or corrupt file), 3 for LedgerInvariantError (this
-package or its caller broke a rule of its own: a bug, never the input's
+Both bases derive from exit_codes.CodedError, the root of the one error tree
+that kernels, ledger and p2paudit share, so a CLI maps them without knowing
+the ledger's classes: exit 2 for LedgerError and its subclasses (bad input, a
+refused operation, an unusable or corrupt file), 3 for LedgerInvariantError
+(this package or its caller broke a rule of its own: a bug, never the input's
 fault). Messages are one line and carry the numbers that were wrong.
 """
 
 from __future__ import annotations
 
+from exit_codes import EXIT_INTERNAL, EXIT_USAGE, CodedError
 
-class LedgerError(Exception):
-    """Base class: a one-line message and the exit code a CLI maps it to."""
 
-    exit_code: int = 2
+class LedgerError(CodedError):
+    """Base class of refused input and unusable files: a one-line message, exit code 2."""
+
+    exit_code = EXIT_USAGE
 
 
 class ProofError(LedgerError):
@@ -36,11 +39,11 @@ class CorruptLedgerError(LedgerError):
         self.index = index
 
 
-class LedgerInvariantError(Exception):
+class LedgerInvariantError(CodedError):
     """An invariant of the ledger code itself broke (misuse by the calling code, a bug): exit code 3.
 
     Deliberately not a LedgerError, so that code which handles refused input
     (`except LedgerError`) does not mistake a bug for bad input.
     """
 
-    exit_code: int = 3
+    exit_code = EXIT_INTERNAL

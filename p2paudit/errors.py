@@ -1,17 +1,15 @@
-"""Errors that carry the exit code the CLI maps them to (a leaf module).
+"""p2paudit's errors: the branch of the one error tree (exit_codes.CodedError) that this package raises.
 
-Exit codes, as documented in the README:
+Exit codes are defined, with their meaning, in exit_codes (below kernels,
+ledger and p2paudit alike, so all three share one tree): 0 every check
+matched, 1 a claim did not match, 2 bad usage or unreadable input, 3 the
+verifier itself failed, 130 interrupted. They are re-exported here so that
+p2paudit's modules name one place.
 
-    0  every check matched
-    1  a claim did not match (the publisher's claim, never the verifier's fault)
-    2  bad usage or unreadable input (a malformed, missing or refused file, flag or message)
-    3  the verifier itself failed (a bug or a broken invariant): report it
-    130  interrupted (SIGINT, Ctrl-C): nothing was concluded about the run
-
-Every error the library raises on purpose derives from P2PAuditError and
-carries its `exit_code`, as click's exceptions do; the CLI prints the message
-as one line and exits with that code. Anything else that escapes is exit 3.
-The one way to exit 1 is MismatchError.
+Every error the library raises on purpose derives from P2PAuditError (and so
+from CodedError) and carries its `exit_code`, as click's exceptions do; the
+CLI prints the message as one line and exits with that code. Anything else
+that escapes is exit 3. The one way to exit 1 is MismatchError.
 
 Between peers the tree tells fault apart: InputError is bad data (a peer that
 sent it is provably misbehaving), NetworkError is "unreachable, too slow or
@@ -21,15 +19,25 @@ neither is our own bug.
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_MISMATCH = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+from exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, CodedError
+
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_INTERRUPTED",
+    "EXIT_MISMATCH",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CodedError",
+    "InputError",
+    "InternalError",
+    "MismatchError",
+    "NetworkError",
+    "P2PAuditError",
+]
 
 
-class P2PAuditError(Exception):
-    """Base class: a one-line, user-facing message and an exit code."""
+class P2PAuditError(CodedError):
+    """Base class of p2paudit's own errors: a one-line, user-facing message and an exit code."""
 
     exit_code: int = EXIT_INTERNAL
 

@@ -1,9 +1,10 @@
 """The `p2paudit` command: a thin click adapter over the library.
 
-Only this package prints or exits. Library errors derive from
-`p2paudit.errors.P2PAuditError` (or the independent `ledger` and `kernels`
-packages' own bases) and carry an `exit_code` class attribute; `AuditGroup` turns each into one line on stderr and that exit
-status, so click's test runner sees exactly what a user sees. Anything else
+Only this package prints or exits. Every error the library raises on
+purpose, p2paudit's, ledger's and kernels' alike, derives from
+`exit_codes.CodedError` (re-exported by p2paudit.errors) and carries its
+`exit_code` on the class; `AuditGroup` turns each into one line on stderr and
+that exit status, so click's test runner sees exactly what a user sees. Anything else
 that escapes a command is the verifier's own failure: one line and exit 3
 (EXIT_INTERNAL), never 1, which means "the claim did not match"; `--debug`
 shows its traceback. Command modules import heavy libraries (torch, numba,
@@ -18,7 +19,7 @@ import traceback
 import click
 
 from p2paudit import __version__
-from p2paudit.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
+from p2paudit.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, CodedError
 
 
 class LibraryError(click.ClickException):
@@ -48,14 +49,11 @@ class AuditGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
         except OSError as exc:  # full disk, permission denied, missing file
-            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            where = f" ({exc.filename})" if exc.filename else ""
             raise LibraryError(_one_line(f"{exc.strerror or exc}{where}"), EXIT_USAGE) from exc
+        except CodedError as exc:  # p2paudit's, ledger's and kernels' errors: one tree, the code on the class
+            raise LibraryError(_one_line(str(exc)), type(exc).exit_code) from exc
         except Exception as exc:
-            # P2PAuditError, and the independent libraries' own bases (ledger's LedgerError,
-            # kernels' KernelInputError), carry their exit code as a class attribute.
-            code = getattr(type(exc), "exit_code", None)
-            if type(code) is int:
-                raise LibraryError(_one_line(str(exc)), code) from exc
             if ctx.meta.get("p2paudit.debug"):
                 traceback.print_exc()
             message = (
