@@ -1,26 +1,44 @@
 """A static scan of a source tree's imports: every import statement, relative, lazy or through importlib.
 
 Used by test_layering.py on the real tree and on planted violations, so the
-check is shown to fail where it must. Pure functions over a root directory.
+check is shown to fail where it must. Pure functions over a root directory;
+the rules that judge what is found live in layering_rules.py.
+
+Besides import statements and calls of importlib.import_module / __import__
+(resolved when the name is a literal), the scan records every *indirect*
+route to a module it cannot follow: the import machinery itself (importlib
+other than importlib.resources, imp, runpy, pkgutil, zipimport, builtins),
+the names of import functions used as values or strings (so
+`getattr(importlib, "import_module")(...)` is seen), and exec, eval and
+compile of source text.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-IMPORT_CALLS = {("importlib", "import_module"), (None, "__import__"), (None, "import_module")}
+IMPORT_FUNCTIONS = frozenset({"import_module", "__import__"})
+MACHINERY = frozenset({"importlib", "imp", "runpy", "pkgutil", "zipimport", "builtins"})
+MACHINERY_ALLOWED = frozenset({"importlib.resources"})  # package data, not modules
+SOURCE_RUNNERS = frozenset({"exec", "eval", "compile"})
 
 
 @dataclass(frozen=True)
 class Import:
-    """One import found in `module`: the absolute name it resolves to, where, and whether it is lazy."""
+    """One import found in `module`: the absolute name it resolves to, where, and whether it is lazy.
+
+    `target` is "?" for a computed name; `indirect` says how an import the
+    scan cannot follow was made ("" for an import statement or a literal call).
+    """
 
     module: str
     target: str
     line: int
     lazy: bool  # inside a function body: hidden from a module-level reading of the file
+    indirect: str = ""
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -38,20 +56,56 @@ def _resolve_relative(module: str, is_package: bool, level: int, name: str | Non
     return ".".join(base + ([name] if name else []))
 
 
-def _call_target(node: ast.Call) -> str | None:
-    """The literal module name of importlib.import_module("x") / __import__("x"), '?' if not literal."""
-    func = node.func
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        key = (func.value.id, func.attr)
-    elif isinstance(func, ast.Name):
-        key = (None, func.id)
-    else:
-        return None
-    if key not in IMPORT_CALLS:
+def _called_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _literal_call(node: ast.Call) -> str | None:
+    """The module importlib.import_module("x") / __import__("x") names: "x", or "?" when computed."""
+    if _called_name(node.func) not in IMPORT_FUNCTIONS:
         return None
     if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
         return node.args[0].value
-    return "?"  # a computed name: the scan cannot tell what it loads, so the caller must refuse it
+    return "?"
+
+
+def _indirect(node: ast.AST, parent: ast.AST | None) -> str:
+    """How `node` reaches a module the scan cannot name, or "" when it does not."""
+    called = isinstance(parent, ast.Call) and parent.func is node
+    if isinstance(node, ast.Name | ast.Attribute):
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        if name in IMPORT_FUNCTIONS and not called:
+            return f"{name} used as a value"
+        if isinstance(node, ast.Name) and name in SOURCE_RUNNERS and called:
+            return f"{name}() of source text"
+    if isinstance(node, ast.Constant) and node.value in IMPORT_FUNCTIONS | {"exec", "eval"}:
+        return f"the name {node.value!r} as a string"
+    return ""
+
+
+def _statement_imports(module: str, is_package: bool, node: ast.AST) -> list[tuple[str, str]]:
+    """(target, indirect) for an import statement; the machinery modules are marked indirect."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = _resolve_relative(module, is_package, node.level, node.module) if node.level else node.module or ""
+        names = [base] + [f"{base}.{a.name}" for a in node.names]
+    else:
+        return []
+    found = []
+    for name in names:
+        machinery = name.split(".")[0] in MACHINERY and not any(
+            name == m or name.startswith(m + ".") for m in MACHINERY_ALLOWED
+        )
+        # `from importlib import resources` names importlib itself too: only its members count.
+        if machinery and isinstance(node, ast.ImportFrom) and name == names[0] and len(names) > 1:
+            machinery = False
+        found.append((name, "import machinery" if machinery else ""))
+    return found
 
 
 def scan_file(root: Path, path: Path) -> list[Import]:
@@ -61,80 +115,64 @@ def scan_file(root: Path, path: Path) -> list[Import]:
 
     def visit(node: ast.AST, lazy: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-            if isinstance(child, ast.Import):
-                found.extend(Import(module, a.name, child.lineno, inner) for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    base = _resolve_relative(module, is_package, child.level, child.module)
-                found.append(Import(module, base, child.lineno, inner))
-                found.extend(Import(module, f"{base}.{a.name}", child.lineno, inner) for a in child.names)
-            elif isinstance(child, ast.Call):
-                target = _call_target(child)
-                if target is not None:
-                    found.append(Import(module, target, child.lineno, inner))
+            inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            line = getattr(child, "lineno", getattr(node, "lineno", 0))
+            for target, how in _statement_imports(module, is_package, child):
+                found.append(Import(module, target, line, inner, how))
+            if isinstance(child, ast.Call) and (target := _literal_call(child)) is not None:
+                found.append(Import(module, target, line, inner, "computed module name" if target == "?" else ""))
+            how = _indirect(child, node)
+            if how:
+                found.append(Import(module, "?", line, inner, how))
             visit(child, inner)
 
     visit(ast.parse(path.read_text(), str(path)), False)
     return found
 
 
+def package_files(root: Path, package: str) -> list[Path]:
+    base = root / package.replace(".", "/")
+    return sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+
+
 def scan_tree(root: Path, packages: list[str]) -> list[Import]:
     """Every import in the .py files of `packages` (dotted names of directories or modules under root)."""
     found: list[Import] = []
     for package in packages:
-        base = root / package.replace(".", "/")
-        files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
-        for path in files:
+        for path in package_files(root, package):
             if path.is_file():
                 found.extend(scan_file(root, path))
     return found
 
 
-def owner(name: str, watched: list[str]) -> str | None:
-    for pkg in sorted(watched, key=len, reverse=True):
-        if name == pkg or name.startswith(pkg + "."):
-            return pkg
-    return None
+def tree_modules(root: Path, packages: list[str]) -> set[str]:
+    return {module_name(root, p) for package in packages for p in package_files(root, package) if p.is_file()}
 
 
-def forbidden_imports(imports: list[Import], watched: list[str], allowed: dict[str, set[str]]) -> list[str]:
-    """'module:line imports target' for each import that crosses to a package not allowed below its own."""
-    bad = []
-    for imp in imports:
-        if imp.target == "?":
-            bad.append(f"{imp.module}:{imp.line} imports a computed module name")
-            continue
-        mine, theirs = owner(imp.module, watched), owner(imp.target, watched)
-        if mine is None or theirs is None or theirs == mine:
-            continue
-        if theirs not in allowed.get(mine, set()):
-            bad.append(f"{imp.module}:{imp.line} imports {imp.target}")
-    return bad
+def is_third_party(target: str, ours: set[str]) -> bool:
+    top = target.split(".")[0]
+    return bool(top) and top not in ours and top not in sys.stdlib_module_names
 
 
-def lazy_imports(imports: list[Import], exempt: set[str]) -> list[str]:
-    """'module:line target' for each import made inside a function, outside the exempt packages."""
-    return [
-        f"{i.module}:{i.line} {i.target}"
-        for i in imports
-        if i.lazy and not any(i.module == e or i.module.startswith(e + ".") for e in exempt)
-    ]
+def resolve(target: str, modules: set[str]) -> str | None:
+    """The module of ours that `target` names (an attribute or submodule is cut back to its module), or None."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
 
 
 def module_cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
     """Cycles in the graph of imports between `modules` (lazy imports included)."""
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for imp in imports:
-        target = imp.target
-        while target and target not in modules:
-            target = target.rpartition(".")[0]
+        target = resolve(imp.target, modules)
         if target and imp.module in graph and target != imp.module:
             # A package's own __init__ importing its submodules is not a cycle of layers.
             if not target.startswith(imp.module + "."):
                 graph[imp.module].add(target)
-    cycles, state, stack = [], {}, []
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
 
     def walk(node: str) -> None:
         state[node] = 1

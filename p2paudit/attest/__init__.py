@@ -7,7 +7,7 @@
     attest.tables        the index tables (append-only) and the ledger origin
     attest.queries       coverage, disputes, equivocations, with signed evidence anybody can check
     attest.verification  full check of a store: tree, every signature, the index
-    attest.report        JSON views and the coverage plot for the CLI
+    attest.report        JSON views of query results for the CLI
     attest.errors        AttestationError (exit code 2)
 
 Import the submodules directly; this package imports nothing itself.

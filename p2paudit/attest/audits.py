@@ -16,7 +16,6 @@ from pathlib import Path
 
 from p2paudit.attest.record import Attestation
 from p2paudit.audit.records import ERROR, INIT, StepAudit, loss_bits
-from p2paudit.engine import ENGINE_VERSION
 
 _HARDWARE_LIMIT = 256
 
@@ -69,7 +68,7 @@ def attestation_from_audit(audit: StepAudit, verifier: bytes, time_ms: int, hard
         observed_loss_bits=None if init or error else _bits(audit.observed_loss),
         findings=() if error else tuple(audit.findings),
         verdict=audit.verdict,
-        engine_version=_printable(audit.engine_version or ENGINE_VERSION, 64) or ENGINE_VERSION,
+        engine_version=_printable(audit.engine_version, 64),  # the replay's own; the record refuses none
         arithmetic_version=audit.arithmetic_version,
         backend=_printable(audit.backend, 32),
         hardware=_printable(hardware, _HARDWARE_LIMIT),

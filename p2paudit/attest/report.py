@@ -1,4 +1,4 @@
-"""JSON-ready views of query results, and the coverage plot (what `p2paudit ledger ... --json` prints).
+"""JSON-ready views of query results (what `p2paudit ledger ... --json` prints).
 
 Bytes are written as hex (keys, run ids), "sha256:<hex>" (digests) or base64
 (signed evidence, so a reader can check it with any msgpack and Ed25519
@@ -8,12 +8,7 @@ library), never as Python reprs.
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from ledger import SplitView
 from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
@@ -104,40 +99,3 @@ def equivocations_dict(found: Equivocations) -> dict[str, Any]:
         ],
         "tree_heads": [split_view_dict(view) for view in found.tree_heads],
     }
-
-
-def plot_coverage(path: Path | str, everyone: Coverage, trusted: Coverage | None) -> None:
-    """Write a PNG: per step, distinct keys that attested a match, a mismatch, an error (stacked bars,
-    all keys), the trusted keys' checked count as a line when a trust file was given, and the R line."""
-    steps = everyone.run.steps
-
-    def dense(cov: Coverage, field: str) -> list[int]:
-        counts = [0] * steps
-        for item in cov.per_step:
-            counts[item.step] = getattr(item, field)
-        return counts
-
-    # A Figure on the Agg canvas directly: no pyplot, so no global backend or figure registry is touched.
-    fig = Figure(figsize=(10, 4), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    bottom = [0] * steps
-    for field, color in (("match", "tab:green"), ("mismatch", "tab:red"), ("error", "tab:orange")):
-        heights = dense(everyone, field)
-        if any(heights):
-            ax.bar(range(steps), heights, bottom=bottom, width=1.0, color=color, label=f"{field} (all keys)")
-            bottom = [b + h for b, h in zip(bottom, heights)]
-    if trusted is not None:
-        ax.step(range(steps), dense(trusted, "checked"), where="mid", color="tab:blue", label="checked (trusted keys)")
-    ax.axhline(everyone.min_count, color="black", linestyle="--", linewidth=1, label=f"R = {everyone.min_count}")
-    ax.set_ylim(0, max([everyone.min_count, *bottom]) + 1)
-    ax.set_xlim(-0.5, steps - 0.5)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
-    ax.set_ylabel("distinct verifier keys")
-    label = f" ({everyone.run.label})" if everyone.run.label else ""
-    uncovered = steps - everyone.checked_once
-    ax.set_title(f"coverage of run {everyone.run.run_id.hex()[:16]}{label}: {uncovered} of {steps} steps unchecked")
-    ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, format="png")

@@ -140,8 +140,8 @@ def _run_network(demo_dir: Path, run_dir: Path, backend: str, count: int) -> dic
 def _report_ledgers(specs, view, names: dict[bytes, str], backend: str) -> list[str]:
     """Print coverage, disputes and who lied from node-0's ledger; check every ledger verifies and agrees."""
     from p2paudit.attest.queries import coverage
-    from p2paudit.attest.report import plot_coverage
     from p2paudit.attest.store import AttestationStore
+    from p2paudit.cli.coverage_png import write_coverage_png
     from p2paudit.node.auditor import checked_by, settle_disputes
 
     problems, held = [], {}
@@ -168,7 +168,7 @@ def _report_ledgers(specs, view, names: dict[bytes, str], backend: str) -> list[
             counts = (item.match, item.mismatch, item.error) if item else (0, 0, 0)
             click.echo(f"{step:>4}  {counts[0]:>5}  {counts[1]:>8}  {counts[2]:>5}")
         picture = specs[0].home.parent.parent / "coverage.png"
-        plot_coverage(picture, cov, None)
+        write_coverage_png(picture, store, m.run_id, None, 1)
         click.echo(f"coverage picture: {picture}")
         verdicts = settle_disputes(store, view, backend)
     if not verdicts:
