@@ -28,9 +28,10 @@ _PER_STEP = (
     "SELECT step, COUNT(*) AS n, MAX(leaf) AS last, "
     "COUNT(DISTINCT key) FILTER (WHERE verdict < 2) AS c, COUNT(DISTINCT key) FILTER (WHERE verdict = 0) AS m, "
     "COUNT(DISTINCT key) FILTER (WHERE verdict = 1) AS x, COUNT(DISTINCT key) FILTER (WHERE verdict = 2) AS e, "
-    "COUNT(DISTINCT key) AS k, (MIN(verdict) != MAX(verdict) OR MIN(observed) != MAX(observed)) AS d "
+    "COUNT(DISTINCT key) AS k, (MIN(verdict) != MAX(verdict) OR IFNULL(MIN(observed) != MAX(observed), 0)) AS d "
     "FROM attest_index WHERE run = :run AND step >= :lo AND step < :hi{keys} GROUP BY step"
 )
+# d: two outcomes. A step attested only with "error" has no observed digest at all (NULL), and is no dispute.
 _BUCKETS = (
     "WITH per_step AS ({per_step}) SELECT (step - :lo) * :n / (:hi - :lo) AS bucket, COUNT(*) AS attested, "
     "SUM(c > 0) AS checked, SUM(c >= :min) AS covered, SUM(c) AS checks, SUM(m) AS matches, SUM(x) AS mismatches, "
