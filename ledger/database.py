@@ -8,10 +8,15 @@ would open, and create, a file named by the part before it).
 Read-only opens use `mode=ro`, so a query, a proof or `verify` needs no
 write permission anywhere. A WAL database needs its -shm file to be read; a
 read-only directory after the last writer closed holds no -shm and none can
-be made (SQLITE_READONLY_DIRECTORY). Then, and only when no -wal file
-exists either (so no writer had the file open), the file is opened with
-`immutable=1`: read without locks. A writer that starts during that read
-could make it see a torn snapshot; nothing is written through it.
+be made (SQLITE_READONLY_DIRECTORY), nor can one on a read-only file system
+(a CD, a read-only mount or snapshot: SQLITE_CANTOPEN). Then, and only when
+no -wal file exists either (so every committed entry is in the file itself),
+the file is opened with `immutable=1`: read without locks. On a read-only
+file system nothing can write it; in a read-only directory a writer that
+starts during the read could make it see a torn snapshot; nothing is
+written through it. A -wal and -shm left beside a file on read-only media
+(a snapshot of a live ledger) are read as they are, by SQLite's own
+read-only WAL mode.
 """
 
 from __future__ import annotations
@@ -65,11 +70,26 @@ def _open(path: str, mode: str) -> sqlite3.Connection:
         return conn
     except sqlite3.OperationalError as exc:
         conn.close()
-        if getattr(exc, "sqlite_errorname", None) != "SQLITE_READONLY_DIRECTORY" or _has_wal_files(path):
+        if not _unwritable(path, exc) or _has_wal_files(path):
             raise
     conn = sqlite3.connect(database_uri(path, "ro", immutable=True), uri=True, isolation_level=None)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn
+
+
+def _unwritable(path: str, exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused to read because no -shm file can be made beside `path` (nothing else)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name == "SQLITE_READONLY_DIRECTORY":
+        return True
+    return name.startswith("SQLITE_CANTOPEN") and _on_readonly_file_system(path)
+
+
+def _on_readonly_file_system(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _has_wal_files(path: str) -> bool:
@@ -159,6 +179,8 @@ def _why_unopenable(path: str) -> str:
         return f"its directory {directory} does not exist"
     if os.path.isdir(path):
         return "it is a directory"
+    if _on_readonly_file_system(path):
+        return "it is on a read-only file system"
     if not os.path.lexists(path):
         return "the file does not exist" + ("" if os.access(directory, os.W_OK) else " and its directory is read-only")
     if not os.access(path, os.R_OK):

@@ -234,7 +234,7 @@ class Ledger:
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as e:
-                raise database.describe_error(e, self.path, "commit, so nothing was stored") from None
+                raise database.describe_error(e, self.path, "commit, so this transaction stored nothing") from None
         except BaseException:
             if self.conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
                 self.conn.execute("ROLLBACK")
@@ -258,7 +258,9 @@ class Ledger:
     def entry(self, index: int) -> bytes:
         """The bytes of entry `index`; LedgerError if there is none."""
         _check_int(index, "entry index")
-        row = self.conn.execute("SELECT data FROM entries WHERE idx = ?", (index,)).fetchone()
+        row = None
+        if abs(index) < 2**63:  # SQLite cannot bind a larger integer (OverflowError); no ledger holds one
+            row = self.conn.execute("SELECT data FROM entries WHERE idx = ?", (index,)).fetchone()
         if row is None:
             raise LedgerError(f"entry {index} is not in the ledger of size {self.size}")
         return row[0]

@@ -91,7 +91,7 @@ def test_register_run_is_never_changed(store):
     assert store.register_run(RUN, 10, "again").label == "test run"
     with pytest.raises(AttestationError, match="registered with 10 steps, not 11"):
         store.register_run(RUN, 11)
-    with pytest.raises(AttestationError, match="want >= 1"):
+    with pytest.raises(AttestationError, match="want 1 to 4294967296"):
         store.register_run(digest("x"), 0)
     assert [r.steps for r in store.runs()] == [10]
 
