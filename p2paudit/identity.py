@@ -63,11 +63,6 @@ def home_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".p2paudit"
 
 
-def default_key_path() -> Path:
-    """Where `p2paudit init` puts the node key."""
-    return home_dir() / KEY_FILE_NAME
-
-
 def identity_from_private_key(private_key: Ed25519PrivateKey) -> Identity:
     """Wrap an Ed25519 private key object with its raw public key."""
     public = private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

@@ -120,17 +120,6 @@ def open_regular(path: Path, what: str, root: Path | None = None) -> int:
     return fd
 
 
-def regular_size(path: Path, what: str, root: Path | None = None, max_bytes: int | None = None) -> int:
-    """The size of the regular file `path`, checked as open_regular does and against `max_bytes`."""
-    fd = open_regular(path, what, root)
-    try:
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    _check_size(path, what, size, max_bytes)
-    return size
-
-
 def _check_size(path: Path, what: str, size: int, max_bytes: int | None) -> None:
     if max_bytes is not None and size > max_bytes:
         raise InputError(f"{what} {path} has {size} bytes, more than the {max_bytes} allowed")
