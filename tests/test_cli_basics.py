@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from p2paudit import __version__
@@ -37,6 +38,7 @@ def test_subcommand_help_exits_zero_without_error():
     assert "Error" not in result.output
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 def test_interrupted_command_exits_130_never_1(tmp_path):
     """SIGINT in the middle of real work (a reference-backend training run) is 130, not 1 ("did not match")."""
     import signal

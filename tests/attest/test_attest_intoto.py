@@ -186,6 +186,7 @@ def test_import_never_crashes_on_arbitrary_input(data):
         import_dsse(data)
 
 
+@pytest.mark.slow  # 2.6 s of Hypothesis (fast tier: pytest -m 'not slow')
 @given(st.dictionaries(st.sampled_from(["payloadType", "payload", "signatures", "x"]), json_values, max_size=4))
 @settings(max_examples=200, deadline=None)
 def test_import_never_crashes_on_envelope_shaped_json(fields):

@@ -93,6 +93,7 @@ def records(draw):
     )
 
 
+@pytest.mark.slow  # 2 s of Hypothesis (fast tier: pytest -m 'not slow')
 @given(records())
 @settings(max_examples=300, deadline=None)
 def test_body_round_trip(record):
@@ -305,6 +306,7 @@ msgpack_values = st.recursive(
 )
 
 
+@pytest.mark.slow  # 2.6 s of Hypothesis (fast tier: pytest -m 'not slow')
 @given(msgpack_values, st.booleans())
 @settings(max_examples=200, deadline=None)
 def test_decode_never_crashes_on_arbitrary_msgpack(value, as_body):
@@ -325,6 +327,7 @@ flat_values = (
 )
 
 
+@pytest.mark.slow  # 3.6 s of Hypothesis (fast tier: pytest -m 'not slow')
 @given(
     st.dictionaries(st.integers(0, 18), flat_values, min_size=1, max_size=3),
     st.sampled_from(["match", "mismatch", "error"]),

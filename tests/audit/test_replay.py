@@ -52,6 +52,7 @@ def test_every_step_reproduces_its_digest(traced_run):
     assert record["verdict"] == MATCH and record["claimed_digest"].startswith("sha256:")
 
 
+@pytest.mark.slow  # 2 s (fast tier: pytest -m 'not slow')
 def test_a_range_inside_the_run_starts_at_the_nearest_checkpoint(traced_run):
     report = verify_range(open_run(traced_run), _steps(3, 3), "reference")
     assert [(a.step, a.verdict) for a in report.audits] == [(3, MATCH)]
@@ -105,6 +106,7 @@ def _corrupt_checkpointed_claim(run_dir: Path, publisher, step: int) -> None:
     write_manifest(run_dir, body, publisher)
 
 
+@pytest.mark.slow  # 6 s (fast tier: pytest -m 'not slow')
 def test_a_forged_claim_names_tensor_count_ulps_and_blames_the_claim(traced_copy, audit_publisher):
     _corrupt_checkpointed_claim(traced_copy, audit_publisher, step=1)
     report = verify_range(open_run(traced_copy), _steps(1, 1), "reference", against="cpu")
@@ -118,6 +120,7 @@ def test_a_forged_claim_names_tensor_count_ulps_and_blames_the_claim(traced_copy
     assert "fault is in the claim, not the verifier" in diagnosis.conclusion
 
 
+@pytest.mark.slow  # 6 s (fast tier: pytest -m 'not slow')
 def test_bisect_against_a_published_trace_names_the_operation(traced_copy, audit_publisher):
     _corrupt_checkpointed_claim(traced_copy, audit_publisher, step=1)
     body = _body(traced_copy)
@@ -137,6 +140,7 @@ def test_bisect_against_a_published_trace_names_the_operation(traced_copy, audit
     assert any("first depart at operation" in line for line in diagnosis.lines())
 
 
+@pytest.mark.slow  # 4.5 s (fast tier: pytest -m 'not slow')
 def test_after_a_mismatch_without_checkpoint_later_steps_are_errors_until_reanchored(traced_copy, audit_publisher):
     view = open_run(traced_copy)
     state0 = load_checkpoint(traced_copy, 0, view.manifest.state_digest(0), list(view.names))
@@ -151,6 +155,7 @@ def test_after_a_mismatch_without_checkpoint_later_steps_are_errors_until_reanch
     assert report.any_mismatch and not report.all_match
 
 
+@pytest.mark.slow  # 2 s (fast tier: pytest -m 'not slow')
 def test_a_claimed_data_digest_that_is_not_the_schedules_is_a_mismatch(traced_copy, audit_publisher):
     body = _body(traced_copy)
     body["steps"][2]["data"] = format_digest(bytes(32))

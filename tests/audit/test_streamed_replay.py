@@ -34,6 +34,7 @@ def _body(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_bytes())
 
 
+@pytest.mark.slow  # 22 s for its cases (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("spilled", [True, False])
 @pytest.mark.parametrize("first, last", [(0, 3), (1, 3), (3, 3)])
 def test_streamed_replay_equals_the_in_memory_replay(traced_run, tmp_path, first, last, spilled):
@@ -48,6 +49,7 @@ def test_streamed_replay_equals_the_in_memory_replay(traced_run, tmp_path, first
     assert list((tmp_path / "scratch").iterdir()) == []  # the scratch files are gone
 
 
+@pytest.mark.slow  # 6 s (fast tier: pytest -m 'not slow')
 def test_a_forged_claim_is_explained_tensor_by_tensor(traced_copy, tmp_path, audit_publisher):
     view = open_run(traced_copy)
     true_state = load_checkpoint(traced_copy, 2, view.manifest.state_digest(2), list(view.names))
@@ -99,6 +101,7 @@ def test_a_full_scratch_disk_is_one_line_and_leaves_nothing(traced_run, tmp_path
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+@pytest.mark.slow  # 109 s for its 3 cases (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("micro_batches", [1, 2, 8])
 def test_streamed_step_is_train_step_bit_for_bit(tmp_path, micro_batches):
     """On `small` with moments already non-zero, spilled to disk and kept in memory."""

@@ -38,6 +38,7 @@ def _counter_at(value: int):
     return lambda state: dict(state, step=np.array(value, dtype=np.int64))
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 def test_other_initial_weights_are_caught_when_the_range_includes_step_0(monkeypatch, tmp_path, audit_publisher):
     _publish_from(monkeypatch, tmp_path / "run", audit_publisher, _backdoored)
     view = open_run(tmp_path / "run")
@@ -58,12 +59,14 @@ def test_verify_range_init_checks_state_0_alone(monkeypatch, tmp_path, audit_pub
     assert [(a.subject, a.verdict, a.findings) for a in report.audits] == [(INIT, MISMATCH, ("init",))]
 
 
+@pytest.mark.slow  # 2.7 s (fast tier: pytest -m 'not slow')
 def test_a_range_without_step_0_does_not_rebuild_state_0(monkeypatch, tmp_path, audit_publisher):
     _publish_from(monkeypatch, tmp_path / "run", audit_publisher, _backdoored)
     report = verify_range(open_run(tmp_path / "run"), parse_step_range("1-3", 4), "reference")
     assert [(a.subject, a.step, a.verdict) for a in report.audits] == [("step", n, MATCH) for n in (1, 2, 3)]
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 def test_a_step_counter_that_starts_at_1000_is_caught_at_every_step(monkeypatch, tmp_path, audit_publisher):
     _publish_from(monkeypatch, tmp_path / "run", audit_publisher, _counter_at(1000))
     view = open_run(tmp_path / "run")

@@ -83,6 +83,7 @@ def small_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # 6 s: a replay in a mount namespace (fast tier: pytest -m 'not slow')
 def test_a_full_disk_mid_range_says_which_attestations_were_stored(small_run, tmp_path):
     from p2paudit.attest.store import AttestationStore
 

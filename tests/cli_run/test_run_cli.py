@@ -247,6 +247,7 @@ def test_demo_into_a_file_exits_2(tmp_path):
     assert result.exit_code == 2 and "is a file" in result.output
 
 
+@pytest.mark.slow  # 4 s (fast tier: pytest -m 'not slow')
 def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
     # A fresh process with no GPU visible and no Triton interpreter: triton cannot run there.
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "P2PAUDIT_TRITON_COMPILE_ONLY")}

@@ -68,6 +68,7 @@ MEASURE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 9.5 s (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_estimate_is_within_1_5x_above_the_measured_peak(name):
     """Measured (peak RSS of a fresh process during init_state + one step, minus its RSS before):

@@ -86,6 +86,7 @@ def test_undecodable_gossipsub_rpc_is_contained_and_its_sender_reported():
     run(body, 40)
 
 
+@pytest.mark.slow  # 4 s for its 2 cases (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["secp256k1", "rsa"])
 def test_peer_whose_key_is_not_ed25519_is_refused_at_the_handshake(kind):
@@ -173,6 +174,7 @@ def test_classify_blames_the_peer_only_for_bytes_that_do_not_decode():
     assert classify(trio.BrokenResourceError()) == CONTAINED
 
 
+@pytest.mark.slow  # 11 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_a_burst_slower_to_validate_than_5_s_is_held_back_not_dropped():
     """150 messages whose validation takes 0.6 s each (10 at a time): py-libp2p's own 5 s validation time-out
@@ -206,6 +208,7 @@ def test_a_burst_slower_to_validate_than_5_s_is_held_back_not_dropped():
     run(body, 40)
 
 
+@pytest.mark.slow  # 8 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_inbound_slots_come_back_when_connections_close():
     """py-libp2p 0.8.1 kept each inbound connection's slot until the node stopped: after max_connections -

@@ -124,6 +124,7 @@ def test_plaintext_dialer_is_refused():
     run(body, 25)
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_chain_of_five_finds_everyone_by_peer_exchange():
     async def body():
@@ -137,6 +138,7 @@ def test_chain_of_five_finds_everyone_by_peer_exchange():
     run(body, 35)
 
 
+@pytest.mark.slow  # 18 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(225)
 def test_burst_delivery_counts_and_latency():
     n, per_node, topic = 5, 100, "p2paudit/test/burst"
@@ -185,6 +187,7 @@ def test_burst_delivery_counts_and_latency():
     run(body, 70)
 
 
+@pytest.mark.slow  # 4 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_raising_validator_rejects_and_pubsub_survives():
     topic = "p2paudit/test/validate"
@@ -259,6 +262,7 @@ def test_forgotten_subscription_is_re_announced_periodically():
     run(body, 20)
 
 
+@pytest.mark.slow  # 4 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(90)
 def test_per_origin_rate_limit_rejects_the_excess():
     topic = "p2paudit/test/rate"
@@ -336,6 +340,7 @@ def test_request_response_limits_and_timeouts():
     run(body, 35)
 
 
+@pytest.mark.slow  # 3.5 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_banned_peer_cannot_reconnect_until_ban_ends():
     async def body():
@@ -410,6 +415,7 @@ def test_frames_and_token_bucket():
     assert bucket.take(now=0.5) and not bucket.take(now=0.5)
 
 
+@pytest.mark.slow  # 2.7 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(90)
 def test_kademlia_provider_records_find_a_peer_beyond_the_bootstrap_list():
     async def body():

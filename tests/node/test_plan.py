@@ -59,6 +59,7 @@ def test_monte_carlo_is_deterministic_for_a_seed():
     assert math.isnan(monte_carlo(scenario, trials=1, seed=7).covered_stderr)
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 def test_motivating_scenario():
     # 100 volunteers x 10 steps: about 1,000 distinct steps of 100,000 (1%), with r = 1 or the default r = 2.
     one = closed_form(Scenario(100_000, 100, 10, 1))
@@ -121,6 +122,7 @@ def test_bad_scenarios_are_refused(kwargs):
         Scenario(**args)
 
 
+@pytest.mark.slow  # 2.5 s (fast tier: pytest -m 'not slow')
 def test_cli_prints_both_estimates():
     result = CliRunner().invoke(cli, ["plan", "--steps", "100000", "--volunteers", "100", "--per-volunteer", "10"])
     assert result.exit_code == 0, result.output

@@ -133,6 +133,7 @@ def _run_session(session, server, note, limit=None):
     return True
 
 
+@pytest.mark.slow  # 4.4 s (fast tier: pytest -m 'not slow')
 def test_sync_10000_attestations(tmp_path):
     alice, bob = key(1), key(2)
     source = open_store(tmp_path / "alice.db", alice)

@@ -4,6 +4,8 @@ import hashlib
 import json
 import struct
 
+import pytest
+
 from p2paudit.engine.config import train_config
 from p2paudit.engine.schedule import batch_for_step, batch_key
 from p2paudit.run.digest import digest_batch
@@ -55,6 +57,7 @@ def test_checkpoints_follow_the_documented_formula():
             assert expected_checkpoints(n, n, k) == documented, (n, k)
 
 
+@pytest.mark.slow  # 2.7 s (fast tier: pytest -m 'not slow')
 def test_verify_range_prints_state_n_plus_1_for_step_n(published_run, tmp_path):
     import os
     import subprocess

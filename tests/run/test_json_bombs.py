@@ -89,6 +89,7 @@ def test_a_trace_bomb_is_refused(tmp_path, blob, message):
         load_trace(tmp_path, 0, digest_bytes(blob))  # the digest matches: only the parser can refuse it
 
 
+@pytest.mark.slow  # 2 s a case (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("name", ["huge float", "long int", "deep arrays"])
 def test_verify_range_exits_2_in_one_line(run_copy, publisher, tmp_path, name):
     blob, message = BOMBS[name]

@@ -18,6 +18,7 @@ def _files(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # 3 s (fast tier: pytest -m 'not slow')
 def test_resume_leaves_no_stale_temp_file_anywhere(tmp_path):
     plan = dict(config="tiny", steps=4, ckpt_every=2, backend="reference", traces=True)
     whole = tmp_path / "whole"

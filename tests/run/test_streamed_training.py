@@ -24,6 +24,7 @@ def _files(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # 6.6 s for its 2 cases (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("spill", [False, True])
 def test_a_streamed_run_is_the_in_memory_run_byte_for_byte(tmp_path, publisher, monkeypatch, spill):
     plan = dict(config="tiny", steps=5, ckpt_every=2, micro_batches=4, backend="cpu")
@@ -61,6 +62,7 @@ def test_streaming_needs_one_process_and_no_traces(tmp_path, publisher, plan):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # 2.6 s (run/test_publisher keeps the golden digest fast) (fast tier: pytest -m 'not slow')
 def test_the_streamed_golden_run_reaches_the_golden_digest(tmp_path, publisher):
     plan = TrainPlan(tmp_path / "run", "tiny", steps=GOLDEN_TINY_STEPS, ckpt_every=GOLDEN_TINY_STEPS, seed=0)
     publish_run(plan, publisher, mode="streaming", scratch_dir=tmp_path / "scratch")
