@@ -86,6 +86,7 @@ from p2paudit.cli import (  # noqa: E402,F401  (registers the commands)
     explore_cmd,
     identity_cmds,
     ledger_cmds,
+    ledger_log_cmds,
     node_cmds,
     run_cmds,
     train_cmd,
