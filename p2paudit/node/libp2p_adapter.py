@@ -386,20 +386,24 @@ async def open_node(
             node.reach.services(node._emit),
         ):
             await node.gossip.pubsub.wait_until_ready()
-            async with trio.open_nursery() as nursery:
-                node._nursery = nursery
-                loops = [node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known]
-                for loop in loops + node.reach.loops():
-                    nursery.start_soon(supervise, loop, node._emit)
-                for addr in config.bootstrap:
-                    await node.add_bootstrap(addr)
-                try:
-                    yield node
-                finally:
-                    node._nursery = None
-                    nursery.cancel_scope.cancel()
-            # Close every connection and listener while pubsub still runs: otherwise an
-            # inbound gossip RPC arriving during teardown spawns into pubsub's closed
-            # nursery ("Nursery is closed to new arrivals") and the whole node raises.
-            with trio.move_on_after(5, shield=True):
-                await node.host.get_network().close()
+            try:
+                async with trio.open_nursery() as nursery:
+                    node._nursery = nursery
+                    loops = [node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known]
+                    for loop in loops + node.reach.loops():
+                        nursery.start_soon(supervise, loop, node._emit)
+                    for addr in config.bootstrap:
+                        await node.add_bootstrap(addr)
+                    try:
+                        yield node
+                    finally:
+                        node._nursery = None
+                        nursery.cancel_scope.cancel()
+            finally:
+                # Close every connection and listener while pubsub still runs: otherwise an
+                # inbound gossip RPC arriving during teardown spawns into pubsub's closed
+                # nursery ("Nursery is closed to new arrivals") and the whole node raises.
+                # In a finally: a node left by cancellation or an error closes its sockets too
+                # (its peers saw it connected, and kept its relay reservations, until then).
+                with trio.move_on_after(5, shield=True):
+                    await node.host.get_network().close()

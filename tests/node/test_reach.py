@@ -140,6 +140,14 @@ def test_relay_service_reserves_for_the_connections_peer_only_within_its_limits_
             await trio.sleep(2.5)  # the second client keeps trying: 2 per IP (loopback is one IP) are taken
             assert clients[1].reachability().reservations == ()
             assert relay.reachability().relay_service.refused >= 1
+            guard, x, y = relay.reach.circuit, ID.from_base58(clients[0].peer_id), ID.from_base58(clients[1].peer_id)
+            assert "itself" in guard._circuit_refusal(x, x) and guard._circuit_refusal(x, y) is None
+            guard._per_peer[y] = 4  # circuits are counted at both ends
+            assert "limit per peer" in guard._circuit_refusal(x, y)
+            guard._per_peer.clear()
+            guard.circuits = 16
+            assert "its limit" in guard._circuit_refusal(x, y)
+            guard.circuits = 0
             assert any("/p2p-circuit" in a for a in clients[0].reachability().addresses)
             await squatter.penalize(relay.peer_id, "leaving", seconds=60)  # its last connection to the relay closes
             await wait_until(lambda: len(relay.reach.circuit.reserved_peers()) == 1, "the squatter's slot freed")
@@ -158,8 +166,9 @@ def peer_id_of_seed(i: int) -> str:
 def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_punch):
     async def body():
         async with AsyncExitStack() as stack:
+            seconds = 600 if hole_punch else 4  # a circuit's time: an idle one is reset then
             relay = await stack.enter_async_context(
-                open_node(ident(60), config(peer_exchange_interval=3600, reach=_relay_config()))
+                open_node(ident(60), config(peer_exchange_interval=3600, reach=_relay_config(circuit_seconds=seconds)))
             )
             boot = (relay.listen_addrs()[0],)
             reach = _client_config(hole_punch=hole_punch)
@@ -192,8 +201,45 @@ def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_pu
                     timeout=20,
                 )
                 assert await b.request(a.peer_id, "/t/echo/1", b"abc") == b"cba"
+            else:  # past its time the relay resets the circuit, idle or not, and no dead link stays listed
+                await wait_until(lambda: a.peer_id not in b.connected_peers(), "the circuit reset", timeout=15)
+                await wait_until(lambda: b.peer_id not in a.connected_peers(), "the circuit reset", timeout=5)
+                assert relay.reachability().relay_service.circuits == 0
 
     run(body, 45)
+
+
+async def _relay_until(cfg, scope: trio.CancelScope, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """A relay node in its own task, stopped by cancelling `scope` (a node entered earlier than another in one
+    exit stack cannot close first: trio's nurseries nest)."""
+    with scope:
+        async with open_node(ident(80), cfg) as relay:
+            task_status.started(relay)
+            await trio.sleep_forever()
+
+
+@pytest.mark.timeout(120)
+def test_a_client_reserves_again_when_its_relay_comes_back():
+    async def body():
+        async with trio.open_nursery() as nursery:
+            first = trio.CancelScope()
+            relay = await nursery.start(_relay_until, config(reach=_relay_config()), first)
+            addr = relay.listen_addrs()[0]
+            port = addr.split("/tcp/")[1].split("/")[0]
+            cfg = config(bootstrap=(addr,), peer_exchange_interval=3600, reach=_client_config())
+            async with open_node(ident(81), cfg) as client:
+                await wait_until(lambda: client.reachability().reservations == (relay.peer_id,), "a reservation")
+                first.cancel()  # the relay goes away: its reservation is void
+                await wait_until(lambda: client.reachability().reservations == (), "the reservation dropped", 10)
+                assert not any("/p2p-circuit" in a for a in client.reachability().addresses)
+                again = config(listen=(f"/ip4/127.0.0.1/tcp/{port}",), reach=_relay_config())
+                second = trio.CancelScope()
+                relay = await nursery.start(_relay_until, again, second)
+                await wait_until(lambda: client.reachability().reservations == (relay.peer_id,), "a new reservation")
+                await wait_until(lambda: any("/p2p-circuit" in a for a in client.reachability().addresses), "told")
+                second.cancel()
+
+    run(body, 30)
 
 
 def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path):
