@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -264,6 +265,9 @@ def daemon(
     )
     serve_explorer(http_listen, config.ledger_path, config.status_path)  # --http: a thread, stopped with the command
     monitor = LoopMonitor()
+    # The event loop shares the GIL with the store's thread and the validators' threads (signature checks):
+    # a shorter switch interval (5 ms by default) hands it back sooner, so no peer waits on a busy store.
+    sys.setswitchinterval(0.001)
     try:
         result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
     finally:

@@ -35,7 +35,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -631,12 +631,15 @@ def replay_from(source: RunSource, step: int, backend: str, policy: auditor.Audi
         return auditor.replay_step(view, step, backend, policy)
 
 
-def stateless_validator(topic: str) -> Callable[[str, bytes], bool]:
+def stateless_validator(topic: str) -> Callable[[str, bytes], Awaitable[bool]]:
     """The adapter's validator for `topic`: True, or InputError naming the fault (check_gossip); any other
-    exception is our bug, which the adapter logs and never holds against the peer."""
+    exception is our bug, which the adapter logs and never holds against the peer.
 
-    def validate(origin: str, data: bytes) -> bool:
-        check_gossip(topic, data)
+    The checks (up to 256 signatures a batch) run in a worker thread: on the event loop a batch held it
+    for 150 ms while the store's thread checked signatures of its own (docs/benchmarks.md, hostile load)."""
+
+    async def validate(origin: str, data: bytes) -> bool:
+        await trio.to_thread.run_sync(check_gossip, topic, data)
         return True
 
     return validate
