@@ -82,7 +82,11 @@ def _check_ledger(home: Path) -> None:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path, sig, code):
     proc = _start(tmp_path, slow_run)
-    _wait_busy(proc, tmp_path)
+    try:
+        _wait_busy(proc, tmp_path)
+    except BaseException:
+        proc.kill()  # a daemon that never replayed must not outlive the test
+        raise
     began = time.monotonic()
     proc.send_signal(sig)
     took, out, err = _stopped_in(proc, began)
@@ -97,7 +101,11 @@ def test_signal_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path, sig, 
 def test_duration_ending_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path):
     duration = 8.0
     proc = _start(tmp_path, slow_run, "--duration", str(duration))
-    _wait_busy(proc, tmp_path)  # replaying well before its duration ends, and for far longer than it
+    try:
+        _wait_busy(proc, tmp_path)  # replaying well before its duration ends, and for far longer than it
+    except BaseException:
+        proc.kill()
+        raise
     first_status = json.loads((tmp_path / "status.json").read_text())["written_at"]
     _, _, err = _stopped_in(proc, time.monotonic())
     ended = time.time()
