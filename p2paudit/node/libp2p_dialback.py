@@ -337,8 +337,9 @@ class DialbackClient:
                     peer, DIALBACK_PROTOCOL, data, MAX_RESPONSE_BYTES, self._config.dialback_timeout + 5
                 )
             )
-        except NetworkError as error:  # it does not serve dial-back, or could not answer now
+        except NetworkError as error:  # it does not serve dial-back, or could not answer now: ask again later
             logger.info("dial-back by %s: %s", peer, error)
+            self.tally.asked.discard(peer)
             return
         except InputError as error:  # a malformed answer: not asked again
             logger.warning("dial-back by %s: bad answer: %s", peer, error)
@@ -346,6 +347,8 @@ class DialbackClient:
             return
         before = self.tally.state
         self.tally.record(peer, answer)
+        if answer.code == REFUSED:  # busy, too soon, or our address is wrong for it: ask again later
+            self.tally.asked.discard(peer)
         logger.info("dial-back by %s: code %d %s (%s)", peer, answer.code, answer.addr, answer.reason)
         if self.tally.state != before:
             self._emit("reachability", "-", self.tally.state)

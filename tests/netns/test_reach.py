@@ -136,14 +136,18 @@ def _status(home: Path) -> dict:
         return {}
 
 
-def _wait_files(homes: list[Path], ok: Callable[[list[dict]], bool], timeout: float, what: str) -> list[dict]:
+def _wait_files(
+    homes: list[Path], ok: Callable[[list[dict]], bool], timeout: float, what: str, procs: list[subprocess.Popen[str]]
+) -> list[dict]:
+    """Status files until `ok` holds for them; otherwise fail with the statuses and what the daemons printed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         statuses = [_status(h) for h in homes]
         if all(statuses) and ok(statuses):
             return statuses
         time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout} s; statuses: {json.dumps(statuses)[-3000:]}")
+    printed = "\n".join(line for proc in procs for line in ["----", *wait_for_line(proc, "\x00", 0.5)[1][-60:]])
+    raise AssertionError(f"{what}: not within {timeout} s; statuses: {json.dumps(statuses)[-3000:]}\n{printed}")
 
 
 def _checked_by_all(status: dict) -> bool:
@@ -154,9 +158,21 @@ def _link_kind(status: dict, peer: str) -> str | None:
     return {link["peer"]: link["kind"] for link in status.get("reach", {}).get("links", [])}.get(peer)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
+def _stop(proc: subprocess.Popen[str]) -> list[str]:
+    """SIGTERM, wait, and return what it printed that nobody read yet (for failure messages)."""
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=20)
+    return wait_for_line(proc, "\x00", 2)[1]
+
+
+def _cosigned_by(home: Path, witness: str) -> bool:
+    """Whether `home`'s ledger holds a cosignature by `witness`'s key (read-only, beside the running daemon)."""
+    try:
+        with sqlite3.connect(f"file:{home / 'ledger.db'}?mode=ro", uri=True, timeout=1) as db:
+            rows = db.execute("SELECT cosigner FROM cosignatures WHERE kind = 'received'").fetchall()
+    except sqlite3.Error:
+        return False
+    return any(witness in row[0] for row in rows)
 
 
 @pytest.mark.timeout(200)
@@ -194,6 +210,7 @@ def test_daemons_behind_two_nats_audit_a_served_run_witness_each_other_and_conve
             lambda s: _link_kind(s[0], ids[1]) in ("relayed", "hole-punched") and _link_kind(s[1], ids[0]) is not None,
             60,
             "the homes linking up through the relay",
+            procs,
         )
         linked_at = time.monotonic() - t0
         net.set_router_link(router1, up=False)  # home1 is cut off for a while, mid-audit
@@ -201,9 +218,10 @@ def test_daemons_behind_two_nats_audit_a_served_run_witness_each_other_and_conve
         net.set_router_link(router1, up=True)
         running = _wait_files(
             homes,
-            lambda s: all(_checked_by_all(x) for x in s),
+            lambda s: all(_checked_by_all(x) for x in s) and all(_cosigned_by(homes[i], ids[1 - i]) for i in (0, 1)),
             120,
-            "every ledger holding every volunteer's attestations",
+            "every ledger holding every volunteer's attestations and the other home's cosignature",
+            procs,
         )
         converged_at = time.monotonic() - t0
         boot_status = _status(tmp_path / "pub0")
