@@ -40,6 +40,7 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 
+from p2paudit.errors import NetworkError
 from p2paudit.node.libp2p_config import RelayServiceLimits
 from p2paudit.node.libp2p_framing import TokenBucket
 
@@ -270,8 +271,9 @@ class Grant:
     relay_addrs: tuple[str, ...]
 
 
-class ReservationRefused(Exception):
-    """The relay answered a RESERVE with a status other than OK (the status and the relay in the text)."""
+class ReservationRefused(NetworkError):
+    """The relay answered a RESERVE with a status other than OK (the status and the relay in the text): a
+    decline, nobody's proven fault."""
 
 
 async def reserve(host: IHost, relay: ID) -> Grant:
