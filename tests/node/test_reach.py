@@ -98,6 +98,7 @@ def test_dialback_decides_public_on_loopback_and_refuses_other_ips_and_repeats()
     run(body, 40)
 
 
+@pytest.mark.slow  # 4.2 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(120)
 def test_relay_service_reserves_for_the_connections_peer_only_within_its_limits_and_drops_on_disconnect():
     async def body():
@@ -161,6 +162,7 @@ def peer_id_of_seed(i: int) -> str:
     return peer_id_of(ident(i).public_key)
 
 
+@pytest.mark.slow  # 6.6 s and 2.7 s (fast tier: pytest -m 'not slow')
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("hole_punch", [False, True])
 def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_punch):
