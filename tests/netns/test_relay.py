@@ -2,7 +2,11 @@
 
 Each test runs one experiment of tests/netns/experiments/ (real processes in namespaces) and asserts on
 counts: bytes echoed, connection kinds, status codes. Some pin faults of the library, so that an
-upgrade that changes them is noticed.
+upgrade that changes them is noticed. Two findings are left to their experiments, run by hand (they cost
+the suite 44 s and test configurations the adapter does not use; docs/reachability.md has their figures):
+a late hole punch with one connection per peer resetting the relayed connection's streams
+(`experiments/relay_dcutr.py`, one connection per peer, DCUtR after 22 s, holding a stream), and
+AutoNAT v1 calling unreachable addresses reachable (`experiments/autonat.py`).
 """
 
 from __future__ import annotations
@@ -24,11 +28,10 @@ ROUNDS, BULK = 20, 256 * 1024
 @pytest.fixture(scope="module")
 def experiments():
     require_netns()
-    import autonat
     import relay_dcutr
     import relay_limits
 
-    return relay_dcutr, autonat, relay_limits
+    return relay_dcutr, None, relay_limits
 
 
 def _echo_complete(echo: dict, bulk: int = BULK) -> None:
@@ -55,19 +58,6 @@ def test_a_home_node_reserves_is_dialled_through_the_relay_echoes_both_ways_and_
     assert result["seconds"] < 60
 
 
-def test_with_one_connection_per_peer_a_late_hole_punch_cuts_the_relayed_connection_and_its_streams(experiments):
-    """p2paudit's hosts allow one connection per peer. A direct connection that arrives after the relayed
-    one has passed the swarm's 20 s grace period makes the swarm trim the relayed one at once, resetting a
-    stream open on it. (With two per peer both stay, and DCUtR closes the relayed one after 60 s.)"""
-    relay_dcutr = experiments[0]
-    result = relay_dcutr.run(dcutr=True, max_conns=1, rounds=ROUNDS, bulk=BULK, watch=8, dcutr_after=22, hold=True)
-    for side in ("upgrade_dialer", "upgrade_listener"):
-        assert result[side]["history"] == [["relayed"], ["direct"]], result[side]
-    assert result["held_stream"]["ok"] is False and "reset" in result["held_stream"]["error"].lower()
-    _echo_complete(result["echo_after_dcutr"])
-    assert result["echo_after_dcutr"]["stream_kind"] == "direct"
-
-
 def test_behind_random_port_nats_dcutr_fails_and_the_relayed_connection_carries_on(experiments):
     relay_dcutr = experiments[0]
     result = relay_dcutr.run(dcutr=True, nat_mapping="random", rounds=ROUNDS, bulk=BULK, watch=8)
@@ -77,23 +67,6 @@ def test_behind_random_port_nats_dcutr_fails_and_the_relayed_connection_carries_
         assert result[side]["first_direct_s"] is None
         assert result[side]["history"] == [["relayed"]]
     assert "echo_after_dcutr" not in result
-
-
-def test_autonat_v1_answers_ok_for_addresses_nobody_can_reach_and_a_real_dial_back_does_not(experiments):
-    autonat = experiments[1]
-    result = autonat.run()
-    home, public = result["home"], result["public"]
-    by_label = {a["label"]: a for a in home["autonat"]}
-    assert by_label["listen_addrs"]["status"] == 101  # E_DIAL_REFUSED: the LAN address is not the observed IP
-    # The fault: the server "dials" with host.connect(), which returns the connection the request came
-    # on, so the router's address and an ephemeral port nobody listens on are reported reachable.
-    assert by_label["observed_addrs"]["ok"] is True
-    assert home["autonat_status"][-1]["status"] == 1  # AutoNATStatus.PUBLIC, for a node behind NAT
-    assert {a["label"]: a["ok"] for a in public["autonat"]} == {"listen_addrs": True, "observed_addrs": True}
-    # A dial-back on a new connection agrees with a plain TCP connect for every address asked about.
-    checks = home["dialback"] + public["dialback"]
-    assert len(checks) == 4
-    assert [(c["ok"], c["truth"]) for c in checks] == [(False, False), (False, False), (True, True), (False, False)]
 
 
 def test_relay_limits_reservations_for_made_up_ids_and_the_circuit_caps(experiments):
