@@ -20,6 +20,7 @@ import pytest
 
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.identity import identity_from_seed
+from tests.ci_gate import skip_or_fail
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "attest"))
 from attest_helpers import RUN, key, make_signed  # noqa: E402
@@ -44,9 +45,7 @@ def _namespace() -> list[str]:
         if probe.returncode == 0:
             return prefix
         reason = f"{' '.join(prefix)} cannot remount read-only here: {probe.stderr.strip()[:200]}"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run the read-only media tests: {reason}", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail("the read-only media tests", reason)
 
 
 def _ledger(directory: Path, keep_wal: bool) -> Path:

@@ -19,6 +19,7 @@ import pytest
 
 from p2paudit.identity import identity_from_seed, save_identity
 from p2paudit.run.publisher import TrainPlan, publish_run
+from tests.ci_gate import skip_or_fail
 
 PUBLISHER = identity_from_seed(b"\x5f" * 32)
 NODE = identity_from_seed(b"\x60" * 32)
@@ -70,9 +71,7 @@ def _namespace() -> list[str]:
         if probe.returncode == 0:
             return prefix
         reason = f"{' '.join(prefix)} cannot mount a tmpfs here: {probe.stderr.strip()[:200]}"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run the full-disk test: {reason}", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail("the full-disk test", reason)
 
 
 @pytest.fixture(scope="module")

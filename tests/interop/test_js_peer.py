@@ -15,7 +15,6 @@ as scripts/install.sh does, installs it); under CI a missing install fails.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from p2paudit.audit.replay import open_run
 from p2paudit.identity import ensure_node_identity, identity_from_seed, peer_id_of
 from p2paudit.node.localnet import LocalNet, NodeSpec, start_network, start_node, stop, wait_listening
 from p2paudit.run.publisher import TrainPlan, publish_run
+from tests.ci_gate import skip_or_fail
 
 JS_DIR = Path(__file__).parent / "js"
 PUBLISHER = identity_from_seed(b"\x66" * 32)
@@ -45,9 +45,7 @@ def _require_js() -> str:
     """The node binary, once the npm install is there; skip (no CI) or fail (CI) without it."""
     if not (JS_DIR / "node_modules").is_dir():
         message = f"{JS_DIR}/node_modules is missing: run `npm ci` in {JS_DIR} (scripts/install.sh does)"
-        if "CI" in os.environ:
-            pytest.fail(message + " (CI is set, so this test may not be skipped)")
-        pytest.skip(message)
+        skip_or_fail("the js-libp2p interop test", message)
     node = shutil.which("node")
     if node is None:
         pytest.fail("node_modules is installed but there is no `node` on PATH")
