@@ -13,7 +13,9 @@ micro-batches' forward and backward passes. The step core calls an optional
 
 A hook only watches: it must not raise and it cannot change a bit of the result.
 `fraction()` weighs the update like one layer of one micro-batch (it is cheap);
-consumers turn successive fractions into a rate and a time left.
+consumers turn successive fractions into a rate and a time left. A driver that
+runs many steps (replay, training, the daemon's auditor) fills in `step` with
+`dataclasses.replace` before passing an event on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class StepProgress:
     layers: int = 0
     params_done: int = 0
     params: int = 0
+    step: int | None = None  # the step n of state_n -> state_n+1; the core leaves it None, a driver sets it
 
     def fraction(self) -> float:
         """The share of the step's work finished, in [0, 1]."""
