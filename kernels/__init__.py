@@ -41,14 +41,20 @@ triton backend does them on its device tensors, with the same bits:
 Scalars (eps, lr, betas, dloss) are Python floats or numpy float32; each
 backend converts them with `numpy.float32` before use. Bad input (wrong dtype,
 shape mismatch, index out of range) raises `KernelInputError`.
+
+The same list as a typing.Protocol, with the types, is `Backend` in
+kernels/backend_contract.py; mypy holds every backend module to it.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from exit_codes import EXIT_USAGE, CodedError
+
+if TYPE_CHECKING:  # kept out of the import itself: `import kernels` loads no numpy
+    from kernels.backend_contract import Backend, HostArray
 
 ARITHMETIC_VERSION = 1
 BACKENDS = ("reference", "cpu", "triton")
@@ -66,8 +72,23 @@ class KernelInputError(ValueError, CodedError):
     exit_code = EXIT_USAGE
 
 
-def get_backend(name: str) -> ModuleType:
-    """Return the backend module called `name` (one of BACKENDS)."""
+@overload
+def get_backend(name: Literal["reference", "cpu"]) -> Backend[HostArray]: ...
+
+
+@overload
+def get_backend(name: str) -> Backend[Any]: ...
+
+
+def get_backend(name: str) -> Backend[Any]:
+    """Return the backend module called `name` (one of BACKENDS), typed as the contract it keeps.
+
+    The numpy backends are `Backend[HostArray]`; triton's arrays are torch
+    tensors, which only kernels.triton_* may name, so a name known only at
+    run time gives `Backend[Any]`.
+    """
     if name not in _MODULES:
         raise KernelInputError(f"unknown backend {name!r}, want one of {', '.join(BACKENDS)}")
-    return importlib.import_module(_MODULES[name])
+    # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py);
+    # importlib's ModuleType says nothing about which functions it holds.
+    return cast("Backend[Any]", importlib.import_module(_MODULES[name]))
