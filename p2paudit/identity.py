@@ -128,9 +128,12 @@ def load_identity(path: Path | str) -> Identity:
         raise InputError(f"key file {path} does not exist (run `p2paudit init`)") from None
     except OSError as exc:
         raise InputError(f"key file {path} cannot be read: {exc.strerror}") from None
+    try:  # checked before fdopen, which refuses a directory with an error naming only the descriptor
+        _check_key_file(path, os.fstat(fd))
+    except InputError:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        _check_key_file(path, info)
         data = handle.read(MAX_KEY_FILE_SIZE + 1)
     try:
         key = serialization.load_pem_private_key(data, password=None)

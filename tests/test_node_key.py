@@ -61,6 +61,15 @@ def test_a_fifo_as_the_key_is_refused_at_once(tmp_path):
         load_identity(tmp_path / "node.key")
 
 
+def test_a_directory_as_the_key_is_named_in_one_line(tmp_path):
+    # The red team of issue 14: "Is a directory (4)", naming a file descriptor instead of the key file.
+    home = tmp_path / "home"
+    (home / "node.key").mkdir(parents=True)
+    result = CliRunner().invoke(cli, ["id"], env={"P2PAUDIT_HOME": str(home)})
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"Error: key file {home / 'node.key'} is not a regular file"]
+
+
 def _create(home: str, barrier, out) -> None:
     os.environ["P2PAUDIT_HOME"] = home
     barrier.wait()
