@@ -77,6 +77,7 @@ IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
 DISCOVERY_INTERVAL = 10.0
 FLUSH_INTERVAL = 1.0
+MAX_SYNC_HISTORY = 256  # peers whose last sync (time, error) is remembered for the status file; the oldest go
 MAX_ANNOUNCED_CONFLICTS = 100_000  # (kind, run, step, key) remembered as announced; the oldest are forgotten
 # A step whose files could not be fetched (or that does not fit) is tried again after this, doubling to the maximum.
 STEP_RETRY_MIN = 30.0
@@ -165,6 +166,7 @@ class Daemon:
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
         self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
         self.sync_bytes = 0  # bytes received by sync (reconciliation, checkpoints, pages)
+        self.sync_history: dict[str, tuple[float | None, str | None]] = {}  # peer -> (last ok, unix s; last error)
         self.step_retry: dict[tuple[bytes, int], tuple[float, float]] = {}  # (run, step) -> (not before, back-off)
 
     # -- reporting -----------------------------------------------------------------------------------------
@@ -408,11 +410,14 @@ class Daemon:
             else:
                 await self._checkpoint_of(peer)
         except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
+            self._sync_tried(peer, str(exc))
             self._unreachable("sync", peer, exc)
             return
         except InputError as exc:  # PageProofError, WireError, AttestationError, BadResponse: the peer lied
+            self._sync_tried(peer, str(exc))
             await self._bad_peer("sync page", peer, exc)
             return
+        self._sync_tried(peer, None)
         self._retry.pop(("sync", peer), None)
         if new:
             self.received += new
@@ -421,6 +426,29 @@ class Daemon:
         self.synced_since_change.add(peer)
         for signed, kind in conflicts:
             await self._announce(signed, kind)
+
+    def _sync_tried(self, peer: str, error: str | None) -> None:
+        """Remember how the last sync with `peer` went (error None: it worked, now), for the status file."""
+        last_ok = time.time() if error is None else self.sync_history.get(peer, (None, None))[0]
+        self.sync_history.pop(peer, None)
+        self.sync_history[peer] = (last_ok, None if error is None else error[:200])
+        if len(self.sync_history) > MAX_SYNC_HISTORY:
+            del self.sync_history[next(iter(self.sync_history))]
+
+    def sync_states(self) -> list[dict[str, Any]]:
+        """Per known peer (connected, or synced with before): ok, backing-off or never; when it last worked,
+        when it is tried next (while backing off) and the last error, times in unix seconds."""
+        connected = self.node.connected_peers() if self.node is not None else []
+        banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()} if self.node is not None else {}
+        now, wall, states = time.monotonic(), time.time(), []
+        for peer in sorted(set(connected) | set(self.sync_history)):
+            last_ok, error = self.sync_history.get(peer, (None, None))
+            not_before = self._retry.get(("sync", peer), (now, 0.0))[0]
+            # The last try failed: the next waits out its back-off (or is due now, when that has passed).
+            state = "backing-off" if error is not None else "ok" if last_ok is not None else "never"
+            next_try = max(wall, wall + not_before - now, banned_until.get(peer, wall)) if error is not None else None
+            states.append({"peer": peer, "state": state, "last_ok": last_ok, "next_try": next_try, "error": error})
+        return states
 
     async def _reconcile_with(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
         async def ask(data: bytes) -> bytes:
@@ -566,6 +594,8 @@ class Daemon:
             "received": self.received,
             "events": list(self.events),
             "busy": self.busy_step,
+            "bans": self.node.bans() if self.node is not None else [],
+            "sync": self.sync_states(),
             "health": health,
             "remote": [
                 {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}

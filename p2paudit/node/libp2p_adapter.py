@@ -90,6 +90,7 @@ class Node(PeerDiscovery):
         if str(ID.from_pubkey(key_pair.public_key)) != self.peer_id:
             raise InternalError("libp2p peer id differs from p2paudit.identity.peer_id_of")
         self._banned_until: dict[str, float] = {}
+        self._ban_reasons: dict[str, str] = {}
         self._connected: set[str] = set()
         self._bootstrap: dict[str, PeerInfo] = {}
         self._nursery: trio.Nursery | None = None
@@ -134,6 +135,12 @@ class Node(PeerDiscovery):
         until = self._banned_until.get(peer)
         return until is not None and until > time.monotonic()
 
+    def bans(self) -> list[dict[str, object]]:
+        """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
+        now, wall = time.monotonic(), time.time()
+        current = sorted((until, peer) for peer, until in self._banned_until.items() if until > now)
+        return [{"peer": p, "reason": self._ban_reasons.get(p, ""), "until": wall + u - now} for u, p in current]
+
     def _emit(self, kind: str, peer: str, detail: str = "") -> None:
         if self._on_event is None:
             return
@@ -173,6 +180,7 @@ class Node(PeerDiscovery):
         peer_id = parse_peer_id(peer)
         duration = self.config.ban_seconds if seconds is None else seconds
         self._banned_until[peer] = time.monotonic() + duration
+        self._ban_reasons[peer] = reason[:200]
         logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
         self.gossip.pubsub.add_to_blacklist(peer_id)
         # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
@@ -185,6 +193,7 @@ class Node(PeerDiscovery):
         for peer, until in list(self._banned_until.items()):
             if until <= now:
                 del self._banned_until[peer]
+                self._ban_reasons.pop(peer, None)
                 peer_id = parse_peer_id(peer)
                 self.gossip.pubsub.remove_from_blacklist(peer_id)
                 info = self._bootstrap.get(peer)
