@@ -1,0 +1,117 @@
+"""Progress within a step on the command line: a rich bar on a terminal, JSON lines with --json, nothing in a pipe.
+
+`step_progress(as_json)` gives the ProgressHook to hand to a replay or to
+training (or None: no hook, no cost), and draws what run.progress_meter makes
+of its events:
+
+- with --json: one JSON object per line on stderr (stdout keeps the command's
+  one result document), `{"event": "progress", "step", "phase", "fraction",
+  "counts", "elapsed", "eta_seconds"}`, at most 4 a second plus each step's last;
+- else, when stderr is a terminal: a transient bar on stderr (step, share,
+  micro-batch and layer, or parameters updated, elapsed, time left);
+- else (a pipe, a file): nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from p2paudit.engine.progress import ProgressHook, StepProgress
+    from p2paudit.run.progress_meter import ProgressView
+
+
+def describe_counts(view: ProgressView) -> str:
+    """Where the step is: 'micro-batch 3/8, layer 5/24' or 'update 40/120 tensors'."""
+    c = view.counts
+    if view.phase == "update":
+        return f"update {c.get('params_done', 0)}/{c.get('params', 0)} tensors"
+    current = min(c.get("micro_batches_done", 0) + 1, c.get("micro_batches", 0))
+    return f"micro-batch {current}/{c.get('micro_batches', 0)}, layer {c.get('layers_done', 0)}/{c.get('layers', 0)}"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """'1:02:03', '4:05', or '?' when not known yet."""
+    if seconds is None:
+        return "?"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+@contextmanager
+def json_events(stream: TextIO | None = None) -> Iterator[ProgressHook]:
+    """A hook that writes the meter's views as JSON lines on `stream` (default: stderr)."""
+    from p2paudit.run.progress_meter import ProgressMeter, event_line
+
+    meter, out = ProgressMeter(), stream if stream is not None else sys.stderr
+
+    def hook(event: StepProgress) -> None:
+        view = meter.observe(event)
+        if view is None:
+            return
+        try:
+            out.write(json.dumps(event_line(view)) + "\n")
+            out.flush()
+        except (OSError, ValueError):  # a reader gone (closed pipe): a hook never stops the step it watches
+            pass
+
+    yield hook
+
+
+@contextmanager
+def terminal_bar(console: Console | None = None) -> Iterator[ProgressHook]:
+    """A hook that draws a transient rich bar of the current step on `console` (default: stderr)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    from p2paudit.run.progress_meter import ProgressMeter
+
+    console = console if console is not None else Console(stderr=True)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[where]}"),
+        TextColumn("{task.fields[elapsed]} elapsed, {task.fields[left]} left"),
+    )
+    # Lines the command prints on stdout go above the bar only when stdout is that terminal too.
+    redirect = console.is_terminal and sys.stdout.isatty()
+    with Progress(*columns, console=console, transient=True, redirect_stdout=redirect) as bar:
+        task = bar.add_task("step", total=1.0, where="", elapsed="0:00", left="?")
+        meter = ProgressMeter()
+
+        def hook(event: StepProgress) -> None:
+            view = meter.observe(event)
+            if view is None:
+                return
+            bar.update(
+                task,
+                completed=view.fraction,
+                description="step" if view.step is None else f"step {view.step}",
+                where=describe_counts(view),
+                elapsed=format_seconds(view.elapsed),
+                left=format_seconds(view.eta_seconds),
+            )
+            bar.refresh()  # at most 4 a second (the meter's limit): drawn now, not at the next tick
+
+        yield hook
+
+
+@contextmanager
+def step_progress(as_json: bool) -> Iterator[ProgressHook | None]:
+    """The hook for this command's output: JSON lines with --json, a bar on a terminal, else None."""
+    if as_json:
+        with json_events() as hook:
+            yield hook
+    elif sys.stderr.isatty():
+        with terminal_bar() as hook:
+            yield hook
+    else:
+        yield None
