@@ -11,7 +11,21 @@ one, never a half-written file that looks valid.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+
+@contextmanager
+def naming_the_file(path: Path) -> Iterator[None]:
+    """Give an OSError that names no file (a write or fsync on a full disk: "No space left on device")
+    the file it was writing, so the one-line error says which file and so which disk."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def fsync_dir(directory: Path) -> None:
@@ -39,7 +53,7 @@ def write_durably(path: Path, data: bytes | memoryview, *, mode: int = 0o644, re
     tmp.unlink(missing_ok=True)  # a stale temp file could carry a wider mode than `mode`
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with naming_the_file(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -57,7 +71,7 @@ def write_atomically(path: Path, data: bytes | memoryview) -> None:
     where a reader must never see half a file but a crash may lose the last version."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as handle:
+        with naming_the_file(path), open(tmp, "wb") as handle:
             handle.write(data)
         os.replace(tmp, path)
     finally:

@@ -28,8 +28,8 @@ def import_cmd(tokens: Path, out: Path, vocab_size: int, name: str | None) -> No
     `p2paudit train RUN --data OUT --config FILE.json` (the model's vocab_size
     must be at least --vocab-size).
     """
+    from p2paudit.run.data_dir import import_tokens
     from p2paudit.run.digest import format_digest
-    from p2paudit.run.shards import import_tokens
 
     spec = import_tokens(tokens, vocab_size, out, name)
     click.echo(

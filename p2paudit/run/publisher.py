@@ -28,6 +28,7 @@ from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity
 from p2paudit.run.checkpoint import load_checkpoint, open_checkpoint, save_checkpoint
+from p2paudit.run.data_dir import copy_shards, read_data_spec
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
 from p2paudit.run.manifest import (
     MANIFEST_FILE,
@@ -43,11 +44,9 @@ from p2paudit.run.manifest import (
 from p2paudit.run.shards import (
     CORPUS_NAME,
     DataSpec,
-    copy_shards,
     corpus_tokens,
     describe_corpus,
     load_tokens,
-    read_data_spec,
     write_shards,
 )
 from p2paudit.run.storage import lock_directory, remove_temp_files, write_atomic

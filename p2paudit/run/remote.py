@@ -46,6 +46,7 @@ from pathlib import Path
 
 import httpx
 
+from p2paudit.durable import naming_the_file
 from p2paudit.engine.memory import check_fits
 from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
@@ -211,8 +212,9 @@ class RemoteRun:
         files = files_for_range(manifest, first, last)
         name = self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
         with self.cache.view(name) as view:
-            (view / MANIFEST_FILE).write_bytes(manifest.body_bytes)
-            (view / SIGNATURE_FILE).write_bytes(self._signature)
+            for name, data in ((MANIFEST_FILE, manifest.body_bytes), (SIGNATURE_FILE, self._signature)):
+                with naming_the_file(view / name):
+                    (view / name).write_bytes(data)
             with self.cache.locked():
                 self._make_room(files)
                 for item in files:
@@ -244,14 +246,8 @@ class RemoteRun:
                 target.unlink(missing_ok=True)
                 self.cache.discard(item.key)
         partial = self.cache.partial(item.key)
-        if item.state is None:
-            self._download(item, partial)
-        else:
-            try:
-                self._fetch_checkpoint(item, partial)
-            except Refused as exc:
-                self.cache.discard(item.key)
-                raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
+        with naming_the_file(partial):  # a full cache disk names the file (and so the disk) it could not write
+            self._fetch(item, partial)
         link_or_copy(partial, target)
         try:
             self._check(item, partial, view)
@@ -260,6 +256,17 @@ class RemoteRun:
             self.cache.discard(item.key)
             raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
         self.cache.commit(item.key)
+
+    def _fetch(self, item: RemoteFile, partial: Path) -> None:
+        """Download `item` into its partial file in the cache: whole, or a checkpoint tensor by tensor."""
+        if item.state is None:
+            self._download(item, partial)
+            return
+        try:
+            self._fetch_checkpoint(item, partial)
+        except Refused as exc:
+            self.cache.discard(item.key)
+            raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
 
     def _check(self, item: RemoteFile, path: Path, view: Path) -> None:
         """InputError unless the file at `path` (also linked at view/item.path) is what the manifest claims."""

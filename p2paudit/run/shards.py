@@ -6,7 +6,7 @@ Two kinds of data (docs/run-format.md specifies both byte for byte):
   one token per byte of its UTF-8 text, in version-1 shards;
 - token ids (tokenizer "token-ids"): ids from any tokenizer below a stated
   vocab_size, stored as little-endian uint16 when vocab_size <= 65,536 and
-  uint32 otherwise, in version-2 shards, written by `import_tokens`
+  uint32 otherwise, in version-2 shards, written by `data_dir.import_tokens`
   (`p2paudit data import`) into a data directory (data.json + shards/).
 
 Version-1 shard (struct "<8sIIQQ", 32 bytes, then count uint8 tokens):
@@ -27,10 +27,6 @@ Every shard but the last holds SHARD_TOKENS tokens.
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
-import json
-import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,9 +37,8 @@ import numpy as np
 
 from p2paudit.engine.config import MAX_VOCAB
 from p2paudit.errors import InputError
-from p2paudit.regular_files import open_regular
 from p2paudit.run.digest import digest_bytes, format_digest, parse_digest
-from p2paudit.run.storage import parse_json, read_file, write_atomic
+from p2paudit.run.storage import read_file, write_atomic
 
 SHARD_MAGIC = b"P2PSHARD"
 SHARD_VERSION = 1
@@ -58,8 +53,6 @@ SHARD_HEADER_IDS = struct.Struct("<8sIIQQII")
 TOKEN_DTYPES = {"uint16": 2, "uint32": 4}  # little-endian in the shard files
 MAX_DATA_TOKENS = 2**32  # the schedule draws windows from at most 2^32 + seq_len tokens
 MAX_CORPUS_CHARS = 64
-DATA_FILE = "data.json"  # a data directory's description: its DataSpec, canonical JSON
-MAX_DATA_FILE_BYTES = 64 * 1024 * 1024
 DATA_KEYS = ("corpus", "data_key", "shards", "tokenizer", "tokens")
 DATA_KEYS_IDS = ("corpus", "data_key", "dtype", "shards", "tokenizer", "tokens", "vocab_size")
 
@@ -400,131 +393,3 @@ def encode_ids_shard(index: int, offset: int, ids: np.ndarray, vocab_size: int) 
     stored = ids.astype("<u" + str(width), copy=False)
     header = SHARD_HEADER_IDS.pack(SHARD_MAGIC, SHARD_VERSION_IDS, index, offset, ids.size, width, vocab_size)
     return header + stored.tobytes()
-
-
-def write_data_file(data_dir: Path, spec: DataSpec) -> None:
-    """Write data_dir/data.json: the spec as canonical JSON (sorted keys, no whitespace)."""
-    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    write_atomic(data_dir / DATA_FILE, text.encode("utf-8"))
-
-
-def read_data_dir(data_dir: Path) -> tuple[DataSpec, np.ndarray]:
-    """(spec, tokens) of a data directory written by import_tokens: data.json checked strictly, every shard too."""
-    spec = read_data_spec(data_dir)
-    return spec, load_tokens(data_dir, spec)
-
-
-def read_data_spec(data_dir: Path) -> DataSpec:
-    """The DataSpec in data_dir/data.json, checked strictly (the shards are not read)."""
-    if not data_dir.is_dir():
-        raise InputError(f"data directory {data_dir} does not exist")
-    blob = read_file(data_dir / DATA_FILE, "data description", MAX_DATA_FILE_BYTES, data_dir)
-    try:
-        spec = DataSpec.from_dict(parse_json(blob, str(data_dir / DATA_FILE)))
-    except InputError as exc:
-        raise InputError(f"{data_dir / DATA_FILE}: {exc}") from None
-    return spec
-
-
-def copy_shards(source: Path, spec: DataSpec, run_dir: Path) -> None:
-    """Copy the shard files of `spec` from the data directory `source` into run_dir, each checked again."""
-    width = spec.token_bytes
-    header = SHARD_HEADER_IDS if spec.token_ids else SHARD_HEADER
-    for info in spec.shards:
-        blob = read_file(source / info.path, "shard", header.size + info.tokens * width, source)
-        if digest_bytes(blob) != info.digest:
-            raise InputError(f"shard {source / info.path} changed while it was copied into {run_dir}")
-        write_atomic(run_dir / info.path, blob)
-
-
-def _read_exact(fd: int, n: int, path: Path) -> bytes:
-    chunks, left = [], n
-    while left > 0:
-        try:
-            chunk = os.read(fd, min(left, 1 << 24))
-        except OSError as exc:
-            raise InputError(f"token file {path} cannot be read: {exc.strerror}") from None
-        if not chunk:
-            raise InputError(f"token file {path} ended {left} bytes early (was it truncated while read?)")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _npy_layout(fd: int, path: Path, size: int) -> tuple[np.dtype, int, int]:
-    """(dtype, count, data offset) of a 1-d integer .npy file; its header read with numpy's bounded parser."""
-    head = io.BytesIO(_read_exact(fd, min(size, 1 << 16), path))  # numpy refuses headers over 10,000 bytes
-    try:
-        version = np.lib.format.read_magic(head)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(head)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(head)
-        else:
-            raise ValueError(f".npy format version {version}, want 1.0 or 2.0")
-    except (ValueError, EOFError, SyntaxError) as exc:
-        raise InputError(f"token file {path} is not a readable .npy file: {str(exc).splitlines()[0][:120]}") from None
-    if len(shape) != 1:
-        raise InputError(f"token file {path} holds an array of shape {shape}, want a 1-d array")
-    if dtype.kind not in "iu":
-        raise InputError(f"token file {path} holds {dtype} values, want an integer dtype")
-    count, start = shape[0], head.tell()
-    if size != start + count * dtype.itemsize:
-        raise InputError(
-            f"token file {path} has {size} bytes, want {start + count * dtype.itemsize} for {count} {dtype} "
-            f"values (truncated, or trailing bytes)"
-        )
-    return dtype, count, start
-
-
-def import_tokens(source: Path, vocab_size: int, out_dir: Path, corpus: str | None = None) -> DataSpec:
-    """Turn a flat token file into a data directory `out_dir` (data.json and version-2 shards); its DataSpec.
-
-    `source`: a .npy file (a 1-d array of any integer dtype) or else a raw
-    little-endian uint16 array (nanoGPT's train.bin). Read in bounded pieces of
-    one shard each; every id must lie in [0, vocab_size) (InputError naming
-    its position). `out_dir` must be new or empty.
-    """
-    if type(vocab_size) is not int or not 1 <= vocab_size <= MAX_VOCAB:
-        raise InputError(f"--vocab-size is {vocab_size}, want 1..{MAX_VOCAB}")
-    name = check_corpus_name(corpus if corpus is not None else source.name, "corpus name (--name)")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise InputError(f"output {out_dir} exists and is not an empty directory")
-    dtype_name = token_dtype_for(vocab_size)
-    fd = open_regular(source, "token file")
-    try:
-        size = os.fstat(fd).st_size
-        if source.suffix == ".npy":
-            src_dtype, count, start = _npy_layout(fd, source, size)
-            os.lseek(fd, start, os.SEEK_SET)
-        else:
-            if size % 2:
-                raise InputError(f"token file {source} has {size} bytes, an odd number: not a uint16 array")
-            src_dtype, count = np.dtype("<u2"), size // 2
-        if count < 1 or count > MAX_DATA_TOKENS:
-            raise InputError(f"token file {source} holds {count} tokens, want 1..{MAX_DATA_TOKENS}")
-        hasher, infos = hashlib.sha256(), []
-        for index, begin in enumerate(range(0, count, SHARD_TOKENS)):
-            n = min(SHARD_TOKENS, count - begin)
-            ids = np.frombuffer(_read_exact(fd, n * src_dtype.itemsize, source), dtype=src_dtype)
-            _check_ids(ids, begin, vocab_size, source)
-            blob = encode_ids_shard(index, begin, ids.astype(dtype_name), vocab_size)
-            hasher.update(blob[SHARD_HEADER_IDS.size :])
-            write_atomic(out_dir / shard_path(index), blob)
-            infos.append(ShardInfo(shard_path(index), n, digest_bytes(blob)))
-    finally:
-        os.close(fd)
-    spec = DataSpec(TOKEN_IDS, name, count, hasher.digest(), tuple(infos), dtype_name, vocab_size)
-    write_data_file(out_dir, spec)
-    return spec
-
-
-def _check_ids(ids: np.ndarray, begin: int, vocab_size: int, source: Path) -> None:
-    bad = (
-        np.flatnonzero((ids < 0) | (ids >= vocab_size)) if ids.dtype.kind == "i" else np.flatnonzero(ids >= vocab_size)
-    )
-    if bad.size:
-        raise InputError(
-            f"token file {source}: token at position {begin + int(bad[0])} is id {int(ids[bad[0]])}, "
-            f"not in [0, {vocab_size})"
-        )

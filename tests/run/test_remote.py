@@ -32,10 +32,11 @@ from p2paudit.identity import identity_from_seed
 from p2paudit.run.cache import PARTIAL_SUFFIX, BlobCache
 from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path
 from p2paudit.run.checkpoint_layout import TensorSpan, header_length, parse_layout
+from p2paudit.run.data_dir import import_tokens
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import TrainPlan, publish_run
 from p2paudit.run.remote import REQUEST_BYTES, RemoteRun
-from p2paudit.run.shards import SHARD_TOKENS, import_tokens, load_token_subset, load_tokens
+from p2paudit.run.shards import SHARD_TOKENS, load_token_subset, load_tokens
 from p2paudit.run.step_shards import replay_memory, shards_for_range
 
 PUBLISHER = identity_from_seed(b"\x5a" * 32)
