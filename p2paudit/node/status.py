@@ -4,7 +4,7 @@
 {"format": "p2paudit-status", "version": 1, "pid": int, "written_at": float (unix seconds),
  "peer_id": str, "public_key": hex, "listen": [multiaddr], "peers": [peer id],
  "ledger": {"path": str, "size": int}, "audited": int, "received": int,
- "busy": {"run_id": hex, "step": int} | null,
+ "busy": {"run_id": hex, "step": int, "progress": progress | null} | null,
  "runs": [{"run_id": hex, "label": str, "steps": int, "checked_once": int, "checked_r": int,
            "redundancy": int, "disputes": int}],
  "equivocations": int, "events": [str],
@@ -13,7 +13,17 @@
  "reach": {"state": "public" | "behind-nat" | "unknown", "addresses": [multiaddr told to peers],
            "relays": [peer id], "reservations": [relay peer id], "dialbacks": [str],
            "links": [{"peer": str, "kind": "direct" | "relayed" | "hole-punched", "relay": str | null}],
-           "relay_service": {"reservations": int, "circuits": int, "refused": int} | null}}
+           "relay_service": {"reservations": int, "circuits": int, "refused": int} | null},
+ "bans": [{"peer": str, "reason": str, "until": float (unix seconds)}],
+ "sync": [{"peer": str, "state": "ok" | "backing-off" | "never", "last_ok": float | null, "next_try": float | null,
+           "error": str | null}]}
+
+progress (the step being replayed, run.progress_meter's shape, as of written_at; null until its first layer is done):
+ {"step": int, "phase": "micro-batch" | "update", "fraction": float in [0, 1],
+  "counts": {"micro_batches_done": int, "micro_batches": int, "layers_done": int, "layers": int,
+             "params_done": int, "params": int},
+  "elapsed": float (seconds), "eta_seconds": float | null}
+A reader ages it by the status's age (`progress_as_of`): elapsed grows, the time left shrinks.
 """
 
 from __future__ import annotations
@@ -30,7 +40,9 @@ from p2paudit.attest.store import AttestationStore
 from p2paudit.durable import write_atomically
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, peer_id_of
+from p2paudit.node.replays import REPLAYS
 from p2paudit.regular_files import read_regular
+from p2paudit.run.progress_meter import view_from_dict
 
 STATUS_FORMAT = "p2paudit-status"
 STATUS_VERSION = 1
@@ -66,6 +78,8 @@ class Status:
     health: dict[str, Any]
     remote: list[dict[str, Any]]
     reach: dict[str, Any] = field(default_factory=dict)
+    bans: list[dict[str, Any]] = field(default_factory=list)
+    sync: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": STATUS_FORMAT, "version": STATUS_VERSION, **asdict(self)}
@@ -79,7 +93,8 @@ def snapshot(
     live: dict[str, Any],
 ) -> Status:
     """The node's state now: ledger size and coverage per run (r = the policy's redundancy) from the store,
-    and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health, reach)."""
+    and what only the event loop knows (`live`: listen, peers, audited, received, events, busy, health, reach,
+    bans, sync; the last three may be absent); the busy step's progress from the replay (node.replays.REPLAYS)."""
     r = config.policy.redundancy
     runs = []
     for view in sources:
@@ -107,14 +122,32 @@ def snapshot(
         ledger={"path": str(config.ledger_path), "size": store.ledger.size},
         audited=live["audited"],
         received=live["received"],
-        busy=None if busy is None else {"run_id": busy[0].hex(), "step": busy[1]},
+        busy=None if busy is None else busy_view(busy[0], busy[1]),
         runs=runs,
         equivocations=len(equivocations(store).keys),
         events=list(live["events"][-10:]),
         health=dict(live["health"]),
         remote=list(live["remote"]),
         reach=dict(live.get("reach", {})),
+        bans=list(live.get("bans", [])),
+        sync=list(live.get("sync", [])),
     )
+
+
+def busy_view(run_id: bytes, step: int) -> dict[str, Any]:
+    """The step being replayed, with its progress now (None until it reports)."""
+    return {"run_id": run_id.hex(), "step": step, "progress": REPLAYS.progress(run_id, step)}
+
+
+def progress_as_of(status: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """The busy step's progress in a status file as it should stand at `now`, aged by the status's age (no news
+    since: more elapsed, less left); None when the file reports none or holds no valid one."""
+    busy = status.get("busy")
+    view = view_from_dict(busy.get("progress")) if isinstance(busy, dict) else None
+    written = status.get("written_at")
+    if view is None or type(written) not in (int, float):
+        return None
+    return (view if view.finished else view.aged(now - written)).to_dict()
 
 
 def write_status(path: Path, status: Status) -> None:

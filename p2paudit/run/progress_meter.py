@@ -22,7 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from p2paudit.engine.progress import StepProgress
+from p2paudit.engine.progress import ProgressHook, StepProgress
+
+__all__ = ["ProgressHook", "ProgressMeter", "ProgressView", "StepProgress", "event_line", "time_left", "view_from_dict"]
+# StepProgress and ProgressHook are the engine's (engine.progress): node/ reaches them here, through run.
 
 DEFAULT_INTERVAL = 0.25  # seconds between two views handed out: at most 4 a second, plus each step's last
 COUNT_NAMES = ("micro_batches_done", "micro_batches", "layers_done", "layers", "params_done", "params")
