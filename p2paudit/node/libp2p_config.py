@@ -46,6 +46,8 @@ class ReachConfig:
     hole_punch: run DCUtR, which upgrades a relayed connection to a direct one where both NATs allow.
     reserve_after_unknown: a node still unknown after this long, with no inbound direct connection,
     reserves anyway (one failed dial-back is enough sooner).
+    dialback_alone_after: a round in which only one peer answered for this long is decided by that answer
+    (a volunteer told only its bootstrap node reaches every other peer through it: no second answer comes).
     connections_per_peer: 2 lets a hole-punched connection arrive beside the relayed one without the
     swarm trimming either (streams on the relayed one survive); its price is py-libp2p's fixed 0.25 s
     happy-eyeballs wait in every connect (1 skips it).
@@ -61,6 +63,7 @@ class ReachConfig:
     dialback_timeout: float = 5.0
     recheck_interval: float = 1800.0
     reserve_after_unknown: float = 120.0
+    dialback_alone_after: float = 30.0
     connections_per_peer: int = 2
     hole_punch_dial_timeout: int = 3
 
@@ -160,7 +163,8 @@ class RelayServiceState:
 class Reachability:
     """The node's reachability in our terms (Node.reachability()).
 
-    state: PUBLIC, BEHIND_NAT or UNKNOWN (what dial-backs by peers decided; 2 agreeing answers decide).
+    state: PUBLIC, BEHIND_NAT or UNKNOWN (what dial-backs by peers decided: 2 agreeing answers, or the only
+    answer of a round after ReachConfig.dialback_alone_after).
     addresses: what peers are told (identify, peer exchange). relays: the relays carrying us (reservations
     held) and carrying relayed links. dialbacks: the latest answers, one line each.
     """

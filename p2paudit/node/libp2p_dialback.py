@@ -18,7 +18,12 @@ dialled connection never joins the swarm (no protocols, no pubsub).
 
 `DialbackClient` asks with the first announced address, or with 0.0.0.0 and
 the listening port; `Tally` keeps one round of answers: 2 agreeing answers
-from different peers decide PUBLIC or BEHIND_NAT.
+from different peers decide PUBLIC or BEHIND_NAT. A round in which only one
+peer answered for `dialback_alone_after` seconds is decided by that answer
+(provisionally: asking goes on, and 2 agreeing answers overrule it). Without
+that, a volunteer told only its bootstrap node stayed "unknown" for good:
+every other peer it reaches through the relay, and a relayed connection has
+no IP to dial back.
 """
 
 from __future__ import annotations
@@ -229,6 +234,18 @@ class Tally:
         elif len(failed) >= 2:
             self.state, self.confirmed, self.decided_at = BEHIND_NAT, None, time.monotonic()
 
+    def settle_alone(self, after: float) -> None:
+        """Take the only answer of a round `after` seconds old as the state, provisionally (not `decided`: the
+        client keeps asking, and 2 agreeing answers overrule it); 2 answers that disagree leave it unknown."""
+        answered = [a for a in self.answers.values() if a.code != REFUSED]
+        if self.decided or time.monotonic() - self.round_started < after:
+            return
+        if len(answered) == 1:
+            self.state = PUBLIC if answered[0].code == OK else BEHIND_NAT
+            self.confirmed = answered[0].addr if answered[0].code == OK else None
+        elif len(answered) > 1:
+            self.state, self.confirmed = UNKNOWN, None
+
     @property
     def decided(self) -> bool:
         return self.decided_at is not None
@@ -323,6 +340,10 @@ class DialbackClient:
             addr = self._probe_addr()
             if self.tally.decided or addr is None:
                 continue
+            before = self.tally.state
+            self.tally.settle_alone(self._config.dialback_alone_after)
+            if self.tally.state != before:
+                self._emit("reachability", "-", self.tally.state)
             async with trio.open_nursery() as nursery:
                 for peer in self._dialback_candidates():
                     nursery.start_soon(self._ask, peer, addr)

@@ -13,7 +13,7 @@ per peer direct, relayed, hole-punched). A `Reach` belongs to one Node:
   its first /p2p/, which turns a circuit address into the relay's own. A
   change is pushed to every peer (identify push).
 - **Dial-back** (libp2p_dialback): peers with a direct connection dial us
-  back; 2 agreeing answers decide.
+  back; 2 agreeing answers decide (a lone answer, provisionally, after `dialback_alone_after`).
 - **Relay client**: a node that is not public (one failed dial-back is enough,
   or `reserve_after_unknown` s undecided with no inbound direct connection)
   keeps reservations on up to `max_relays` connected peers that offer hop

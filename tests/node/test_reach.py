@@ -19,11 +19,14 @@ from test_libp2p_adapter import config, ident, run, wait_until
 
 from p2paudit.errors import InputError
 from p2paudit.node.libp2p_adapter import ReachConfig, RelayServiceLimits, open_node
+from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN
 from p2paudit.node.libp2p_dialback import (
     DIALBACK_PROTOCOL,
     FAILED,
     OK,
     REFUSED,
+    Answer,
+    Tally,
     decode_request,
     decode_response,
     encode_request,
@@ -96,6 +99,40 @@ def test_dialback_decides_public_on_loopback_and_refuses_other_ips_and_repeats()
             assert again.code == REFUSED and "per minute" in again.reason.replace("60 s", "minute")
 
     run(body, 40)
+
+
+@pytest.mark.timeout(60)
+def test_a_node_with_one_peer_to_ask_takes_its_answer_after_a_while():
+    """Told only its bootstrap node (a home volunteer: every other peer is behind the relay, with no IP to dial
+    back), a node gets one answer a round; it used to stay "unknown" for good."""
+
+    async def body():
+        async with AsyncExitStack() as stack:
+            reach = ReachConfig(hole_punch=False, dialback_alone_after=1.0)
+            boot = await stack.enter_async_context(open_node(ident(60), config(reach=reach)))
+            home = await stack.enter_async_context(
+                open_node(ident(61), config(bootstrap=(boot.listen_addrs()[0],), reach=reach))
+            )
+            await wait_until(lambda: home.reachability().state == "public", "the only answer deciding")
+            (line,) = home.reachability().dialbacks
+            assert " ok " in line and boot.peer_id[:16] in line
+
+    run(body, 30)
+
+
+def test_a_lone_answer_decides_only_after_its_wait_and_two_that_disagree_leave_it_unknown():
+    tally = Tally()
+    tally.record("peer-a", Answer(FAILED, "/ip4/203.0.113.7/tcp/4001", "no answer"))
+    tally.settle_alone(30.0)
+    assert tally.state == UNKNOWN  # the round is younger than 30 s
+    tally.round_started -= 31.0
+    tally.settle_alone(30.0)
+    assert (tally.state, tally.decided) == (BEHIND_NAT, False)  # provisional: asking goes on
+    tally.record("peer-b", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
+    tally.settle_alone(30.0)
+    assert tally.state == UNKNOWN
+    tally.record("peer-c", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
+    assert (tally.state, tally.decided) == (PUBLIC, True)
 
 
 @pytest.mark.slow  # 4.2 s (fast tier: pytest -m 'not slow')
