@@ -291,6 +291,8 @@ def daemon(
 @click.option("--json", "as_json", is_flag=True, help="The raw status snapshot.")
 def status_cmd(as_json: bool) -> None:
     """Show the node's daemon: peers, coverage of each run, disputes, recent events."""
+    from p2paudit.cli.progress_display import busy_line
+    from p2paudit.cli.status_lines import status_detail_lines
     from p2paudit.identity import home_dir
     from p2paudit.node.status import read_status
     from p2paudit.processes import process_alive
@@ -310,6 +312,9 @@ def status_cmd(as_json: bool) -> None:
             f"{run['checked_r']}/{run['steps']} checked {run['redundancy']}x, {run['disputes']} disputed"
         )
     click.echo(f"{data['equivocations']} equivocating key(s); audited {data['audited']}, received {data['received']}")
+    for line in [busy_line(data, time.time()), *status_detail_lines(data)]:
+        if line is not None:
+            click.echo(line)
     for remote in data.get("remote", []):
         now = f"; fetching {remote['fetching']}" if remote.get("fetching") else ""
         click.echo(

@@ -115,3 +115,22 @@ def step_progress(as_json: bool) -> Iterator[ProgressHook | None]:
             yield hook
     else:
         yield None
+
+
+def busy_line(status: dict, now: float) -> str | None:
+    """`p2paudit status`'s line for the step being replayed: 'replaying step 12 of run ab12..: 40% (micro-batch
+    2/4, layer 3/8), 0:41 elapsed, 1:02 left', the progress aged by the status's age; None when idle."""
+    from p2paudit.node.status import progress_as_of
+    from p2paudit.run.progress_meter import view_from_dict
+
+    busy = status.get("busy")
+    if not isinstance(busy, dict):
+        return None
+    line = f"replaying step {busy.get('step')} of run {str(busy.get('run_id', ''))[:16]}.."
+    view = view_from_dict(progress_as_of(status, now))
+    if view is None:
+        return line
+    return (
+        f"{line}: {view.fraction:.0%} ({describe_counts(view)}), {format_seconds(view.elapsed)} elapsed, "
+        f"{format_seconds(view.eta_seconds)} left"
+    )

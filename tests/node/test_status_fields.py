@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import pytest
 
@@ -77,3 +78,31 @@ def test_a_reader_ages_the_progress_by_the_status_age() -> None:
     assert progress_as_of(status, 1100.0)["eta_seconds"] == 0.0
     assert progress_as_of({"written_at": 1000.0, "busy": {"run_id": RUN.hex(), "step": 3}}, 1004.0) is None
     assert progress_as_of({"written_at": 1000.0, "busy": None}, 1004.0) is None
+
+
+def test_p2paudit_status_shows_the_replay_with_time_left_bans_and_sync(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from p2paudit.cli import cli
+    from p2paudit.node.status import Status
+
+    written = time.time() - 4.0  # a status four seconds old: the time left shown is 4 s less than written
+    progress = {
+        "step": 12,
+        "phase": "micro-batch",
+        "fraction": 0.4,
+        "counts": {"micro_batches_done": 1, "micro_batches": 4, "layers_done": 3, "layers": 8},
+        "elapsed": 40.0,
+        "eta_seconds": 60.0,
+    }
+    busy = {"run_id": RUN.hex(), "step": 12, "progress": progress}
+    status = Status(1, written, "12D3KooWMe", "00", [], [], {"path": "l", "size": 0}, 0, 0, busy, [], 0, [], {}, [])
+    write_status(tmp_path / "status.json", Status(**{**status.__dict__, "bans": BANS, "sync": SYNC}))
+    shown = CliRunner().invoke(cli, ["status"], env={"P2PAUDIT_HOME": str(tmp_path)})
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if line.startswith("replaying step 12"))
+    assert "40% (micro-batch 2/4, layer 3/8)" in line
+    assert "0:44 elapsed, 0:56 left" in line or "0:45 elapsed, 0:55 left" in line
+    assert "1 peer(s) banned" in shown.output and "banned 12D3KooWBad: sent a bad page" in shown.output
+    assert "sync 12D3KooWOk: ok, last ok" in shown.output
+    assert "sync 12D3KooWBad: backing-off, last ok never, next try in" in shown.output and "(timed out)" in shown.output
