@@ -263,5 +263,10 @@ class Explorer:
         view = node_view(self.status_path, time.time())
         if peers_only and view.get("available"):
             status = view["status"]
-            return {"available": True, "peers": status.get("peers", []), "bans": status.get("bans")}
+            return {
+                "available": True,
+                "peers": status.get("peers", []),
+                "bans": status.get("bans"),
+                "sync": status.get("sync"),
+            }
         return view

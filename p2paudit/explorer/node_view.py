@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from p2paudit.errors import InputError
-from p2paudit.node.status import read_status
+from p2paudit.node.status import progress_as_of, read_status
 from p2paudit.processes import process_alive
 
 
@@ -31,5 +31,6 @@ def node_view(status_path: Path | None, now: float) -> dict[str, Any]:
         "available": True,
         "running": process_alive(pid) if type(pid) is int and pid > 0 else None,
         "age_seconds": round(now - written, 1) if isinstance(written, (int, float)) else None,
+        "progress": progress_as_of(status, now),  # the busy step's progress as of now (aged by the status's age)
         "status": status,
     }

@@ -30,6 +30,21 @@ BIG_DISPUTED = 99_975
 SMALL_DISPUTED = (3, 5)  # step 3: state; step 5: data and loss
 SMALL_EQUIVOCATION = 7
 OWNER = key(100)
+BUSY_PROGRESS = {  # the daemon replays step 4: 40 % done, in its second of four micro-batches, an hour left
+    "step": 4,
+    "phase": "micro-batch",
+    "fraction": 0.4,
+    "counts": {
+        "micro_batches_done": 1,
+        "micro_batches": 4,
+        "layers_done": 3,
+        "layers": 8,
+        "params_done": 0,
+        "params": 0,
+    },
+    "elapsed": 2400.0,
+    "eta_seconds": 3600.0,
+}
 
 
 @dataclass(frozen=True)
@@ -88,11 +103,21 @@ def write_status(path: Path, owner: Identity) -> None:
         "public_key": owner.public_key.hex(),
         "listen": ["/ip4/127.0.0.1/tcp/4001"],
         "peers": ["12D3KooWPeerOne", MARKUP],
-        "bans": [{"peer": "12D3KooWBad", "reason": MARKUP}],
+        "bans": [{"peer": "12D3KooWBad", "reason": MARKUP, "until": time.time() + 600}],
+        "sync": [
+            {"peer": "12D3KooWPeerOne", "state": "ok", "last_ok": time.time() - 5, "next_try": None, "error": None},
+            {
+                "peer": "12D3KooWBad",
+                "state": "backing-off",
+                "last_ok": None,
+                "next_try": time.time() + 60,
+                "error": MARKUP,
+            },
+        ],
         "ledger": {"path": "ledger.db", "size": 0},
         "audited": 3,
         "received": 9,
-        "busy": {"run_id": SMALL.hex(), "step": 4},
+        "busy": {"run_id": SMALL.hex(), "step": 4, "progress": BUSY_PROGRESS},
         "runs": [
             {
                 "run_id": SMALL.hex(),

@@ -18,6 +18,7 @@ from tests.explorer.explorer_helpers import (
     BIG_DISPUTED,
     BIG_EVERY,
     BIG_STEPS,
+    BUSY_PROGRESS,
     MARKUP,
     SMALL,
     SMALL_EQUIVOCATION,
@@ -192,10 +193,16 @@ def test_headers_json_escaping_and_host_check(server):
 
 def test_node_and_peers(server):
     node = fetch(server, "/api/v1/node").json()
-    assert node["available"] and node["status"]["busy"] == {"run_id": SMALL.hex(), "step": 4}
+    busy = node["status"]["busy"]
+    assert node["available"] and (busy["run_id"], busy["step"], busy["progress"]) == (SMALL.hex(), 4, BUSY_PROGRESS)
     assert node["running"] is True and node["age_seconds"] >= 0
+    now = node["progress"]  # aged by the status's age: more elapsed, less left, the same share
+    assert now["fraction"] == 0.4 and now["counts"] == BUSY_PROGRESS["counts"]
+    assert 2400.0 <= now["elapsed"] < 2500.0 and 3500.0 < now["eta_seconds"] <= 3600.0
+    assert now["elapsed"] + now["eta_seconds"] == pytest.approx(6000.0, abs=0.01)
     peers = fetch(server, "/api/v1/peers").json()
     assert peers["peers"][1] == MARKUP and peers["bans"][0]["reason"] == MARKUP
+    assert [s["state"] for s in peers["sync"]] == ["ok", "backing-off"] and peers["sync"][1]["error"] == MARKUP
 
 
 def test_shipped_pages_never_parse_text_as_html_and_load_nothing_from_elsewhere():

@@ -8,6 +8,7 @@ a folder under pytest's tmp path), one per page visited.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -174,6 +175,13 @@ def test_initial_state_ledger_node_and_disputes_pages(browser, server, artifacts
     assert "Entry 20 in the tree of size 26" in browser.find_element(By.ID, "proof-summary").text
     main = open_page(browser, server, "node.html", artifacts, "09-node")
     assert MARKUP in main.find_element(By.ID, "node").text  # a peer, a ban's reason, the stall task
+    busy = main.find_element(By.ID, "busy")
+    assert "step 4" in busy.text and busy.find_elements(By.CSS_SELECTOR, ".bar-fill")
+    assert re.fullmatch(r"40\.0%: micro-batch 2/4, layer 3/8; 40:\d\d elapsed, (59:\d\d|1:00:00) left",
+                        main.find_element(By.ID, "busy-progress").text)  # fmt: skip
+    assert MARKUP in main.find_element(By.ID, "bans").text and "left)" in main.find_element(By.ID, "bans").text
+    sync = [row.text for row in main.find_elements(By.CSS_SELECTOR, "#sync tbody tr")]
+    assert len(sync) == 2 and "ok" in sync[0] and "backing-off" in sync[1] and MARKUP in sync[1]
     assert MARKUP in main.find_element(By.ID, "events").text
     assert_inert(browser, main)
     main = open_page(browser, server, "disputes.html", artifacts, "10-disputes")

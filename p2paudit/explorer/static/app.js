@@ -160,6 +160,48 @@ function listOrText(value) {
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "?";
+  const whole = Math.round(seconds);
+  const h = Math.floor(whole / 3600), m = Math.floor((whole % 3600) / 60), sec = whole % 60;
+  const two = (n) => String(n).padStart(2, "0");
+  return h ? `${h}:${two(m)}:${two(sec)}` : `${m}:${two(sec)}`;
+}
+
+function unixTime(seconds) {
+  return typeof seconds === "number" ? when(seconds * 1000) : "-";
+}
+
+function progressWhere(p) {
+  const c = p.counts || {};
+  if (p.phase === "update") return `update ${c.params_done}/${c.params} tensors`;
+  const current = Math.min((c.micro_batches_done || 0) + 1, c.micro_batches || 0);
+  return `micro-batch ${current}/${c.micro_batches}, layer ${c.layers_done}/${c.layers}`;
+}
+
+function busyCell(busy, progress) {
+  if (!busy) return "idle";
+  const what = el("span", {}, runLink(busy.run_id), " ", stepLink(busy.run_id, "step", busy.step));
+  if (!progress) return el("span", { id: "busy" }, what, busy.progress === undefined ? " (progress not reported by this daemon)" : " (starting)");
+  const text = `${(100 * progress.fraction).toFixed(1)}%: ${progressWhere(progress)}; ${duration(progress.elapsed)} elapsed, ${duration(progress.eta_seconds)} left`;
+  return el("span", { id: "busy" }, what, el("br"), bar(progress.fraction), " ", el("span", { id: "busy-progress" }, text));
+}
+
+function bansTable(bans, now) {
+  if (bans === undefined || bans === null) return "not reported by this daemon";
+  if (!bans.length) return "none";
+  const rows = bans.map((b) => [el("code", {}, String(b.peer)), String(b.reason), typeof b.until === "number" ? `${unixTime(b.until)} (${duration(Math.max(0, b.until - now))} left)` : "-"]);
+  return table("bans", ["Peer", "Why", "Until"], rows);
+}
+
+function syncTable(sync) {
+  if (sync === undefined || sync === null) return "not reported by this daemon";
+  if (!sync.length) return "no peer known";
+  const rows = sync.map((p) => [el("code", {}, String(p.peer)), el("span", { class: p.state === "backing-off" ? "bad" : p.state === "ok" ? "good" : "" }, String(p.state)),
+    unixTime(p.last_ok), unixTime(p.next_try), p.error ? String(p.error) : "-"]);
+  return table("sync", ["Peer", "State", "Last ok", "Next try", "Last error"], rows);
+}
+
 async function pageNode() {
   const data = await getJSON("/node");
   const content = clear(document.getElementById("content"));
@@ -168,18 +210,18 @@ async function pageNode() {
     return;
   }
   const s = data.status;
-  const busy = s.busy ? el("span", {}, runLink(s.busy.run_id), " ", stepLink(s.busy.run_id, "step", s.busy.step)) : "idle";
+  const now = Date.now() / 1000;
   const rows = [
     ["Peer id", el("code", {}, s.peer_id)],
     ["Public key", el("code", {}, s.public_key)],
     ["State", `${data.running ? "running" : "not running"}, status written ${data.age_seconds} s ago`],
     ["Listening on", listOrText(s.listen)],
-    ["Replaying now", busy],
+    ["Replaying now", busyCell(s.busy, data.progress)],
     ["Ledger", `${s.ledger.path}, ${s.ledger.size} entries`],
     ["Audited / received", `${s.audited} / ${s.received}`],
     ["Peers", listOrText(s.peers)],
-    ["Bans", listOrText(s.bans)],
-    ["Sync", listOrText(s.sync)],
+    ["Bans", bansTable(s.bans, now)],
+    ["Sync", syncTable(s.sync)],
     ["Health", listOrText(s.health)],
     ["Equivocating keys", String(s.equivocations)],
   ];
@@ -189,6 +231,8 @@ async function pageNode() {
   content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Disputed"], runs));
   content.appendChild(el("h2", {}, "Recent events"));
   content.appendChild(el("ul", { id: "events" }, (s.events || []).map((line) => el("li", {}, String(line)))));
+  // A running daemon's page follows it: every 2 s while it replays a step, every 5 s otherwise.
+  if (data.running && !window.nodeRefresh) window.nodeRefresh = setTimeout(() => { window.nodeRefresh = null; pageNode().catch(showError); }, s.busy ? 2000 : 5000);
 }
 
 const PAGES = { runs: pageRuns, disputes: pageDisputes, node: pageNode };
