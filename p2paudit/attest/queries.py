@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ledger import SplitView
 from p2paudit.attest.record import VERDICTS, decode_signed
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.store import AttestationStore, RunInfo
 from p2paudit.errors import InputError
 from p2paudit.identity import parse_public_key_hex
@@ -54,7 +55,8 @@ class Coverage:
     trusted_only: bool
     min_count: int
     per_step: tuple[StepCoverage, ...]  # only steps with at least one attestation, in step order
-    keys: int  # distinct keys that attested anything in the run
+    keys: int  # distinct keys that attested any step of the run
+    initial_state: StepCoverage | None = None  # the init claim (state 0 as the recipe builds it); None: unattested
 
     @property
     def checked_once(self) -> int:
@@ -104,18 +106,44 @@ def coverage(
     number = store.run_number(run_id)
     where, params = "WHERE run = ? AND step >= 0", [number]  # init (-1) is no step
     if trusted is not None:
-        rows = store.conn.execute("SELECT key, public_key FROM attest_keys").fetchall()
-        where += " AND key IN (SELECT value FROM json_each(?))"
-        params.append(json.dumps([key for key, public in rows if public in trusted]))
+        where += _TRUSTED_ONLY
+        params.append(_trusted_key_numbers(store, trusted))
     per_step = store.conn.execute(
-        "SELECT step, COUNT(DISTINCT CASE WHEN verdict = 0 THEN key END), "
-        "COUNT(DISTINCT CASE WHEN verdict = 1 THEN key END), COUNT(DISTINCT CASE WHEN verdict = 2 THEN key END), "
-        f"COUNT(DISTINCT CASE WHEN verdict IN (0, 1) THEN key END) FROM attest_index {where} "
-        "GROUP BY step ORDER BY step",
-        params,
+        f"SELECT step, {_VERDICT_COUNTS} FROM attest_index {where} GROUP BY step ORDER BY step", params
     ).fetchall()
     keys = store.conn.execute(f"SELECT COUNT(DISTINCT key) FROM attest_index {where}", params).fetchone()[0]
-    return Coverage(run, trusted is not None, min_count, tuple(StepCoverage(*row) for row in per_step), keys)
+    per_step_coverage = tuple(StepCoverage(*row) for row in per_step)
+    initial = initial_state_coverage(store, run_id, trusted)
+    return Coverage(run, trusted is not None, min_count, per_step_coverage, keys, initial)
+
+
+# Distinct keys per verdict (match 0, mismatch 1, error 2), then those that checked (a match or a mismatch).
+_VERDICT_COUNTS = (
+    "COUNT(DISTINCT CASE WHEN verdict = 0 THEN key END), COUNT(DISTINCT CASE WHEN verdict = 1 THEN key END), "
+    "COUNT(DISTINCT CASE WHEN verdict = 2 THEN key END), COUNT(DISTINCT CASE WHEN verdict IN (0, 1) THEN key END)"
+)
+_TRUSTED_ONLY = " AND key IN (SELECT value FROM json_each(?))"
+
+
+def _trusted_key_numbers(store: AttestationStore, trusted: frozenset[bytes]) -> str:
+    """The index's numbers of the `trusted` keys, as the JSON list _TRUSTED_ONLY takes."""
+    rows = store.conn.execute("SELECT key, public_key FROM attest_keys").fetchall()
+    return json.dumps([key for key, public in rows if public in trusted])
+
+
+def initial_state_coverage(
+    store: AttestationStore, run_id: bytes, trusted: frozenset[bytes] | None = None
+) -> StepCoverage | None:
+    """Distinct keys per verdict for the run's initial state (the init claim: state 0 as the recipe
+    builds it, indexed at INIT_INDEX_STEP, apart from step 0); None when no key attested it."""
+    store.check_index_current()
+    where = "WHERE run = ? AND step = ?"
+    params: list[int | str] = [store.run_number(run_id), INIT_INDEX_STEP]
+    if trusted is not None:
+        where += _TRUSTED_ONLY
+        params.append(_trusted_key_numbers(store, trusted))
+    row = store.conn.execute(f"SELECT COUNT(*), {_VERDICT_COUNTS} FROM attest_index {where}", params).fetchone()
+    return StepCoverage(INIT_INDEX_STEP, *row[1:]) if row[0] else None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import base64
 from typing import Any
 
 from ledger import SplitView
-from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence
+from p2paudit.attest.queries import Coverage, Dispute, Equivocations, Evidence, StepCoverage
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.errors import InputError
 
@@ -50,7 +50,15 @@ def coverage_dict(cov: Coverage) -> dict[str, Any]:
             {"step": s.step, "checked": s.checked, "match": s.match, "mismatch": s.mismatch, "error": s.error}
             for s in cov.per_step
         ],
+        "initial_state": _verdict_counts(cov.initial_state),
     }
+
+
+def _verdict_counts(item: StepCoverage | None) -> dict[str, int]:
+    """Distinct keys per verdict for one claim (all zero when nobody attested it)."""
+    if item is None:
+        return {"checked": 0, "match": 0, "mismatch": 0, "error": 0}
+    return {"checked": item.checked, "match": item.match, "mismatch": item.mismatch, "error": item.error}
 
 
 def evidence_dict(item: Evidence) -> dict[str, Any]:

@@ -195,11 +195,29 @@ def coverage(
             f"({view['percent_at_least_once']:.1f}%), >= {min_count}: {cov.checked_min} steps "
             f"({view['percent_at_least_min']:.1f}%), steps with a mismatch: {cov.with_mismatch}"
         )
+        click.echo(f"  {_initial_state_line(cov.initial_state)}")
     if trusted_keys is None:
         click.echo("no --trusted file: every figure above counts untrusted keys")
     click.echo("step  checked  match  mismatch  error   (all keys)")
     for item in everyone.per_step:
         click.echo(f"{item.step:>4}  {item.checked:>7}  {item.match:>5}  {item.mismatch:>8}  {item.error:>5}")
+
+
+def _initial_state_line(item) -> str:
+    """The init claim's counts: state 0 as the recipe builds it is a claim of its own, not step 0."""
+    if item is None:
+        return "initial state (state 0 as the recipe builds it): no attestation"
+    return (
+        f"initial state (state 0 as the recipe builds it): checked by {item.checked} keys "
+        f"({item.match} match, {item.mismatch} mismatch), {item.error} error"
+    )
+
+
+def _claim_name(step: int) -> str:
+    """What an index step names: a step, or (INIT_INDEX_STEP) the initial state."""
+    from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+
+    return "the initial state" if step == INIT_INDEX_STEP else f"step {step}"
 
 
 def _evidence_lines(side) -> str:
@@ -222,9 +240,9 @@ def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
     if as_json:
         echo_json([report.dispute_dict(item) for item in found])
         return
-    click.echo(f"{len(found)} disputed steps")
+    click.echo(f"{len(found)} disputed claims (steps or the initial state)")
     for item in found:
-        click.echo(f"run {item.run_id.hex()[:16]}... step {item.step}: {len(item.sides)} outcomes")
+        click.echo(f"run {item.run_id.hex()[:16]}... {_claim_name(item.step)}: {len(item.sides)} outcomes")
         for side in item.sides:
             click.echo(_evidence_lines(side))
 
@@ -245,7 +263,7 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
     for item in found.keys:
         indices = ", ".join(str(e.index) for e in item.evidence)
         click.echo(
-            f"key {item.verifier.hex()[:16]}... run {item.run_id.hex()[:16]}... step {item.step}: "
+            f"key {item.verifier.hex()[:16]}... run {item.run_id.hex()[:16]}... {_claim_name(item.step)}: "
             f"{len(item.evidence)} signed entries (indices {indices})"
         )
     for view in found.tree_heads:
@@ -254,13 +272,29 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
         )
 
 
+class ClaimStep(click.ParamType):
+    """A step number (0 or more), or "init": the initial state, the claim before step 0."""
+
+    name = "N|init"
+
+    def convert(self, value, param, ctx) -> int:
+        from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+
+        if isinstance(value, int) or value == "init":
+            return INIT_INDEX_STEP if value == "init" else value
+        if not (value.isascii() and value.isdigit()):
+            self.fail(f"{value[:40]!r} is not a step number (0 or more) or 'init' (the initial state)", param, ctx)
+        return int(value)
+
+
 @ledger.command()
-@click.option("--step", type=click.IntRange(min=0), required=True)
+@click.option("--step", type=ClaimStep(), required=True, help="A step, or 'init' for the initial state (state 0).")
 @click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
 @json_option
 @ledger_option
 def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) -> None:
-    """Every attestation stored for one step."""
+    """Every attestation stored for one step, or for the initial state (--step init)."""
+    from p2paudit.attest.queries import initial_state_coverage
     from p2paudit.attest.record import attestation_to_dict
     from p2paudit.errors import InputError
 
@@ -272,10 +306,11 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
                 f"step {step} is not in run {run_id.hex()[:16]}..., which has {info.steps} steps (0..{info.steps - 1})"
             )
         found = store.step_attestations(run_id, step)
+        initial = initial_state_coverage(store, run_id) if step == 0 else None
     if as_json:
         echo_json([{"index": index, **attestation_to_dict(s.attestation)} for index, s in found])
         return
-    click.echo(f"run {run_id.hex()} step {step}: {len(found)} attestations")
+    click.echo(f"run {run_id.hex()} {_claim_name(step)}: {len(found)} attestations")
     for index, signed in found:
         a = signed.attestation
         observed = a.observed_output_digest.hex()[:16] + "..." if a.observed_output_digest else "none"
@@ -283,3 +318,5 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
             f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
             f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms"
         )
+    if initial is not None:  # state 0 has two claims: the recipe's initial state, and step 0's input
+        click.echo(f"{_initial_state_line(initial)}: ledger show --step init")

@@ -154,7 +154,7 @@ def test_disputes_and_equivocations(home, filled):
     assert check_dispute(
         base64.b64decode(sides[0][0]["signed_attestation"]), base64.b64decode(sides[1][0]["signed_attestation"])
     )
-    assert "1 disputed steps" in run(home, "ledger", "disputes", "--run", RUN.hex()).output
+    assert "1 disputed claims" in run(home, "ledger", "disputes", "--run", RUN.hex()).output
     result = run(home, "ledger", "equivocations", "--json")
     data = json.loads(result.output)
     assert [(e["step"], e["verifier"]) for e in data["keys"]] == [(2, B.public_key.hex())]
