@@ -5,6 +5,7 @@ Modules:
     explorer.coverage     a run's coverage aggregated into buckets of steps, in SQL
     explorer.runs         runs, their summaries, disputed steps
     explorer.steps        one step (or the initial state) with every attestation, its findings and outcomes
+    explorer.diagnosis_view  where a claim's outcomes depart, part by part, as far as the signed evidence says
     explorer.checkpoints  signed tree heads, witnesses' cosignatures, consistency, split views, equivocations
     explorer.proofs       downloadable inclusion proofs, and their offline check (values only)
     explorer.api          the JSON API under /api/v1/: routes, parameters, answers

@@ -2,21 +2,21 @@
 
 Each attestation is read from its leaf and verified again (its signature and
 rules); what differs is named pair by pair (data, state, loss, init), with
-the loss's distance in binary64 ulps. The diagnosis a replay prints (which
-tensor, which operation first departs) is not part of the signed record, so
-it is not here: `verify-range` on the step recomputes it.
+the loss's distance in binary64 ulps; and when outcomes depart from the claim or from each other, the
+diagnosis the evidence holds (explorer.diagnosis_view: at which stage they part, the loss's ulps). Which
+tensor and which operation first departs is not in the signed record: `verify-range` on the step recomputes it.
 """
 
 from __future__ import annotations
 
 import base64
-import struct
 from typing import Any
 
 from p2paudit.attest.record import SignedAttestation, attestation_to_dict
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError
+from p2paudit.explorer.diagnosis_view import claim_diagnosis, loss_value, ulps_between
 from p2paudit.identity import peer_id_of
 
 # (finding, claimed field, observed field) of a v2 record's JSON view
@@ -26,25 +26,6 @@ _PAIRS = (
     ("loss", "claimed_loss_bits", "observed_loss_bits"),
 )
 _CLAIM_FIELDS = ("input_digest", "claimed_data_digest", "data_digest", "claimed_output_digest", "claimed_loss_bits")
-
-
-def loss_value(bits_hex: str | None) -> float | str | None:
-    """The binary64 loss its 16 hex digits of bits stand for (text for NaN and infinities, which JSON lacks)."""
-    if bits_hex is None:
-        return None
-    value = struct.unpack("<d", struct.pack("<Q", int(bits_hex, 16)))[0]
-    return value if value == value and abs(value) != float("inf") else repr(value)
-
-
-def _ordered(bits: int) -> int:
-    """binary64 bits mapped to integers in the order of the values (so ulps are a difference)."""
-    return bits if bits < 1 << 63 else (1 << 63) - bits
-
-
-def ulps_between(a_hex: str | None, b_hex: str | None) -> int | None:
-    if a_hex is None or b_hex is None:
-        return None
-    return abs(_ordered(int(a_hex, 16)) - _ordered(int(b_hex, 16)))
 
 
 def differences(view: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,7 +96,7 @@ def claim_detail(store: AttestationStore, run_id: bytes, step: int) -> dict[str,
     found = store.step_attestations(run_id, step)
     pairs = [(signed, attestation_view(index, signed)) for index, signed in found]
     views = [view for _, view in pairs]
-    outcomes = _outcomes(views)
+    outcomes, claims = _outcomes(views), _claims(views)
     keys = {view["verifier"] for view in views}
     init = step == INIT_INDEX_STEP
     return {
@@ -124,9 +105,10 @@ def claim_detail(store: AttestationStore, run_id: bytes, step: int) -> dict[str,
         "steps": info.steps,
         "subject": "init" if init else "step",
         "step": 0 if init else step,
-        "claims": _claims(views),
+        "claims": claims,
         "outcomes": outcomes,
         "disputed": len(keys) >= 2 and len(outcomes) >= 2,
         "equivocating_keys": _equivocating(pairs),
+        "diagnosis": claim_diagnosis("init" if init else "step", claims, views, outcomes),
         "attestations": views,
     }

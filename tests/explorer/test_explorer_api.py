@@ -96,6 +96,25 @@ def test_a_disputed_step_with_findings_and_loss_ulps(server):
     assert step["claims"][0]["claimed_loss"] == 2.5 and step["claims"][0]["attestations"] == 3
 
 
+def test_the_diagnosis_the_evidence_holds_and_what_it_lacks(server):
+    data_and_loss = fetch(server, f"/api/v1/runs/{SMALL.hex()}/steps/5").json()["diagnosis"]
+    assert (data_and_loss["first_departure"], data_and_loss["stage"]) == ("data", "the batch read (data)")
+    parts = {part["part"]: part for part in data_and_loss["parts"]}
+    assert [parts[name]["agree"] for name in ("data", "loss", "state")] == [False, False, True]
+    assert parts["loss"]["ulps_from_claim"] == [0, 2**51] and parts["loss"]["observed_values"] == [2.5, 3.5]
+    assert [(s["verdict"], s["keys"], s["findings"]) for s in data_and_loss["sides"]] == [
+        ("match", 2, []),
+        ("mismatch", 1, ["data", "loss"]),
+    ]
+    assert data_and_loss["tensor"] is None and data_and_loss["operation"] is None
+    assert "per-tensor digests" in data_and_loss["missing"] and "verify-range" in data_and_loss["missing"]
+    state_only = fetch(server, f"/api/v1/runs/{SMALL.hex()}/steps/3").json()["diagnosis"]
+    assert state_only["first_departure"] == "state" and "loss agrees to the bit" in state_only["stage"]
+    init = fetch(server, f"/api/v1/runs/{SMALL.hex()}/init").json()["diagnosis"]
+    assert init["first_departure"] == "init" and [p["part"] for p in init["parts"]] == ["init"]
+    assert fetch(server, f"/api/v1/runs/{SMALL.hex()}/steps/1").json()["diagnosis"] is None  # all match
+
+
 def test_equivocation_init_and_lookups(server):
     step = fetch(server, f"/api/v1/runs/{SMALL.hex()}/steps/{SMALL_EQUIVOCATION}").json()
     assert step["equivocating_keys"] == [key(4).public_key.hex()] and step["disputed"]

@@ -120,6 +120,11 @@ def test_click_from_a_run_to_a_disputed_step_to_its_evidence(browser, server, ar
     )
     assert signed > 300  # a v2 signed attestation
     assert "state" in main.find_element(By.ID, "attestations").text  # the mismatch's finding
+    summary = main.find_element(By.ID, "diagnosis-summary").text
+    assert summary.startswith("First departure: state, in the backward pass or the optimizer update")
+    rows = [row.text for row in main.find_elements(By.CSS_SELECTOR, "#diagnosis-parts tbody tr")]
+    assert [row.split(":")[0] for row in rows] == ["data", "loss", "state"] and "state: differ" in rows[2]
+    assert "per-tensor digests" in main.find_element(By.ID, "diagnosis-missing").text
 
 
 def test_coverage_of_a_100000_step_run_loads_fast_and_zooms_to_a_step(browser, server, artifacts):

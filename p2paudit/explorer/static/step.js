@@ -53,6 +53,33 @@ function evidenceSection(data) {
   }));
 }
 
+function diagnosisCell(part, value, n) {
+  if (part.part === "counter") return n === null ? "-" : "named in the findings";
+  if (value === null || value === undefined) return "not observed";
+  if (part.part !== "loss") return el("code", { class: value === part.claimed ? "" : "bad" }, short(value, 24));
+  const shown = n === null ? part.claimed_value : part.observed_values[n];
+  const ulps = n === null ? "" : part.ulps_from_claim[n] ? ` (${part.ulps_from_claim[n]} ulps from the claim)` : " (equal)";
+  return el("span", { class: value === part.claimed ? "" : "bad" }, String(shown), ulps);
+}
+
+function diagnosisSection(d) {
+  const headers = ["Part", "Claimed", ...d.sides.map((s) => `Outcome ${s.outcome}: ${s.verdict} (${s.keys} key${s.keys === 1 ? "" : "s"})`)];
+  const rows = d.parts.map((part) => [
+    el("span", { class: part.agree ? "good" : "bad" }, part.part + (part.agree ? ": agree" : ": differ")),
+    diagnosisCell(part, part.claimed, null),
+    ...part.observed.map((value, n) => diagnosisCell(part, value, n)),
+  ]);
+  const loss = d.parts.find((p) => p.part === "loss");
+  const first = d.first_departure
+    ? `First departure: ${d.first_departure}, in ${d.stage}.`
+    : "The outcomes and the claim agree on every value the records observe.";
+  return el("div", { id: "diagnosis" },
+    el("p", { id: "diagnosis-summary", class: "banner bad" }, first,
+      loss && loss.max_ulps_between_outcomes ? ` The outcomes' losses are up to ${loss.max_ulps_between_outcomes} ulps apart.` : ""),
+    table("diagnosis-parts", headers, rows),
+    el("p", { id: "diagnosis-missing", class: "note" }, "Not in the ledger: " + d.missing + "."));
+}
+
 window.explorerPage = async function pageStep() {
   const params = query();
   const runId = params.get("run");
@@ -69,6 +96,10 @@ window.explorerPage = async function pageStep() {
     : el("p", { id: "dispute-banner", class: "banner" }, data.attestations.length ? "Not disputed: every key signed the same outcome" : "No attestation of this claim yet");
   content.appendChild(banner);
   if (data.equivocating_keys.length) content.appendChild(el("p", { id: "equivocation-banner", class: "banner bad" }, "Equivocation: these keys signed two results: ", data.equivocating_keys.map((k) => el("code", {}, short(k) + " "))));
+  if (data.diagnosis) {
+    content.appendChild(el("h2", {}, "Diagnosis from the evidence"));
+    content.appendChild(diagnosisSection(data.diagnosis));
+  }
   content.appendChild(el("h2", {}, "Claimed"));
   content.appendChild(claimTable(data));
   content.appendChild(el("h2", {}, `Attestations (${data.attestations.length})`));
@@ -76,7 +107,5 @@ window.explorerPage = async function pageStep() {
   content.appendChild(table("attestations", headers, data.attestations.map(attestationRow)));
   content.appendChild(el("h2", {}, "Outcomes and evidence"));
   content.appendChild(evidenceSection(data));
-  content.appendChild(el("p", { class: "note" }, "The diagnosis of a mismatch (which tensor, which operation first departs, by how many ulps) is printed by ",
-    el("code", {}, "p2paudit verify-range"), " on this step; it is not part of the signed record. Check a downloaded proof offline with ",
-    el("code", {}, "p2paudit ledger check-proof FILE"), "."));
+  content.appendChild(el("p", { class: "note" }, "Check a downloaded proof offline with ", el("code", {}, "p2paudit ledger check-proof FILE"), "."));
 };
