@@ -353,5 +353,5 @@ def show_reach(reach: dict) -> None:
     if service:
         click.echo(
             f"relay service: {service['reservations']} reservation(s), {service['circuits']} circuit(s), "
-            f"{service['refused']} request(s) refused"
+            f"{service['refused']} request(s) refused, {service.get('relayed_bytes', 0):,} bytes relayed"
         )

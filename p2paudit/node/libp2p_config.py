@@ -152,11 +152,12 @@ class PeerLink:
 
 @dataclass(frozen=True)
 class RelayServiceState:
-    """A relay service's load now, and what it refused since it started."""
+    """A relay service's load now, what it refused and how many bytes it relayed since it started."""
 
     reservations: int
     circuits: int
     refused: int
+    relayed_bytes: int = 0
 
 
 @dataclass(frozen=True)

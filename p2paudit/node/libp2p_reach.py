@@ -373,6 +373,7 @@ class Reach:
         relays = tuple(sorted(set(reservations) | {link.relay for link in links if link.relay}))
         service = None
         if isinstance(self.circuit, GuardedRelay):
-            service = RelayServiceState(len(self.circuit.reserved_peers()), self.circuit.circuits, self.circuit.refused)
+            c = self.circuit
+            service = RelayServiceState(len(c.reserved_peers()), c.circuits, c.refused, c.relayed_bytes)
         addresses = tuple(str(a) for a in self.host.get_addrs())
         return Reachability(self.tally.state, addresses, relays, reservations, links, self.tally.lines(), service)

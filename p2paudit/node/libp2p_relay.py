@@ -144,6 +144,13 @@ class GuardedRelay(NodeCircuit):
         self._per_peer: dict[ID, int] = {}
         self.circuits = 0
         self.refused = 0
+        self.relayed_bytes = 0  # bytes copied through circuits since the start, both directions
+
+    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> bytes:
+        """The library's read of a circuit's data (its only caller is _relay_data), counted."""
+        data = await super()._read_stream_with_retry(stream, *args, **kwargs)
+        self.relayed_bytes += len(data or b"")
+        return data
 
     def reserved_peers(self) -> list[ID]:
         return [p for p, r in self.resource_manager._reservations.items() if not r.is_expired()]

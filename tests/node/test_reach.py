@@ -231,8 +231,11 @@ def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_pu
                 back = {link.peer: link for link in a.reachability().links}[b.peer_id]
                 assert (back.kind, back.relay) == ("relayed", relay.peer_id)  # inbound: the relay noted at stop
                 assert relay.reachability().relay_service.circuits == 1
+            before = relay.reachability().relay_service.relayed_bytes
             assert await b.request(a.peer_id, "/t/echo/1", b"abc") == b"cba"
             assert await a.request(b.peer_id, "/t/echo/1", b"xyz") == b"zyx"
+            if not hole_punch:  # two requests and answers through the circuit: Noise frames, yamux, multistream
+                assert relay.reachability().relay_service.relayed_bytes >= before + 4 * (3 + 16)
             if hole_punch:
                 await wait_until(
                     lambda: {link.peer: link.kind for link in b.reachability().links}.get(a.peer_id) == "hole-punched",
@@ -297,7 +300,7 @@ def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path)
         reservations=(relay,),
         links=(PeerLink(relay, "direct"), PeerLink(b, "relayed", relay)),
         dialbacks=(f"{relay[:16]}..: failed /ip4/203.0.113.101/tcp/4001 (no answer within 5 s)",),
-        relay_service=RelayServiceState(0, 0, 0),
+        relay_service=RelayServiceState(0, 0, 0, 123_456),
     )
     status = Status(1, 0.0, a, "00", [], [relay, b], {"path": "l", "size": 0}, 0, 0, None, [], 0, [], {}, [])
     write_status(tmp_path / "status.json", Status(**{**status.__dict__, "reach": reach.to_dict()}))
@@ -306,7 +309,7 @@ def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path)
     assert "reachability: behind-nat; 1 relay(s) in use (1 reservation(s) held)" in shown.output
     assert f"peer {b}: relayed via {relay}" in shown.output and f"peer {relay}: direct" in shown.output
     assert "/p2p-circuit/p2p/" in shown.output and "dial-back" in shown.output
-    assert "relay service: 0 reservation(s), 0 circuit(s), 0 request(s) refused" in shown.output
+    assert "relay service: 0 reservation(s), 0 circuit(s), 0 request(s) refused, 123,456 bytes relayed" in shown.output
 
 
 def test_a_bad_announce_address_is_refused_in_one_line(tmp_path):
