@@ -3,8 +3,12 @@ an inclusion proof file the explorer (or `ledger proof --json`) gave. The daemon
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,11 +19,59 @@ DEFAULT_LISTEN = "127.0.0.1:8321"  # = p2paudit.explorer.server.DEFAULT_LISTEN (
 MAX_PROOF_BYTES = 1 << 20
 
 
+MAX_SAVED_BYTES = 64 << 20
+
+
+def saved_overviews_path(ledger_path: Path) -> Path:
+    """Where the explorer keeps the overviews it made of this ledger file, for its next start (a cache)."""
+    from p2paudit.identity import home_dir
+
+    name = hashlib.sha256(str(ledger_path.resolve()).encode()).hexdigest()[:16]
+    return home_dir() / "cache" / "explorer" / f"overviews-{name}.json"
+
+
+def read_saved_overviews(path: Path) -> Any:
+    """The saved overviews (JSON values), or None when there are none or they cannot be read: only a cache."""
+    from p2paudit.errors import InputError
+    from p2paudit.regular_files import read_regular
+
+    if not path.exists():
+        return None
+    try:
+        return json.loads(read_regular(path, "explorer cache file", MAX_SAVED_BYTES))
+    except (InputError, OSError, ValueError, RecursionError):
+        return None
+
+
+def save_overviews(server, path: Path) -> None:
+    """Write the server's overviews where its next start finds them (replacing the file whole; a cache: a failure
+    to write it costs only the next start's speed)."""
+    data = server.explorer.overviews.to_save()
+    if data is None or not data["strips"]:
+        return
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(data, separators=(",", ":")))
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+
+
+def _save_once_warm(server, path: Path) -> None:
+    threading.Thread(
+        target=lambda: (server.warming.join(), save_overviews(server, path)), name="explorer-save", daemon=True
+    ).start()
+
+
 def start_explorer(listen: str, ledger_path: Path, status_path: Path | None):
-    """Bind the explorer's server (InputError for a bad or busy address) and say where it is, warning off loopback."""
+    """Bind the explorer's server (InputError for a bad or busy address) and say where it is, warning off loopback.
+    The overviews a previous server saved are taken back first; the new ones are saved once made."""
     from p2paudit.explorer.server import is_loopback, make_server
 
-    server = make_server(listen, ledger_path, status_path)
+    saved_path = saved_overviews_path(ledger_path)
+    server = make_server(listen, ledger_path, status_path, saved=read_saved_overviews(saved_path))
+    _save_once_warm(server, saved_path)
     if not is_loopback(server.server_address[0]):
         click.echo(
             f"warning: the explorer listens on {listen}, not on loopback: "
@@ -46,6 +98,7 @@ def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | No
     def stop() -> None:
         server.shutdown()
         server.server_close()
+        save_overviews(server, saved_overviews_path(ledger_path))  # the newest, for the next start
 
     click.get_current_context().call_on_close(stop)
     return server
@@ -74,7 +127,8 @@ def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | No
 )
 def explore(listen: str, ledger_path: Path | None, status_path: Path | None) -> None:
     """Serve read-only web pages and a JSON API (/api/v1/) over a ledger: runs, coverage, steps, disputes,
-    checkpoints, inclusion proofs. Nothing is written; stop with Ctrl-C."""
+    checkpoints, inclusion proofs. The ledger is never written (only the explorer's cache of coverage overviews,
+    under $P2PAUDIT_HOME/cache/explorer, for a fast first page at the next start); stop with Ctrl-C."""
     from p2paudit.attest.store import AttestationStore
     from p2paudit.identity import home_dir
 
@@ -87,6 +141,7 @@ def explore(listen: str, ledger_path: Path | None, status_path: Path | None) -> 
         server.serve_forever()
     finally:
         server.server_close()
+        save_overviews(server, saved_overviews_path(path))  # the newest, for the next start
 
 
 @ledger.command("check-proof")

@@ -93,6 +93,28 @@ class CoverageStrip:
         }
 
 
+def strip_from_dict(data: dict[str, Any], run: RunInfo) -> CoverageStrip:
+    """A strip back from its `to_dict` form (a saved overview); KeyError, TypeError or ValueError when it is not one
+    of this run (the caller drops it)."""
+    if data["run_id"] != run.run_id.hex() or data["steps"] != run.steps:
+        raise ValueError(f"a saved strip of run {str(data['run_id'])[:16]}, not of {run.run_id.hex()[:16]}")
+    buckets = tuple(Bucket(**{f.name: int(item[f.name]) for f in fields(Bucket)}) for item in data["buckets"])
+    if len(buckets) != data["bucket_count"] or not buckets:
+        raise ValueError("a saved strip whose buckets do not add up")
+    trusted, last = data["trusted_keys"], data["last_leaf"]
+    return CoverageStrip(
+        run,
+        int(data["from"]),
+        int(data["to"]),
+        int(data["min"]),
+        None if trusted is None else int(trusted),
+        buckets,
+        _total(int(data["from"]), int(data["to"]), buckets),
+        None if last is None else int(last),
+        int(data["ledger_size"]),
+    )
+
+
 def check_range(run: RunInfo, start: int | None, stop: int | None, buckets: int) -> tuple[int, int, int]:
     """(start, stop, buckets) with defaults filled in; InputError naming the numbers if out of range."""
     lo = 0 if start is None else start

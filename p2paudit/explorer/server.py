@@ -195,14 +195,23 @@ def start_in_thread(server: ExplorerServer) -> threading.Thread:
 
 
 def make_server(
-    listen: str, ledger_path: Path, status_path: Path | None = None, log: Callable[[str], None] | None = None
+    listen: str,
+    ledger_path: Path,
+    status_path: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    saved: Any = None,
 ) -> ExplorerServer:
-    """A server bound to `listen` (HOST:PORT) over the ledger file; InputError for a bad or busy address."""
+    """A server bound to `listen` (HOST:PORT) over the ledger file; InputError for a bad or busy address.
+
+    `saved`: what `Explorer.overviews.saved` gave a previous server (JSON values), taken back before the
+    first request where it is still true of this ledger (explorer.overview)."""
     host, port = parse_listen(listen)
     explorer = Explorer(ledger_path, status_path)
     try:
         server = ExplorerServer((host, port), explorer, log)
     except OSError as exc:
         raise InputError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    if saved is not None:
+        explorer.overviews.restore_from(saved)
     server.warming = explorer.overviews.warm_in_background()  # every run's overview, before a page asks for it
     return server

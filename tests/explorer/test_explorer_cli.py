@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import click
@@ -20,8 +21,9 @@ from click.testing import CliRunner
 from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.views import VIEWS, create_views, missing_views
 from p2paudit.cli import cli
-from p2paudit.cli.explore_cmd import serve_explorer
+from p2paudit.cli.explore_cmd import read_saved_overviews, saved_overviews_path, serve_explorer
 from p2paudit.errors import InputError
+from p2paudit.explorer.api import Explorer
 from p2paudit.explorer.server import parse_listen
 from tests.explorer.conftest import fetch
 from tests.explorer.explorer_helpers import BIG, BIG_EVERY, BIG_STEPS, SMALL
@@ -56,6 +58,9 @@ def test_explore_warns_off_loopback_and_ctrl_c_is_130(built, tmp_path, monkeypat
     class Server:  # binds nothing: only what explore does around it is under test
         server_address = ("0.0.0.0", 8321)
         url = "http://0.0.0.0:8321/"
+        explorer = Explorer(built.path)  # the real API (its overviews are saved when explore ends)
+        warming = threading.Thread(target=lambda: None)
+        warming.start()
 
         def serve_forever(self):
             raise KeyboardInterrupt
@@ -63,8 +68,8 @@ def test_explore_warns_off_loopback_and_ctrl_c_is_130(built, tmp_path, monkeypat
         def server_close(self):
             pass
 
-    monkeypatch.setattr("p2paudit.explorer.server.make_server", lambda *args: Server())
-    result = CliRunner().invoke(cli, ["explore", "--listen", "0.0.0.0:8321", "--ledger", str(built.path)])
+    monkeypatch.setattr("p2paudit.explorer.server.make_server", lambda *args, **kwargs: Server())
+    result = run(tmp_path, "explore", "--listen", "0.0.0.0:8321", "--ledger", str(built.path))
     assert result.exit_code == 130
     assert "warning: the explorer listens on 0.0.0.0:8321, not on loopback" in result.output
     assert parse_listen("[::1]:0") == ("::1", 0)
@@ -73,9 +78,10 @@ def test_explore_warns_off_loopback_and_ctrl_c_is_130(built, tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_explore_serves_and_sigint_exits_130(built):
+def test_explore_serves_and_sigint_exits_130(built, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "p2paudit", "explore", "--listen", "127.0.0.1:0", "--ledger", str(built.path)],
+        env={**os.environ, "P2PAUDIT_HOME": str(tmp_path / "home")},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -94,14 +100,22 @@ def test_explore_serves_and_sigint_exits_130(built):
             process.wait()
 
 
-def test_daemon_http_serves_until_the_command_ends(built):
-    context = click.Context(cli)
-    with context:
+def test_daemon_http_serves_until_the_command_ends_and_saves_its_overviews(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("P2PAUDIT_HOME", str(tmp_path / "home"))
+    with click.Context(cli):
         server = serve_explorer("127.0.0.1:0", built.path, built.status_path)
         assert fetch(server, "/api/v1/node").json()["available"]
+        server.warming.join()
     with pytest.raises(OSError):  # closed with the command's context
         fetch(server, "/api/v1/runs")
     assert serve_explorer(None, built.path, None) is None  # no --http: nothing
+    saved = saved_overviews_path(built.path)
+    assert saved.parent == tmp_path / "home" / "cache" / "explorer"
+    assert {s["run_id"] for s in json.loads(saved.read_text())["strips"]} == {SMALL.hex(), BIG.hex()}
+    assert Explorer(built.path).overviews.restore_from(read_saved_overviews(saved)) == 2  # what the next start reads
+    saved.write_text("{not json")  # a broken cache costs only speed
+    with click.Context(cli):
+        assert fetch(serve_explorer("127.0.0.1:0", built.path, None), "/api/v1/runs").status == 200
 
 
 def test_check_proof_offline(server, built, tmp_path):

@@ -58,3 +58,34 @@ def test_one_computation_for_many_askers():
     for n in range(3):
         cache.get_or_compute(n, lambda n=n: n)
     assert cache.get_or_compute("k", lambda: 8) == 8  # evicted: least recently used first
+
+
+def test_saved_overviews_serve_the_first_page_of_the_next_start_when_still_true(built, tmp_path):
+    path = tmp_path / "saved.db"
+    shutil.copy(built.path, path)
+    first = Explorer(path)
+    made = coverage(first)
+    saved = json.loads(json.dumps(first.overviews.to_save()))  # as the CLI writes and reads it back
+    assert {s["run_id"] for s in saved["strips"]} == {SMALL.hex()}
+    with AttestationStore.open(path) as store:
+        store.append_many([_signed(key(5), SMALL, step) for step in range(10, 15)])
+    again = Explorer(path)
+    assert again.overviews.restore_from(saved) == 1
+    assert coverage(again) == made  # at once: the saved size's (8027) counts, true of those entries
+    with AttestationStore.open_readonly(path) as store:
+        assert Explorer(path).overviews.restore(store, saved) == 1
+
+
+def test_saved_overviews_of_another_ledger_or_altered_are_ignored(built, tmp_path):
+    path = tmp_path / "saved.db"
+    shutil.copy(built.path, path)
+    explorer = Explorer(path)
+    coverage(explorer)
+    saved = json.loads(json.dumps(explorer.overviews.to_save()))
+    altered = json.loads(json.dumps(saved))
+    altered["strips"][0]["root"] = "00" * 32  # made of other entries than this ledger's first 8027
+    other_origin = {**saved, "origin": "p2paudit.dev/ledger/someone-else"}
+    beyond = json.loads(json.dumps(saved))
+    beyond["strips"][0]["ledger_size"] = 10**9
+    for bad in (altered, other_origin, beyond, {"format": "x"}, None, [], {**saved, "strips": [{"run_id": 5}]}):
+        assert Explorer(path).overviews.restore_from(bad) == 0
