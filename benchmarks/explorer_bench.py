@@ -5,7 +5,8 @@ pass over the run's index rows), cold (a fresh Explorer, nothing cached) and
 warm (the answer kept for this ledger size), a zoom to 1,000 steps, the runs
 list, one step, the disputes list; and, when Debian's Chromium is installed,
 the coverage page loaded in headless Chromium until its script says it is
-ready. Baselines in the same run, on the same file: COUNT(*) over the index
+ready, on a server just started (with nothing saved, and with the overviews
+a previous server saved) and on one warmed up. Baselines in the same run, on the same file: COUNT(*) over the index
 table and over the entries table.
 
     python benchmarks/explorer_bench.py                 # 1,000,000 attestations (builds the ledger: minutes)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import statistics
 import sys
@@ -106,9 +108,17 @@ def api_figures(path: Path, steps: int) -> dict[str, tuple[float, float]]:
     }
 
 
-def browser_load(path: Path, warm: bool, repeat: int = 3) -> list[float] | None:
+def saved_overviews(path: Path) -> dict:
+    """What a server that has warmed up saves for the next start (the CLI writes it to its cache folder)."""
+    explorer = Explorer(path)
+    explorer.overviews.warm_in_background().join()
+    return json.loads(json.dumps(explorer.overviews.to_save()))  # through JSON, as the file holds it
+
+
+def browser_load(path: Path, warm: bool, repeat: int = 3, saved: dict | None = None) -> list[float] | None:
     """Seconds from navigation to the coverage page's ready mark, each time on a fresh server: at once (racing
-    its warm-up: nothing computed yet), or once it has made every run's overview (`warm`)."""
+    its warm-up: nothing computed yet), or once it has made every run's overview (`warm`); with `saved`, the
+    fresh server first takes back what a previous one saved (as `explore` does at start)."""
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver_path):
         return None
@@ -123,7 +133,7 @@ def browser_load(path: Path, warm: bool, repeat: int = 3) -> list[float] | None:
     loads = []
     try:
         for _ in range(repeat):
-            server = make_server("127.0.0.1:0", path)
+            server = make_server("127.0.0.1:0", path, saved=saved)
             start_in_thread(server)
             if warm:
                 server.warming.join()
@@ -167,8 +177,14 @@ def main() -> None:
         figures = {**sql_baselines(path), **api_figures(path, steps)}
         for name, (best, median) in figures.items():
             print(f"  {name:<52} best {best * 1000:8.1f} ms   median {median * 1000:8.1f} ms")
-        for warm, what in ((False, "a server just started"), (True, "once the server has warmed up")):
-            loads = browser_load(path, warm)
+        saved = saved_overviews(path)
+        cases = (
+            (False, None, "a server just started, nothing saved (its first start)"),
+            (False, saved, "a server just started with what the previous one saved"),
+            (True, None, "once the server has warmed up"),
+        )
+        for warm, kept, what in cases:
+            loads = browser_load(path, warm, saved=kept)
             if loads is None:
                 print("  page load: no chromium and chromedriver here (apt-get install chromium chromium-driver)")
                 break
