@@ -126,23 +126,29 @@ def _check_size(path: Path, what: str, size: int, max_bytes: int | None) -> None
 
 
 def read_regular(path: Path, what: str, max_bytes: int, root: Path | None = None) -> bytes:
-    """The whole of the regular file `path`, at most `max_bytes` bytes; InputError otherwise."""
+    """The whole of the regular file `path`, at most `max_bytes` bytes; InputError otherwise.
+
+    The first read asks for the file's size, so a file is read into one bytes
+    object and never copied (a large manifest costs its size once, not twice).
+    """
     fd = open_regular(path, what, root)
     try:
-        _check_size(Path(path), what, os.fstat(fd).st_size, max_bytes)
-        chunks, left = [], max_bytes + 1
+        size = os.fstat(fd).st_size
+        _check_size(Path(path), what, size, max_bytes)
+        chunks, left, got = [], max_bytes + 1, 0
         while left > 0:
             try:
-                chunk = os.read(fd, min(left, 1 << 24))
+                chunk = os.read(fd, min(left, size - got if got < size else 1 << 16))
             except OSError as exc:
                 raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
             if not chunk:
                 break
             chunks.append(chunk)
             left -= len(chunk)
+            got += len(chunk)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > max_bytes:
         raise InputError(f"{what} {path} grew past the {max_bytes} bytes allowed while it was read")
     return data

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_SIGNATURE_BYTES = 4096
 MAX_CONFIG_BYTES = 64 * 1024
 MAX_STEPS = MAX_SCHEDULE_STEPS  # steps_planned; the schedule counts steps below 2^32
+MANIFEST_MEMORY_RATIO = 9  # checking a body holds at most about this many times its size (manifest_memory)
 BODY_KEYS = (
     "arithmetic_version",
     "checkpoint_every",
@@ -78,6 +80,40 @@ def canonical_json(value: object) -> bytes:
         )
     except ValueError as exc:
         raise InputError(f"manifest body cannot be canonical JSON: {exc}") from None
+
+
+def canonical_pieces(value: dict) -> Iterator[bytes]:
+    """canonical_json(value) in pieces: the object key by key, a list (or iterator) value item by item.
+
+    JSON nests, so the pieces join to exactly canonical_json(value): this only
+    frames the top level ("{", '"key":', ",", "[", "]", "}"); every value and
+    item is canonical_json's own. A body is compared piece by piece with its
+    stored bytes (same_bytes), so no second encoding of a large body is ever held.
+    """
+    if not value:
+        yield b"{}"
+        return
+    for number, key in enumerate(sorted(value)):
+        yield (b"," if number else b"{") + canonical_json(key) + b":"
+        item = value[key]
+        if isinstance(item, (list, Iterator)):
+            yield b"["
+            for index, element in enumerate(item):
+                yield (b"," if index else b"") + canonical_json(element)
+            yield b"]"
+        else:
+            yield canonical_json(item)
+    yield b"}"
+
+
+def same_bytes(pieces: Iterable[bytes], stored: bytes) -> bool:
+    """True when the pieces join to exactly `stored` (compared as they come, none of them kept)."""
+    view, at = memoryview(stored), 0
+    for piece in pieces:
+        if view[at : at + len(piece)] != piece:
+            return False
+        at += len(piece)
+    return at == len(stored)
 
 
 def _show(value: object) -> str:
@@ -175,6 +211,19 @@ class Body:
 
     def to_dict(self) -> dict:
         """The body as the publisher writes it; canonical_json of this is the one encoding."""
+        return self._fields([r.to_dict() for r in self.steps])
+
+    def encoded_pieces(self) -> Iterator[bytes]:
+        """canonical_json(self.to_dict()) in pieces, one step record at a time (never the whole body at once)."""
+        return canonical_pieces(self._fields(r.to_dict() for r in self.steps))
+
+    def head(self) -> dict:
+        """The body's fields but the per-step ones ("steps" and "loss_curve"), as to_dict writes them."""
+        fields = self._fields([])
+        del fields["steps"], fields["loss_curve"]
+        return fields
+
+    def _fields(self, steps: list[dict] | Iterator[dict]) -> dict:
         return {
             "format": RUN_FORMAT,
             "version": RUN_VERSION,
@@ -187,7 +236,7 @@ class Body:
             "data": self.data.to_dict(),
             "schedule": schedule_object(self.config, self.data),
             "initial_state": self.initial_state.to_dict(),
-            "steps": [r.to_dict() for r in self.steps],
+            "steps": steps,
             "loss_curve": [r.loss for r in self.steps],
             "checkpoints": list(self.checkpoints),
             "traces": self.traces,
@@ -215,7 +264,7 @@ def expected_checkpoints(done: int, steps_planned: int, every: int) -> list[int]
 class Manifest:
     """A parsed, checked manifest body plus its stored bytes, run id and signature."""
 
-    body: dict
+    head: dict  # the body's fields but "steps" and "loss_curve" (those are held parsed, in `steps`)
     body_bytes: bytes
     run_id: bytes
     public_key: bytes
@@ -228,7 +277,7 @@ class Manifest:
 
     @property
     def config_dict(self) -> dict:
-        return self.body["config"]
+        return self.head["config"]
 
     @property
     def num_steps(self) -> int:
@@ -292,24 +341,15 @@ def manifest_from_bytes(body_bytes: bytes, sig_bytes: bytes, body_where: str, si
             f"({len(sig_bytes)} bytes) is larger than the {MAX_MANIFEST_BYTES} or {MAX_SIGNATURE_BYTES} allowed"
         )
     run_id, public_key, signature = _parse_signature(sig_bytes, sig_where)
-    if digest_bytes(body_bytes) != run_id:
-        raise InputError(
-            f"manifest {body_where}: its digest {format_digest(digest_bytes(body_bytes))} "
-            f"is not the run id {format_digest(run_id)} in {sig_where}"
-        )
-    if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
-        raise InputError(
-            f"manifest {body_where}: the signature in {sig_where} does not verify for public key {public_key.hex()}"
-        )
-    body = _parse_object(body_bytes, body_where)
-    if canonical_json(body) != body_bytes:
-        raise InputError(f"manifest {body_where} is not canonical JSON (sorted keys, no whitespace)")
     try:
-        parsed = check_body(body, complete=True)
-    except InputError as exc:
-        raise InputError(f"{body_where}: {exc}") from None
+        parsed = _verify_and_parse(body_bytes, body_where, sig_where, run_id, public_key, signature)
+    except MemoryError:  # an address-space limit (ulimit -v) met while the body was verified or parsed
+        raise InputError(
+            f"manifest {body_where} ({len(body_bytes)} bytes) needs about {manifest_memory(len(body_bytes))} "
+            f"bytes of memory to be checked, more than this process could have"
+        ) from None
     return Manifest(
-        body,
+        parsed.head(),
         body_bytes,
         run_id,
         public_key,
@@ -320,6 +360,39 @@ def manifest_from_bytes(body_bytes: bytes, sig_bytes: bytes, body_where: str, si
         parsed.checkpoints,
         parsed.config,
     )
+
+
+def _verify_and_parse(
+    body_bytes: bytes, body_where: str, sig_where: str, run_id: bytes, public_key: bytes, signature: bytes
+) -> Body:
+    """The checked Body of a manifest whose run id and signature are checked first."""
+    if digest_bytes(body_bytes) != run_id:
+        raise InputError(
+            f"manifest {body_where}: its digest {format_digest(digest_bytes(body_bytes))} "
+            f"is not the run id {format_digest(run_id)} in {sig_where}"
+        )
+    if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
+        raise InputError(
+            f"manifest {body_where}: the signature in {sig_where} does not verify for public key {public_key.hex()}"
+        )
+    return _parse_body(body_bytes, body_where)
+
+
+def manifest_memory(size: int) -> int:
+    """About the most memory (bytes) that checking a manifest body of `size` bytes holds at once:
+    the bytes, the parsed JSON and the parsed records together (benchmarks/manifest_bench.py measures it)."""
+    return MANIFEST_MEMORY_RATIO * size
+
+
+def _parse_body(body_bytes: bytes, body_where: str) -> Body:
+    """The checked Body of canonical body bytes; the parsed JSON is dropped when this returns."""
+    body = _parse_object(body_bytes, body_where)
+    if not same_bytes(canonical_pieces(body), body_bytes):
+        raise InputError(f"manifest {body_where} is not canonical JSON (sorted keys, no whitespace)")
+    try:
+        return check_body(body, complete=True, encoded=body_bytes)
+    except InputError as exc:
+        raise InputError(f"{body_where}: {exc}") from None
 
 
 def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict, Body]:
@@ -382,12 +455,13 @@ def _parse_hex(text: object, size: int, where: str) -> bytes:
     return raw
 
 
-def check_body(body: object, complete: bool = True) -> Body:
+def check_body(body: object, complete: bool = True, encoded: bytes | None = None) -> Body:
     """Check every field of a manifest body and their consistency; the parsed Body.
 
     `complete`: a published manifest (every planned step present); otherwise a
     publisher's progress (steps so far, ending at a checkpoint). The body must
-    also re-encode to itself (Body.to_dict), so no second encoding of a run passes.
+    also re-encode to itself (Body.to_dict), so no second encoding of a run passes;
+    `encoded`: the body's canonical bytes when the caller holds them (else they are made here).
     """
     body = _keys(body, BODY_KEYS, "manifest body")
     _equal(body["format"], RUN_FORMAT, "format")
@@ -426,7 +500,7 @@ def check_body(body: object, complete: bool = True) -> Body:
             f"progress is saved only at a checkpoint"
         )
     parsed = Body(created_by, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
-    if canonical_json(parsed.to_dict()) != canonical_json(body):
+    if not same_bytes(parsed.encoded_pieces(), encoded if encoded is not None else canonical_json(body)):
         raise InputError("manifest body does not re-encode to the same bytes (a value in a second encoding)")
     return parsed
 

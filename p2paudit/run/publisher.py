@@ -160,12 +160,12 @@ def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: Train
     }
 
 
-def _same_plan(body: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
+def _same_plan(head: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
     return (
-        body.get("config") == json.loads(canonical_json(cfg.to_dict()))
-        and body.get("steps_planned") == plan.steps
-        and body.get("checkpoint_every") == plan.ckpt_every
-        and body.get("traces", False) == plan.traces
+        head.get("config") == json.loads(canonical_json(cfg.to_dict()))
+        and head.get("steps_planned") == plan.steps
+        and head.get("checkpoint_every") == plan.ckpt_every
+        and head.get("traces", False) == plan.traces
     )
 
 
@@ -210,7 +210,7 @@ def publish_run(
     run_dir = plan.run_dir
     if (run_dir / MANIFEST_FILE).exists() and not (run_dir / PROGRESS_FILE).exists():
         manifest = read_manifest(run_dir)
-        if not _same_plan(manifest.body, cfg, plan) or manifest.data != data_spec(data_dir):
+        if not _same_plan(manifest.head, cfg, plan) or manifest.data != data_spec(data_dir):
             raise InputError(
                 f"run directory {run_dir} already holds a finished run with another config, --steps or --ckpt-every"
             )

@@ -89,13 +89,17 @@ def test_a_failed_import_leaves_an_existing_empty_directory_empty(tmp_path):
     assert list(out.iterdir()) == []
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
 @pytest.fixture
 def served_run(tmp_path):
     """A tiny run of 1 step on a loopback HTTP server (one that ignores Range: the client reads from byte 0)."""
     root = tmp_path / "www"
     publish_run(TrainPlan(root / "run", "tiny", steps=1, ckpt_every=1, backend="reference"), PUBLISHER)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -144,7 +144,9 @@ def test_a_second_spelling_of_a_number_is_refused(run_copy, publisher, old, new)
 def test_what_the_publisher_writes_is_exactly_what_is_accepted(published_run, traced_run):
     for run_dir in (published_run, traced_run):
         manifest = read_manifest(run_dir)
-        assert canonical_json(check_body(manifest.body).to_dict()) == manifest.body_bytes
+        parsed = check_body(json.loads(manifest.body_bytes))
+        assert canonical_json(parsed.to_dict()) == manifest.body_bytes == b"".join(parsed.encoded_pieces())
+        assert manifest.head == {k: v for k, v in parsed.to_dict().items() if k not in ("steps", "loss_curve")}
     assert publisher.SCHEDULE_NAME == SCHEDULE_FUNCTION
 
 
