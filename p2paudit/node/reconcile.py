@@ -16,7 +16,9 @@ range by range, and asks only for what it lacks:
   lacks with `entries` (at most MAX_ENTRIES per request) and stores them with
   append_many, which checks every signature.
 
-Ranges whose fingerprints agree cost 36 bytes a bucket. A bucket of one step
+The client asks first for one fingerprint of the whole run (peers in step
+agree: one request, 36 bytes of answer), then cuts it into buckets. Ranges
+whose fingerprints agree cost 36 bytes a bucket. A bucket of one step
 with more than MAX_HASHES attestations (a flood) is not listed: refused with a
 reason, and skipped by the client. Messages are canonical msgpack (node.wire's
 rules); the protocol is RECONCILE_PROTOCOL, one request and one answer a stream.
@@ -236,7 +238,15 @@ async def reconcile_run(ask, call, run_id: bytes, num_steps: int) -> Reconciled:
         done.received_bytes += len(answer)
         return decode_answer(answer, want)
 
-    ranges = [(INIT_STEP, num_steps - 1)]
+    # One fingerprint of the whole run first: in steady state peers agree, and the daemon asks every peer
+    # every few seconds (36 bytes of answer instead of 64 buckets' 2,300).
+    whole = (INIT_STEP, num_steps - 1)
+    theirs = await request(Summary(run_id, *whole, 1), "summary")
+    if len(theirs) != 1:
+        raise WireError(f"summary of the whole run has {len(theirs)} buckets, want 1")
+    if theirs[0][0] == 0 or theirs == await call(fingerprints, run_id, *whole, 1):
+        return done
+    ranges = [whole]
     while ranges:
         first, last = ranges.pop()
         buckets = min(MAX_BUCKETS, last - first + 1)
