@@ -15,6 +15,11 @@ old cost from 8 peers is 8 times that).
 
     python benchmarks/catchup_bench.py                    # 200,000 attestations, 8 peers
     python benchmarks/catchup_bench.py --count 20000      # quicker
+    python benchmarks/catchup_bench.py --keep DIR         # build the peers' ledgers in DIR once, reuse them after
+
+Also measured: the CPU of the whole process (the joiner and the 8 peers, which
+share it) during the catch-up, and one more reconciliation with a peer once
+in step (what the daemon does with every peer every 3 s).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import os
 import platform
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -56,13 +62,22 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def make_ledgers(root: Path, count: int, peers: int) -> tuple[list[Path], int]:
-    """`peers` ledgers holding the same `count` attestations, each in its own order; the distinct bytes."""
+    """`peers` ledgers holding the same `count` attestations, each in its own order; the distinct bytes.
+    Ledgers already in `root` (--keep) are reused."""
     verifiers = [key("verifier", v) for v in range(max(2, count // STEPS + 1))]
     envelopes = [synthetic_attestation(verifiers[n % len(verifiers)], RUN, n % STEPS, n).encoded for n in range(count)]
     paths = []
     for p in range(peers):
-        path = root / f"peer-{p}.db"
+        path = root / f"peer-{p}-{count}.db"
+        if path.exists():
+            paths.append(path)
+            continue
         order = envelopes[:]
         random.Random(p).shuffle(order)
         with AttestationStore.open(path, origin_for(key("peer", p).public_key)) as store:
@@ -108,7 +123,7 @@ async def catch_up(root: Path, addrs: list[str]) -> dict:
     out: dict = {}
     async with StoreOwner(opener(root / "late.db", origin_for(me.public_key))) as db, open_node(me, LOOPBACK) as node:
         peers = [await node.connect(a) for a in addrs]
-        began, total = time.monotonic(), reconcile.Reconciled()
+        began, cpu, total = time.monotonic(), cpu_seconds(), reconcile.Reconciled()
         for peer in peers:
 
             async def ask(data: bytes, peer: str = peer) -> bytes:
@@ -121,6 +136,10 @@ async def catch_up(root: Path, addrs: list[str]) -> dict:
             total.new += done.new
             out.setdefault("per_peer", []).append((done.requests, done.received_bytes, done.new))
         out.update(seconds=time.monotonic() - began, requests=total.requests, bytes=total.received_bytes, new=total.new)
+        out.update(cpu=cpu_seconds() - cpu)
+        began = time.monotonic()
+        again = await reconcile.reconcile_run(ask, db.call, RUN, STEPS)  # in step with the last peer
+        out.update(step_seconds=time.monotonic() - began, step_requests=again.requests, step_bytes=again.received_bytes)
     async with (
         StoreOwner(opener(root / "old-way.db", origin_for(me.public_key))) as db,
         open_node(me, LOOPBACK) as node,
@@ -155,12 +174,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--peers", type=int, default=8)
+    parser.add_argument("--keep", type=Path, help="build the peers' ledgers here once and reuse them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         began = time.monotonic()
-        paths, distinct = make_ledgers(root, args.count, args.peers)
-        print(f"built {args.peers} ledgers of {args.count:,} attestations in {time.monotonic() - began:.0f} s")
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        paths, distinct = make_ledgers(args.keep or root, args.count, args.peers)
+        print(
+            f"built {args.peers} ledgers of {args.count:,} attestations in {time.monotonic() - began:.0f} s", flush=True
+        )
         r = trio.run(main_async, root, paths)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, python {platform.python_version()}")
     print(f"distinct attestations: {args.count:,}, {distinct:,} bytes")
@@ -168,6 +192,9 @@ def main() -> None:
           f"{r['bytes']:,} bytes received ({r['bytes'] / distinct:.3f}x the distinct bytes), {r['new']:,} stored")  # fmt: skip
     for i, (requests, received, new) in enumerate(r["per_peer"]):
         print(f"  peer {i}: {requests:,} requests, {received:,} bytes, {new:,} new")
+    print(f"  CPU of the process (the joiner and the {args.peers} peers together): {r['cpu']:.1f} s")
+    print(f"once in step, one more reconciliation with a peer: {r['step_seconds'] * 1000:.0f} ms, "
+          f"{r['step_requests']} request(s), {r['step_bytes']:,} bytes received")  # fmt: skip
     print(f"baseline, proved log pages from one peer: {r['old_seconds']:.1f} s, {r['old_bytes']:,} bytes "
           f"(from {args.peers} peers: about {args.peers * r['old_bytes']:,} bytes, "
           f"{args.peers * r['old_bytes'] / distinct:.2f}x)")  # fmt: skip
