@@ -40,18 +40,19 @@ def record_audits(
     label: str,
     audits: Sequence[StepAudit],
     hardware: str | None = None,
+    publisher: bytes | None = None,
 ) -> Recorded:
     """Register the run (idempotent) and sign-and-append one attestation per audit (the initial
     state's included, as a v2 record of subject "init"), in step order, init first.
 
-    Preconditions: `run_id` and `num_steps` come from a manifest whose
-    signature was checked (the audit did that). Raises AttestationError, and
+    Preconditions: `run_id`, `num_steps` and `publisher` (the key that signed it, recorded with the run)
+    come from a manifest whose signature was checked (the audit did that). Raises AttestationError, and
     stores nothing for that step, if this node already signed a different
     result for it. Each attestation is its own transaction: when one is
     refused (that equivocation, a full disk) after others were stored,
     RecordingStopped says exactly which were stored and which were not.
     """
-    store.register_run(run_id, num_steps, label)
+    store.register_run(run_id, num_steps, label, publisher)
     where = describe_hardware() if hardware is None else hardware
     appended: list[tuple[StepAudit, Appended]] = []
     # init (state 0) before step 0: both carry step 0, and the ledger should read in claim order.

@@ -29,7 +29,7 @@ from pathlib import Path
 from ledger import Ledger, LedgerError, NoteSigner, Transaction
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
-from p2paudit.attest.tables import create_tables, indexed_size, origin_for  # noqa: F401 (re-exported)
+from p2paudit.attest.tables import create_tables, has_table, indexed_size, origin_for  # noqa: F401 (re-exported)
 from p2paudit.attest.views import create_views
 from p2paudit.identity import Identity
 
@@ -160,12 +160,17 @@ class AttestationStore:
 
     # -- runs -------------------------------------------------------------------------------------------
 
-    def register_run(self, run_id: bytes, steps: int, label: str = "") -> RunInfo:
+    def register_run(self, run_id: bytes, steps: int, label: str = "", publisher: bytes | None = None) -> RunInfo:
         """Make a run known (attestations for unknown runs are refused).
 
         Registering the same run again with the same number of steps is a
         no-op; a different number of steps is refused (runs are never changed).
+        `publisher`: the key that signed the run's manifest (checked by the
+        caller), recorded once (a run first made known from its id alone gains
+        it later; a manifest re-signed by another key adds that key).
         """
+        if publisher is not None and (type(publisher) is not bytes or len(publisher) != 32):
+            raise AttestationError(f"publisher key of run {run_id.hex()[:16]}... is not 32 bytes")
         if type(run_id) is not bytes or len(run_id) != 32:
             raise AttestationError(f"run id has {len(run_id) if isinstance(run_id, bytes) else '?'} bytes, want 32")
         if type(steps) is not int or not 1 <= steps <= MAX_RUN_STEPS:
@@ -176,7 +181,10 @@ class AttestationStore:
                 tx.conn.execute(
                     "INSERT INTO attest_runs (run_id, steps, label) VALUES (?, ?, ?)", (run_id, steps, label)
                 )
+                _record_publisher(tx.conn, run_id, publisher)
                 return RunInfo(run_id, steps, label)
+            if row[0] == steps:
+                _record_publisher(tx.conn, run_id, publisher)
         if row[0] != steps:
             raise AttestationError(f"run {run_id.hex()[:16]}... is registered with {row[0]} steps, not {steps}")
         return RunInfo(run_id, row[0], row[1])
@@ -185,6 +193,18 @@ class AttestationStore:
         """Every known run, in registration order."""
         rows = self.conn.execute("SELECT run_id, steps, label FROM attest_runs ORDER BY run").fetchall()
         return [RunInfo(*row) for row in rows]
+
+    def publishers(self, run_id: bytes) -> tuple[bytes, ...]:
+        """The keys recorded as the run's publisher (usually one; none when it was made known from its id alone,
+        or by a ledger written before they were recorded, which a read-only store cannot add the table to)."""
+        if not has_table(self.conn, "attest_publishers"):
+            return ()
+        rows = self.conn.execute(
+            "SELECT p.public_key FROM attest_publishers p JOIN attest_runs r ON r.run = p.run WHERE r.run_id = ? "
+            "ORDER BY p.public_key",
+            (run_id,),
+        ).fetchall()
+        return tuple(bytes(key) for (key,) in rows)
 
     def run_info(self, run_id: bytes) -> RunInfo:
         """A known run; AttestationError if it is not registered."""
@@ -430,6 +450,18 @@ def read_origin(path: Path | str) -> str | None:
         return Ledger.stored_origin(path)
     except LedgerError as exc:
         raise AttestationError(str(exc)) from None
+
+
+def _record_publisher(conn: sqlite3.Connection, run_id: bytes, publisher: bytes | None) -> None:
+    """Record the run's publisher key unless known (inside the write transaction that registers the run)."""
+    if publisher is None:
+        return
+    (run,) = conn.execute("SELECT run FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
+    known = conn.execute(
+        "SELECT 1 FROM attest_publishers WHERE run = ? AND public_key = ?", (run, publisher)
+    ).fetchone()
+    if known is None:
+        conn.execute("INSERT INTO attest_publishers (run, public_key) VALUES (?, ?)", (run, publisher))
 
 
 def now_ms() -> int:

@@ -9,8 +9,12 @@
                     record), so init and step 0 are two claims, never one
     attest_batches  (first leaf, count) per write: where the index ends, read
                     in O(log n)
+    attest_publishers  (run, public key): the keys that signed the run's
+                    manifest, as the command or daemon that registered it
+                    read them (a run registered from its id alone has none);
+                    added to older ledgers at their next write
 
-All four are append-only (triggers), like the ledger's: a conflict is
+All are append-only (triggers), like the ledger's: a conflict is
 evidence, so nothing is ever updated or deleted.
 """
 
@@ -30,13 +34,24 @@ DDL = [
     "PRIMARY KEY (run, step, key, leaf)) WITHOUT ROWID",
     "CREATE TABLE attest_batches (first_leaf INTEGER PRIMARY KEY, count INTEGER NOT NULL CHECK (count >= 1))",
 ]
-for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
-    DDL += [
-        f"CREATE TRIGGER {_table}_no_update BEFORE UPDATE ON {_table} "
-        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: UPDATE refused'); END",
-        f"CREATE TRIGGER {_table}_no_delete BEFORE DELETE ON {_table} "
-        f"BEGIN SELECT RAISE(ABORT, '{_table} is append-only: DELETE refused'); END",
+PUBLISHERS_DDL = [
+    "CREATE TABLE attest_publishers (run INTEGER NOT NULL, public_key BLOB NOT NULL "
+    "CHECK (length(public_key) = 32), PRIMARY KEY (run, public_key)) WITHOUT ROWID",
+]
+
+
+def _append_only(table: str) -> list[str]:
+    return [
+        f"CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only: UPDATE refused'); END",
+        f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} is append-only: DELETE refused'); END",
     ]
+
+
+for _table in ("attest_runs", "attest_keys", "attest_index", "attest_batches"):
+    DDL += _append_only(_table)
+PUBLISHERS_DDL += _append_only("attest_publishers")
 
 
 def origin_for(public_key: bytes) -> str:
@@ -45,10 +60,18 @@ def origin_for(public_key: bytes) -> str:
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
-    """Create the tables unless they exist. Precondition: inside a write transaction."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attest_index'").fetchone():
+    """Create the tables unless they exist, and those a ledger written before them lacks (attest_publishers).
+    Precondition: inside a write transaction."""
+    if not has_table(conn, "attest_index"):
         for statement in DDL:
             conn.execute(statement)
+    if not has_table(conn, "attest_publishers"):
+        for statement in PUBLISHERS_DDL:
+            conn.execute(statement)
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
 def indexed_size(conn: sqlite3.Connection) -> int:

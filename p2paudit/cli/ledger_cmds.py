@@ -132,12 +132,13 @@ def add_run(
 
         manifest = read_manifest(run_dir)  # checks the publisher's signature and the run id
         run_id, steps, label = manifest.run_id, manifest.num_steps, label or run_dir.name
+        publisher = manifest.public_key
     elif run_hex is None or steps is None:
         raise InputError("give RUN_DIR, or both --id and --steps")
     else:
-        run_id = parse_run_id(run_hex)
+        run_id, publisher = parse_run_id(run_hex), None
     with open_or_create(ledger_path) as store:
-        info = store.register_run(run_id, steps, label or "")
+        info = store.register_run(run_id, steps, label or "", publisher)
     click.echo(f"run {info.run_id.hex()} known: {info.steps} steps{f' ({info.label})' if info.label else ''}")
 
 

@@ -162,7 +162,9 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
     origin = None if read_origin(path) is not None else origin_for(identity.public_key)
     manifest = read_manifest(run_dir)
     with AttestationStore.open(path, origin) as store:
-        done = record_audits(store, identity, manifest.run_id, manifest.num_steps, run_dir.name, report.audits)
+        done = record_audits(
+            store, identity, manifest.run_id, manifest.num_steps, run_dir.name, report.audits, None, manifest.public_key
+        )
         size = store.ledger.size
     if as_json:
         return

@@ -198,7 +198,8 @@ class Explorer:
     def _summary(self, store: AttestationStore, run_id: bytes) -> dict[str, Any]:
         strip = self.overviews.get(store, run_id)
         key = (str(self.ledger_path), strip.ledger_size, "run", run_id)
-        return self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
+        summary = self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
+        return {**summary, **runs.publisher_view(store, run_id)}
 
     def runs(self, store: AttestationStore, request: Request) -> Answer:
         found = [self._summary(store, info.run_id) for info in store.runs()]

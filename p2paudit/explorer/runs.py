@@ -84,6 +84,13 @@ def run_summary(store: AttestationStore, run_id: bytes, strip: CoverageStrip | N
     return RunSummary(strip.run, strip.totals, init, last, when, strip.ledger_size)
 
 
+def publisher_view(store: AttestationStore, run_id: bytes) -> dict[str, Any]:
+    """The keys recorded as the run's publisher: `publisher` (the first, or None: unknown) and `publishers` (all).
+    Read at each request, not kept per ledger size: registering a run's key appends no entry."""
+    keys = store.publishers(run_id)
+    return {"publisher": keys[0].hex() if keys else None, "publishers": [key.hex() for key in keys]}
+
+
 @dataclass(frozen=True)
 class DisputedClaim:
     run_id: bytes

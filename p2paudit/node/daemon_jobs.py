@@ -30,14 +30,14 @@ class Ledgered:
 def setup(store: AttestationStore, identity: Identity, runs: tuple[RunSource, ...]) -> Ledgered:
     for source in runs:
         m = source.manifest
-        store.register_run(m.run_id, m.num_steps, source.label)
+        store.register_run(m.run_id, m.num_steps, source.label, m.public_key)
     reconcile.ensure_index(store)
     signer = witness.witness_signer(identity, store.ledger.origin)
     return Ledgered(sync.SyncCursor(store), witness.Witness(store.ledger, signer))
 
 
 def register(store: AttestationStore, source: RunSource) -> None:
-    store.register_run(source.manifest.run_id, source.manifest.num_steps, source.label)
+    store.register_run(source.manifest.run_id, source.manifest.num_steps, source.label, source.manifest.public_key)
 
 
 def append(store: AttestationStore, envelopes: list[bytes]) -> tuple[int, list[tuple[bytes, str]]]:

@@ -30,6 +30,7 @@ BIG_DISPUTED = 99_975
 SMALL_DISPUTED = (3, 5)  # step 3: state; step 5: data and loss
 SMALL_EQUIVOCATION = 7
 OWNER = key(100)
+PUBLISHER = key(90)  # signed the small run's manifest
 BUSY_PROGRESS = {  # the daemon replays step 4: 40 % done, in its second of four micro-batches, an hour left
     "step": 4,
     "phase": "micro-batch",
@@ -141,8 +142,8 @@ def build_ledger(directory: Path) -> Built:
     path = directory / "ledger.db"
     witness = CosignatureSigner("witness." + NAME_MARKUP, key(60).private_key)
     with AttestationStore.open(path, origin_for(OWNER.public_key)) as store:
-        store.register_run(SMALL, 20, "small " + MARKUP)
-        store.register_run(BIG, BIG_STEPS, "big")
+        store.register_run(SMALL, 20, "small " + MARKUP, PUBLISHER.public_key)
+        store.register_run(BIG, BIG_STEPS, "big")  # made known by its id alone: its publisher is unknown
         small, big = small_run(), big_run()
         store.append_many(small)
         store.checkpoint(OWNER)

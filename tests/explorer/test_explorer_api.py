@@ -20,6 +20,7 @@ from tests.explorer.explorer_helpers import (
     BIG_STEPS,
     BUSY_PROGRESS,
     MARKUP,
+    PUBLISHER,
     SMALL,
     SMALL_EQUIVOCATION,
 )
@@ -38,6 +39,8 @@ def test_index_and_runs(server):
     assert small["last_leaf"] == 25 and small["last_time_ms"] == 1_700_000_000_000
     assert big["steps"] == BIG_STEPS and big["totals"]["checked_steps"] == BIG_STEPS // BIG_EVERY
     assert fetch(server, f"/api/v1/runs/sha256:{BIG.hex()}").json()["totals"] == big["totals"]
+    assert small["publisher"] == PUBLISHER.public_key.hex() and small["publishers"] == [small["publisher"]]
+    assert big["publisher"] is None and big["publishers"] == []  # registered by id alone: unknown
 
 
 def test_coverage_of_100000_steps_in_buckets_and_zoomed(server):

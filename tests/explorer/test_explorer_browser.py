@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.explorer.explorer_helpers import BIG, BIG_DISPUTED, MARKUP, NAME_MARKUP, SMALL
+from tests.explorer.explorer_helpers import BIG, BIG_DISPUTED, MARKUP, NAME_MARKUP, PUBLISHER, SMALL
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -97,6 +97,8 @@ def test_click_from_a_run_to_a_disputed_step_to_its_evidence(browser, server, ar
     rows = main.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     assert len(rows) == 2
     assert "small " + MARKUP in main.text  # the label, as text
+    publishers = [cell.text for cell in main.find_elements(By.CSS_SELECTOR, "#runs .publisher")]
+    assert publishers == [PUBLISHER.public_key.hex()[:24] + "…", "unknown"]
     assert_inert(browser, main)
     main.find_element(By.LINK_TEXT, "small " + MARKUP).click()
     main = wait_ready(browser, artifacts, "02-small-run")

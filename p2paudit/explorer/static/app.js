@@ -108,6 +108,7 @@ async function pageRuns() {
     const t = run.totals;
     return [
       el("span", {}, runLink(run.run_id, run.label || short(run.run_id)), el("br"), el("code", {}, short(run.run_id, 24))),
+      publisherCell(run),
       String(run.steps),
       el("span", {}, bar(t.checked_steps / run.steps), " " + pct(t.checked_steps, run.steps)),
       String(t.attestations),
@@ -117,8 +118,13 @@ async function pageRuns() {
       run.last_leaf === null ? "-" : el("span", {}, when(run.last_time_ms), el("br"), "entry " + run.last_leaf),
     ];
   });
-  const headers = ["Run", "Steps", "Checked", "Attestations", "Steps with a mismatch", "Disputed steps", "Initial state", "Last activity"];
+  const headers = ["Run", "Publisher key", "Steps", "Checked", "Attestations", "Steps with a mismatch", "Disputed steps", "Initial state", "Last activity"];
   clear(document.getElementById("content")).appendChild(table("runs", headers, rows));
+}
+
+function publisherCell(run) {
+  if (!run.publisher) return el("span", { class: "publisher note" }, "unknown");
+  return el("span", { class: "publisher" }, run.publishers.map((key, n) => el("span", {}, n ? el("br") : null, el("code", { title: key }, short(key, 24)))));
 }
 
 function initCell(run) {
