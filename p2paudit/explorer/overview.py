@@ -79,13 +79,17 @@ class Overviews:
         threading.Thread(target=work, name="p2paudit-explorer-refresh", daemon=True).start()
 
     def warm_in_background(self) -> threading.Thread:
-        """Compute every run's overview now, in a thread, so the first page does not wait for it."""
+        """Compute every run's overview now, in a thread, so the first page does not wait for it (but not one
+        taken back from a saved file at this very size: it is the same answer)."""
 
         def work() -> None:
             try:
                 with AttestationStore.open_readonly(self.ledger_path) as store:
                     for info in store.runs():
-                        self.compute(store, info.run_id)
+                        with self._lock:
+                            held = self._latest.get(info.run_id)
+                        if held is None or held.ledger_size < store.ledger.size:
+                            self.compute(store, info.run_id)
             except _REFRESH_ERRORS:
                 pass  # no ledger yet (a daemon's first seconds): requests compute it when there is one
 

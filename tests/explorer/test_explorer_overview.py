@@ -89,3 +89,14 @@ def test_saved_overviews_of_another_ledger_or_altered_are_ignored(built, tmp_pat
     beyond["strips"][0]["ledger_size"] = 10**9
     for bad in (altered, other_origin, beyond, {"format": "x"}, None, [], {**saved, "strips": [{"run_id": 5}]}):
         assert Explorer(path).overviews.restore_from(bad) == 0
+
+
+def test_the_warm_up_skips_an_overview_taken_back_at_the_current_size(built):
+    first = Explorer(built.path)
+    first.overviews.warm_in_background().join()
+    saved = json.loads(json.dumps(first.overviews.to_save()))
+    again = Explorer(built.path)
+    assert again.overviews.restore_from(saved) == 2
+    again.overviews.warm_in_background().join()
+    assert len(again.cache._items) == 0  # nothing recomputed: the ledger has not grown since
+    assert coverage(again) == coverage(first)
