@@ -15,7 +15,16 @@ from types import ModuleType
 import numpy as np
 
 from p2paudit.engine.config import ModelConfig
-from p2paudit.engine.model import ForwardCache, LayerCache, Trace, emit, head_weight, host_trace, prefixed
+from p2paudit.engine.model import (
+    ForwardCache,
+    LayerCache,
+    LayerDone,
+    Trace,
+    emit,
+    head_weight,
+    host_trace,
+    prefixed,
+)
 from p2paudit.engine.state import param_shapes
 
 
@@ -63,11 +72,18 @@ def block_backward(
 
 
 def backward(
-    cache: ForwardCache, state: dict[str, np.ndarray], model: ModelConfig, be: ModuleType, trace: Trace | None = None
+    cache: ForwardCache,
+    state: dict[str, np.ndarray],
+    model: ModelConfig,
+    be: ModuleType,
+    trace: Trace | None = None,
+    *,
+    on_layer: LayerDone | None = None,
 ) -> dict[str, np.ndarray]:
     """Gradients of cache.loss for every parameter, keyed by param name (no "params/"), in state order.
 
     The gradients are arrays of the kind cache and state hold (the backend's own).
+    `on_layer()` is called after each block's backward pass (progress).
     """
     trace = host_trace(trace, be)
     grads: dict[str, np.ndarray] = {}
@@ -81,6 +97,8 @@ def backward(
     for layer in reversed(range(model.n_layer)):
         tr = prefixed(trace, f"bwd/h.{layer}/")
         dx = block_backward(dx, cache.layers[layer], state, layer, model, be, tr, grads)
+        if on_layer is not None:
+            on_layer()
     dwte = emit(trace, "bwd/wte.lookup", be.embedding_backward(cache.idx, dx, model.vocab_size))  # (V, C)
     grads["wpe"] = emit(trace, "bwd/wpe", be.embedding_backward(cache.pos, dx, model.seq_len))  # (T, C)
     if model.tied_head:

@@ -30,6 +30,7 @@ from p2paudit.engine.config import ModelConfig
 from p2paudit.errors import InputError
 
 Trace = Callable[[str, np.ndarray], None]
+LayerDone = Callable[[], None]  # told that one more block's forward (or backward) pass is done
 NORM_EPS = np.float32(1e-5)
 
 
@@ -149,12 +150,18 @@ def forward(
 
 
 def forward_checked(
-    state: dict[str, np.ndarray], tokens: np.ndarray, model: ModelConfig, be: ModuleType, trace: Trace | None = None
+    state: dict[str, np.ndarray],
+    tokens: np.ndarray,
+    model: ModelConfig,
+    be: ModuleType,
+    trace: Trace | None = None,
+    *,
+    on_layer: LayerDone | None = None,
 ) -> ForwardCache:
     """forward() on tokens already checked by check_tokens, in the kind of array state holds.
 
     Every array stays the backend's (no host copy), except what `trace` is
-    given: pass a host_trace.
+    given: pass a host_trace. `on_layer()` is called after each block (progress).
     """
     idx, targets, pos = be.split_tokens(tokens)  # (N,) x3
     tok_emb = emit(trace, "fwd/wte", be.embedding(state["params/wte"], idx))  # (N, C)
@@ -164,6 +171,8 @@ def forward_checked(
     for layer in range(model.n_layer):
         x, cache = block_forward(x, state, layer, model, be, prefixed(trace, f"fwd/h.{layer}/"))
         layers.append(cache)
+        if on_layer is not None:
+            on_layer()
     xf, rstdf = be.rmsnorm(x, state["params/ln_f"], NORM_EPS)  # (N, C), (N,)
     emit(trace, "fwd/ln_f", xf)
     emit(trace, "fwd/ln_f.rstd", rstdf)

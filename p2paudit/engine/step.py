@@ -5,6 +5,11 @@
     loss = tree_sum(loss_0 .. loss_{M-1}) / M
     state' = apply_update(state, G)                 # AdamW on G / M with lr_at(step)
 
+The order of those operations is written once, in engine.step_core.run_step;
+`train_step` is its in-memory configuration (the whole state on the backend,
+partial sums kept as they are, the new state collected whole), as
+engine.streaming.streamed_step is its bounded-memory one.
+
 Nothing here reads a clock, a global generator or a thread count, and no
 argument is mutated: every new tensor is a new array.
 
@@ -12,8 +17,7 @@ The public functions take and return numpy arrays. Inside, the work runs on
 the backend's own arrays: the state (less its step counter, a host integer)
 and the batch go up once with `backend.to_device`, every op between kernels
 is the backend's, and the new state, gradients and loss come back once with
-`backend.to_host` (on the numpy backends both move nothing). The `*_on`
-functions are those insides.
+`backend.to_host` (on the numpy backends both move nothing).
 """
 
 from __future__ import annotations
@@ -21,18 +25,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from p2paudit.engine.backward import backward
 from p2paudit.engine.config import TrainConfig
-from p2paudit.engine.model import Trace, check_tokens, emit, forward_checked, host_trace, prefixed
-from p2paudit.engine.schedule import lr_at
-from p2paudit.engine.state import check_state, param_shapes
+from p2paudit.engine.model import Trace, check_tokens, host_trace
+from p2paudit.engine.progress import ProgressHook
+from p2paudit.engine.state import check_state, param_shapes, state_names
+from p2paudit.engine.step_core import (
+    GradSums,
+    MemoryGradStore,
+    PairwiseTree,
+    fold_micro_batches,
+    micro_batch_grads_on,
+    run_step,
+    update_params,
+)
 from p2paudit.errors import InputError
 
 T_ = TypeVar("T_")
+
+__all__ = [
+    "PairwiseTree",
+    "StepResult",
+    "add_grads",
+    "apply_update",
+    "check_batch",
+    "micro_batch_grads",
+    "params_to_device",
+    "state_to_device",
+    "state_to_host",
+    "sum_micro_batches",
+    "train_step",
+    "tree_reduce",
+    "tree_sum",
+    "tree_sum_losses",
+]
 
 
 @dataclass(frozen=True)
@@ -74,49 +103,8 @@ def state_to_host(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str
     return {name: t if name == "step" else backend.to_host(t) for name, t in state.items()}
 
 
-def micro_batch_grads_on(
-    state: dict[str, np.ndarray], tokens: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """micro_batch_grads on the backend's arrays: checked parameters (or state) and tokens already there; 0-d loss."""
-    cache = forward_checked(state, tokens, cfg.model, backend, trace)
-    grads = backward(cache, state, cfg.model, backend, trace)
-    return grads, cache.loss
-
-
-class PairwiseTree(Generic[T_]):
-    """Sums items pushed one at a time by the fixed pairwise tree ((x0+x1)+(x2+x3))+... .
-
-    Two partial sums are added as soon as both halves of a subtree exist, so at
-    most log2(n) + 1 partial sums are held at once, and the adds (and their
-    operand order: left + right) are exactly those of the level-by-level tree.
-    Any aligned contiguous block of 2^j items is a subtree, which is what lets
-    the distributed step sum each rank's share first and the shares after.
-    """
-
-    def __init__(self, add: Callable[[T_, T_], T_]) -> None:
-        self._add = add
-        self._stack: list[tuple[int, T_]] = []  # (number of items summed, partial sum), sizes decreasing
-        self.count = 0
-
-    def push(self, item: T_) -> None:
-        size, value = 1, item
-        while self._stack and self._stack[-1][0] == size:
-            _, left = self._stack.pop()
-            value = self._add(left, value)
-            size *= 2
-        self._stack.append((size, value))
-        self.count += 1
-
-    def total(self) -> T_:
-        """The sum; precondition: a power-of-two number of items was pushed."""
-        n = self.count
-        if n < 1 or n & (n - 1):
-            raise InputError(f"tree sum over {n} items, want a power of two")
-        return self._stack[0][1]
-
-
 def tree_reduce(items: list[T_], add: Callable[[T_, T_], T_]) -> T_:
-    """The pairwise tree sum (see PairwiseTree) of a power-of-two number of items."""
+    """The pairwise tree sum (see step_core.PairwiseTree) of a power-of-two number of items."""
     tree: PairwiseTree[T_] = PairwiseTree(add)
     for item in items:
         tree.push(item)
@@ -138,12 +126,28 @@ def tree_sum_losses(losses: list[np.float32]) -> np.float32:
     return tree_reduce([np.float32(x) for x in losses], lambda a, b: np.float32(a + b))
 
 
+class StateCollector:
+    """A step_core.Sink that gathers the new state's tensors and gives them back in state order."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self._names = state_names(cfg)
+        self._made: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, array: np.ndarray) -> None:
+        self._made[name] = array
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {name: self._made[name] for name in self._names}
+
+
 def apply_update(
     state: dict[str, np.ndarray],
     grads: dict[str, np.ndarray],
     cfg: TrainConfig,
     backend: ModuleType,
     trace: Trace | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> dict[str, np.ndarray]:
     """The state after one AdamW update from the tree-summed gradients `grads` (divided by M here).
 
@@ -154,40 +158,17 @@ def apply_update(
             raise InputError(f"gradient {name} is missing or not float32 {shape}")
     needed = [p + name for p in ("params/", "opt/m/", "opt/v/") for name in param_shapes(cfg.model)]
     dstate = {key: backend.to_device(state[key]) for key in needed}
-    dstate["step"] = state["step"]
     dgrads = {name: backend.to_device(grads[name]) for name in param_shapes(cfg.model)}
-    new = apply_update_on(dstate, dgrads, cfg, backend, host_trace(trace, backend))
-    return state_to_host(new, backend)
+    new = StateCollector(cfg)
+    update_params(
+        dstate, dgrads, int(state["step"]), in_state(dstate), new, cfg, backend, host_trace(trace, backend), progress
+    )
+    return state_to_host(new.state(), backend)
 
 
-def apply_update_on(
-    state: dict[str, np.ndarray],
-    grads: dict[str, np.ndarray],
-    cfg: TrainConfig,
-    backend: ModuleType,
-    trace: Trace | None = None,
-) -> dict[str, np.ndarray]:
-    """apply_update on the backend's arrays (gradients already checked); "step" is a host array."""
-    o = cfg.optim
-    done = int(state["step"])
-    lr = lr_at(done, o)
-    new_p, new_m, new_v = {}, {}, {}
-    for name, shape in param_shapes(cfg.model).items():
-        # exact unless subnormal: M is 2^j
-        g = emit(trace, f"update/{name}/grad", backend.div_scalar(grads[name], np.float32(cfg.micro_batches)))
-        wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
-        p2, m2, v2 = backend.adamw(
-            state["params/" + name], g, state["opt/m/" + name], state["opt/v/" + name],
-            done + 1, lr, np.float32(o.beta1), np.float32(o.beta2), np.float32(o.eps), wd,
-        )  # fmt: skip
-        new_p[name] = emit(trace, f"update/{name}/p", p2)
-        new_m[name] = emit(trace, f"update/{name}/m", m2)
-        new_v[name] = emit(trace, f"update/{name}/v", v2)
-    out = {"params/" + n: t for n, t in new_p.items()}
-    out.update({"opt/m/" + n: t for n, t in new_m.items()})
-    out.update({"opt/v/" + n: t for n, t in new_v.items()})
-    out["step"] = np.array(done + 1, dtype=np.int64)
-    return out
+def in_state(state: dict[str, np.ndarray]) -> Callable[[str], tuple[np.ndarray, np.ndarray]]:
+    """step_core.Moments read from a whole state."""
+    return lambda name: (state["opt/m/" + name], state["opt/v/" + name])
 
 
 def check_batch(batch: np.ndarray, cfg: TrainConfig) -> None:
@@ -206,6 +187,8 @@ def sum_micro_batches(
     cfg: TrainConfig,
     backend: ModuleType,
     trace: Trace | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> tuple[dict[str, np.ndarray], np.float32]:
     """Tree sums of the gradients and losses of micro-batches `indices` (a power-of-two count).
 
@@ -217,52 +200,48 @@ def sum_micro_batches(
     for m in indices:
         check_tokens(batch[m], cfg.model)
     share = batch[indices.start : indices.stop : indices.step]  # only these micro-batches go up
-    grads, loss = sum_micro_batches_on(
-        params_to_device(state, backend), backend.to_device(share), indices, cfg, backend, host_trace(trace, backend)
+    grads, loss = fold_micro_batches(
+        params_to_device(state, backend),
+        backend.to_device(share),
+        indices,
+        cfg,
+        backend,
+        GradSums(MemoryGradStore(), backend, on_host=False),
+        host_trace(trace, backend),
+        progress,
     )
     return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
 
 
-def sum_micro_batches_on(
+def train_step(
     state: dict[str, np.ndarray],
     batch: np.ndarray,
-    indices: range,
     cfg: TrainConfig,
     backend: ModuleType,
     trace: Trace | None = None,
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """sum_micro_batches on the backend's arrays (checked, then moved there); 0-d loss.
-
-    batch holds exactly the micro-batches of `indices`, in order: batch[i] is micro-batch indices[i].
-    """
-
-    def add(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {name: backend.add(a[name], b[name]) for name in a}  # add_grads, on the backend
-
-    grad_tree: PairwiseTree[dict[str, np.ndarray]] = PairwiseTree(add)
-    loss_tree: PairwiseTree[np.ndarray] = PairwiseTree(backend.add)
-    for i, m in enumerate(indices):
-        g, loss = micro_batch_grads_on(state, batch[i], cfg, backend, prefixed(trace, f"mb{m}/"))
-        grad_tree.push(g)
-        loss_tree.push(loss)
-    return grad_tree.total(), loss_tree.total()
-
-
-def train_step(
-    state: dict[str, np.ndarray], batch: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
+    *,
+    progress: ProgressHook | None = None,
 ) -> StepResult:
-    """One full step on batch (M, B, T+1); trace op names start with "mb<m>/", "grad/", "loss", "update/"."""
+    """One full step on batch (M, B, T+1); trace op names start with "mb<m>/", "grad/", "loss", "update/".
+
+    `progress` (engine.progress) is told of each layer, micro-batch and parameter update as it finishes.
+    """
     check_state(state, cfg)
     check_batch(batch, cfg)
     for m in range(cfg.micro_batches):
         check_tokens(batch[m], cfg.model)  # token ids are checked here, on the host, before the upload
-    trace = host_trace(trace, backend)
     dstate = state_to_device(state, backend)
-    grads, losses = sum_micro_batches_on(
-        dstate, backend.to_device(batch), range(cfg.micro_batches), cfg, backend, trace
+    new = StateCollector(cfg)
+    loss = run_step(
+        dstate,
+        backend.to_device(batch),
+        int(state["step"]),
+        cfg,
+        backend,
+        sums=GradSums(MemoryGradStore(), backend, on_host=False),
+        moments=in_state(dstate),
+        sink=new,
+        trace=host_trace(trace, backend),
+        progress=progress,
     )
-    for name, t in grads.items():
-        emit(trace, f"grad/{name}", t)
-    loss = emit(trace, "loss", backend.div_scalar(losses, np.float32(cfg.micro_batches)))
-    new = apply_update_on(dstate, grads, cfg, backend, trace)
-    return StepResult(state=state_to_host(new, backend), loss=np.float32(backend.to_host(loss)))
+    return StepResult(state=state_to_host(new.state(), backend), loss=np.float32(backend.to_host(loss)))
