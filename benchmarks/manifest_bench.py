@@ -41,7 +41,8 @@ def write_signed_manifest(run_dir: Path, steps: int, seed: int = 0) -> int:
     from p2paudit.engine.state import state_names
     from p2paudit.identity import identity_from_seed
     from p2paudit.run.digest import StateDigest, combine_tensor_digests
-    from p2paudit.run.manifest import Body, StepRecord, expected_checkpoints, write_manifest
+    from p2paudit.run.manifest import write_manifest
+    from p2paudit.run.manifest_body import Body, StepRecord, expected_checkpoints
     from p2paudit.run.shards import CORPUS_NAME, describe_corpus
 
     rng = np.random.default_rng(seed)

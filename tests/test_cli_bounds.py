@@ -37,7 +37,7 @@ def _one_line_error(home, *args: str) -> str:
 
 def test_a_run_has_at_most_2_to_the_32_steps():
     from p2paudit.attest.store import MAX_RUN_STEPS
-    from p2paudit.run.manifest import MAX_STEPS
+    from p2paudit.run.manifest_body import MAX_STEPS
 
     assert MAX_RUN_STEPS == MAX_STEPS == 2**32  # attest's copy of the bound (attest does not import run)
 

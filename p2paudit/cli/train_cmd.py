@@ -112,7 +112,7 @@ def train(
     from p2paudit.engine.memory import available_bytes, estimate_memory, format_bytes
     from p2paudit.identity import home_dir, load_identity
     from p2paudit.run.digest import format_digest
-    from p2paudit.run.manifest import read_config_file
+    from p2paudit.run.manifest_body import read_config_file
     from p2paudit.run.publisher import check_plan, data_spec
     from p2paudit.run.training import TrainPlan
 

@@ -30,17 +30,8 @@ from p2paudit.identity import Identity
 from p2paudit.run.checkpoint import load_checkpoint, open_checkpoint, save_checkpoint
 from p2paudit.run.data_dir import copy_shards, read_data_spec
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
-from p2paudit.run.manifest import (
-    MANIFEST_FILE,
-    RUN_FORMAT,
-    RUN_VERSION,
-    SIGNATURE_FILE,
-    canonical_json,
-    check_data_for_config,
-    read_manifest,
-    read_progress,
-    write_manifest,
-)
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest, read_progress, write_manifest
+from p2paudit.run.manifest_body import RUN_FORMAT, RUN_VERSION, canonical_json, check_data_for_config
 from p2paudit.run.shards import (
     CORPUS_NAME,
     DataSpec,

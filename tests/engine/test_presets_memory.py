@@ -80,7 +80,7 @@ def test_estimate_is_within_1_5x_above_the_measured_peak(name):
 
 
 def test_config_file_round_trip_and_bad_fields(tmp_path):
-    from p2paudit.run.manifest import read_config_file
+    from p2paudit.run.manifest_body import read_config_file
 
     good = train_config("tiny").to_dict()
     good["model"]["name"] = "mine"

@@ -9,7 +9,8 @@ import pytest
 from p2paudit.engine.config import train_config
 from p2paudit.engine.schedule import batch_for_step, batch_key
 from p2paudit.run.digest import digest_batch
-from p2paudit.run.manifest import MANIFEST_FILE, expected_checkpoints, read_manifest
+from p2paudit.run.manifest import MANIFEST_FILE, read_manifest
+from p2paudit.run.manifest_body import expected_checkpoints
 from p2paudit.run.shards import load_tokens
 
 

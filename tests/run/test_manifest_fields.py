@@ -14,7 +14,8 @@ from run_helpers import sign_raw
 from p2paudit.engine.schedule import SCHEDULE_FUNCTION
 from p2paudit.errors import InputError
 from p2paudit.run import publisher
-from p2paudit.run.manifest import MANIFEST_FILE, canonical_json, check_body, read_manifest, write_manifest
+from p2paudit.run.manifest import MANIFEST_FILE, read_manifest, write_manifest
+from p2paudit.run.manifest_body import canonical_json, check_body
 
 
 def _body(run_dir: Path) -> dict:

@@ -8,7 +8,7 @@ import pytest
 
 from p2paudit.errors import InputError
 from p2paudit.run.data_dir import import_tokens, read_data_dir
-from p2paudit.run.manifest import check_data_for_config
+from p2paudit.run.manifest_body import check_data_for_config
 from p2paudit.run.shards import (
     SHARD_HEADER_IDS,
     SHARD_TOKENS,
