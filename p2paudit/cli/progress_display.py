@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress
 
     from p2paudit.engine.progress import ProgressHook, StepProgress
     from p2paudit.run.progress_meter import ProgressView
+    from p2paudit.run.training import StepDone
 
 
 def describe_counts(view: ProgressView) -> str:
@@ -54,54 +57,50 @@ def json_events(stream: TextIO | None = None) -> Iterator[ProgressHook]:
 
     def hook(event: StepProgress) -> None:
         view = meter.observe(event)
-        if view is None:
-            return
-        try:
-            out.write(json.dumps(event_line(view)) + "\n")
-            out.flush()
-        except (OSError, ValueError):  # a reader gone (closed pipe): a hook never stops the step it watches
-            pass
+        if view is not None:
+            _write_line(out, json.dumps(event_line(view)))
 
     yield hook
+
+
+def _bar(console: Console | None):
+    """A transient rich Progress on `console` (default: stderr): description, bar, share, and a line of text."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    console = console if console is not None else Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[info]}"))
+    # Lines the command prints on stdout go above the bar only when stdout is that terminal too.
+    redirect = console.is_terminal and sys.stdout.isatty()
+    return Progress(*columns, console=console, transient=True, redirect_stdout=redirect)
+
+
+def _within_step(bar: Progress) -> ProgressHook:
+    """A hook drawing the current step's share, place, elapsed and time left as a task of `bar`."""
+    from p2paudit.run.progress_meter import ProgressMeter
+
+    task, meter = bar.add_task("step", total=1.0, info=""), ProgressMeter()
+
+    def hook(event: StepProgress) -> None:
+        view = meter.observe(event)
+        if view is None:
+            return
+        info = (
+            f"{describe_counts(view)}; {format_seconds(view.elapsed)} elapsed, {format_seconds(view.eta_seconds)} left"
+        )
+        bar.update(
+            task, completed=view.fraction, description="step" if view.step is None else f"step {view.step}", info=info
+        )
+        bar.refresh()  # at most 4 a second (the meter's limit): drawn now, not at the next tick
+
+    return hook
 
 
 @contextmanager
 def terminal_bar(console: Console | None = None) -> Iterator[ProgressHook]:
     """A hook that draws a transient rich bar of the current step on `console` (default: stderr)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-
-    from p2paudit.run.progress_meter import ProgressMeter
-
-    console = console if console is not None else Console(stderr=True)
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[where]}"),
-        TextColumn("{task.fields[elapsed]} elapsed, {task.fields[left]} left"),
-    )
-    # Lines the command prints on stdout go above the bar only when stdout is that terminal too.
-    redirect = console.is_terminal and sys.stdout.isatty()
-    with Progress(*columns, console=console, transient=True, redirect_stdout=redirect) as bar:
-        task = bar.add_task("step", total=1.0, where="", elapsed="0:00", left="?")
-        meter = ProgressMeter()
-
-        def hook(event: StepProgress) -> None:
-            view = meter.observe(event)
-            if view is None:
-                return
-            bar.update(
-                task,
-                completed=view.fraction,
-                description="step" if view.step is None else f"step {view.step}",
-                where=describe_counts(view),
-                elapsed=format_seconds(view.elapsed),
-                left=format_seconds(view.eta_seconds),
-            )
-            bar.refresh()  # at most 4 a second (the meter's limit): drawn now, not at the next tick
-
-        yield hook
+    with _bar(console) as bar:
+        yield _within_step(bar)
 
 
 @contextmanager
@@ -115,6 +114,51 @@ def step_progress(as_json: bool) -> Iterator[ProgressHook | None]:
             yield hook
     else:
         yield None
+
+
+StepHook = Callable[["StepDone"], None]
+
+
+@contextmanager
+def train_display(
+    total: int, as_json: bool, console: Console | None = None
+) -> Iterator[tuple[StepHook, ProgressHook | None]]:
+    """`train`'s (on each finished step, within each step) callbacks: with --json, JSON lines on stderr (a
+    {"event": "step", "step", "loss", "steps_per_second"} per step, progress events within); on a terminal, two
+    transient bars on stderr (the run's steps, the current step); else nothing."""
+    started = time.perf_counter()
+
+    def rate(done: StepDone) -> float:
+        return (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
+
+    if as_json:
+        with json_events() as hook:
+
+            def on_step_json(done: StepDone) -> None:
+                line = {"event": "step", "step": done.step, "loss": done.loss, "steps_per_second": round(rate(done), 4)}
+                _write_line(sys.stderr, json.dumps(line))
+
+            yield on_step_json, hook
+        return
+    if console is None and not sys.stderr.isatty():
+        yield (lambda done: None), None
+        return
+    with _bar(console) as bar:
+        run_task = bar.add_task("train", total=total, info="")
+
+        def on_step(done: StepDone) -> None:
+            info = f"step {done.step + 1}/{total}, loss {done.loss:.4f}, {rate(done):.2f} steps/s"
+            bar.update(run_task, completed=done.step + 1, info=info)
+
+        yield on_step, _within_step(bar)
+
+
+def _write_line(out: TextIO, line: str) -> None:
+    try:
+        out.write(line + "\n")
+        out.flush()
+    except (OSError, ValueError):  # a reader gone (closed pipe): a callback never stops the work it watches
+        pass
 
 
 def busy_line(status: dict, now: float) -> str | None:

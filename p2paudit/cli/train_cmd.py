@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,33 +14,16 @@ from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
 if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.identity import Identity
     from p2paudit.run.publisher import PublishResult
-    from p2paudit.run.training import StepDone, TrainPlan
+    from p2paudit.run.training import TrainPlan
 
 
-def _publish_with_progress(plan: TrainPlan, identity: Identity, **options: object) -> PublishResult:
-    """Run the publisher under a rich progress bar (step, loss, steps/s); returns its PublishResult."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+def _publish_with_progress(plan: TrainPlan, identity: Identity, as_json: bool, **options: object) -> PublishResult:
+    """Run the publisher, its steps and the work within each step shown on stderr (cli.progress_display: bars on a
+    terminal, JSON lines with --json, nothing in a pipe); returns its PublishResult."""
+    from p2paudit.cli.progress_display import train_display
     from p2paudit.run.publisher import publish_run
 
-    started = time.perf_counter()
-    columns = (
-        TextColumn("step"),
-        MofNCompleteColumn(),
-        BarColumn(),
-        TextColumn("loss {task.fields[loss]}"),
-        TextColumn("{task.fields[rate]} steps/s"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, transient=False) as progress:
-        task = progress.add_task("train", total=plan.steps, loss="-", rate="-")
-
-        def on_step(done: StepDone) -> None:
-            if progress.tasks[task].completed == 0 and done.resumed_from:
-                progress.update(task, completed=done.resumed_from)
-            rate = (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, completed=done.step + 1, loss=f"{done.loss:.4f}", rate=f"{rate:.2f}")
-
+    with train_display(plan.steps, as_json) as (on_step, within_step):
         return publish_run(plan, identity, on_step, **options)
 
 
@@ -91,6 +74,12 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity, **options: objec
     default=None,
     help="Publisher key (default: the node key, created if missing).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document on stdout; on stderr one JSON line per finished step and progress events within steps.",
+)
 def train(
     run_dir: Path,
     config_name: str,
@@ -106,6 +95,7 @@ def train(
     mode: str,
     scratch_dir: Path | None,
     key_path: Path | None,
+    as_json: bool,
 ) -> None:
     """Train a run into RUN_DIR and sign its manifest; resumes an interrupted run."""
     from p2paudit.engine.config import CONFIGS, count_parameters
@@ -135,16 +125,19 @@ def train(
     data = data_spec(data_dir)
     estimate = estimate_memory(cfg, data.tokens, data.token_bytes)
     have = available_bytes()
-    click.echo(
-        f"{cfg.model.name}: {count_parameters(cfg.model):,} parameters; memory per process: {estimate.describe()}; "
-        f"{'unknown' if have is None else format_bytes(have)} available"
-    )
+    memory = f"memory per process: {estimate.describe()}; {'unknown' if have is None else format_bytes(have)} available"
+    if not as_json:
+        click.echo(f"{cfg.model.name}: {count_parameters(cfg.model):,} parameters; {memory}")
     identity = load_identity(key_path) if key_path is not None else _node_identity()
     scratch = scratch_dir if scratch_dir is not None else home_dir() / "scratch"
-    result = _publish_with_progress(plan, identity, scratch_dir=scratch, **options)
+    result = _publish_with_progress(plan, identity, as_json, scratch_dir=scratch, **options)
     state = (
         "already complete"
         if result.already_complete
         else (f"resumed from state {result.resumed_from}" if result.resumed_from else "trained")
     )
+    if as_json:
+        summary = {"run_id": format_digest(result.run_id), "steps": result.steps, "run_dir": str(run_dir)}
+        click.echo(json.dumps({**summary, "state": state, "model": cfg.model.name, "memory": memory}))
+        return
     click.echo(f"run {format_digest(result.run_id)}: {result.steps} steps in {run_dir} ({state})")

@@ -62,3 +62,45 @@ def test_where_and_how_long_in_words() -> None:
     assert describe_counts(ProgressView(0, "micro-batch", 0.3, counts)) == "micro-batch 3/8, layer 5/24"
     assert describe_counts(ProgressView(0, "update", 0.99, {"params_done": 4, "params": 9})) == "update 4/9 tensors"
     assert format_seconds(None) == "?" and format_seconds(65) == "1:05" and format_seconds(3723) == "1:02:03"
+
+
+def test_train_display_draws_the_run_and_the_step_on_a_terminal() -> None:
+    from p2paudit.cli.progress_display import train_display
+    from p2paudit.run.training import StepDone
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=200, color_system=None)
+    with train_display(10, as_json=False, console=console) as (on_step, within):
+        on_step(StepDone(3, 10, 2.25, 0))
+        for event in one_step(4)[:3]:
+            within(event)
+        shown = buffer.getvalue()
+    assert "step 4/10, loss 2.2500" in shown and "steps/s" in shown
+    assert "step 4" in shown and "micro-batch 1/2, layer" in shown and "left" in shown
+
+
+def test_train_display_with_json_writes_step_and_progress_lines_on_stderr(monkeypatch) -> None:
+    from p2paudit.cli.progress_display import train_display
+    from p2paudit.run.training import StepDone
+
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with train_display(2, as_json=True) as (on_step, within):
+        for event in one_step(0):
+            within(event)
+        on_step(StepDone(0, 2, 1.5, 0))
+    lines = [json.loads(line) for line in err.getvalue().splitlines()]
+    assert {line["event"] for line in lines} == {"progress", "step"}
+    assert lines[-1]["event"] == "step" and lines[-1]["step"] == 0 and lines[-1]["loss"] == 1.5
+    assert [line["fraction"] for line in lines if line["event"] == "progress"][-1] == 1.0
+
+
+def test_train_display_in_a_pipe_draws_nothing(monkeypatch) -> None:
+    from p2paudit.cli.progress_display import train_display
+    from p2paudit.run.training import StepDone
+
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with train_display(2, as_json=False) as (on_step, within):
+        on_step(StepDone(0, 2, 1.5, 0))
+    assert within is None and err.getvalue() == ""
