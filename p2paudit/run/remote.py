@@ -8,7 +8,7 @@ then checked (engine.memory) before anything else is fetched. Then only what
 steps A..B need:
 
 - the shards holding the windows that steps c..B read (c the nearest
-  checkpoint <= A; run.step_shards computes them from the manifest alone),
+  checkpoint <= A; run.remote_files plans them from the manifest alone),
   each checked against its file digest and size in the manifest; `init`
   alone fetches every shard (it is the replay that checks the data key);
 - the checkpoints of states c..B+1, fetched tensor by tensor with HTTP Range
@@ -28,11 +28,10 @@ checked again as a whole before it takes its final name in the cache
 links to the cached files (p2paudit.audit.remote_view for the partial token
 stream).
 
-HTTP: httpx with connect and read timeouts; at most MAX_REDIRECTS redirects,
-each to the same scheme (https never falls back to http); no content coding
-(byte offsets are the file's); a partial shard or trace download is resumed
-with `Range: bytes=N-`, and a server that answers 200 instead of 206 is read
-from byte 0 again. Every failure is one line of InputError naming the URL.
+HTTP (run.run_http: timeouts, same-scheme redirects, no content coding, one
+line of InputError naming the URL per failure): a partial shard or trace
+download is resumed with `Range: bytes=N-`, and a server that answers 200
+instead of 206 is read from byte 0 again.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -52,8 +50,6 @@ from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.run.cache import BlobCache, link_or_copy
 from p2paudit.run.checkpoint import (
-    checkpoint_bound,
-    checkpoint_path,
     open_checkpoint,
 )
 from p2paudit.run.digest import format_digest
@@ -67,74 +63,17 @@ from p2paudit.run.manifest import (
     manifest_from_bytes,
 )
 from p2paudit.run.remote_checkpoint import CheckpointPieces, Refused
+from p2paudit.run.remote_files import RemoteFile, files_for_range
+from p2paudit.run.run_http import CONNECT_TIMEOUT, READ_TIMEOUT, FetchStats, Progress, RunHttp
 from p2paudit.run.step_shards import replay_memory, shards_for_range
-from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
 
-SCHEMES = ("http", "https")
-MAX_REDIRECTS = 5
-CONNECT_TIMEOUT = 10.0  # seconds
-READ_TIMEOUT = 60.0  # seconds without a byte
 REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
 DEFAULT_CACHE_BYTES = 16 * 1024**3
-
-# (file path relative to the run, bytes of it present so far, its size if known)
-Progress = Callable[[str, int, int | None], None]
 
 
 def is_remote(run: str) -> bool:
     """True when `run` names a run by an http:// or https:// URL rather than a directory."""
     return run[:8].lower().startswith(("http://", "https://"))
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """A file a range of steps needs: its path in the run, cache key, size bound, and how to check it."""
-
-    path: str
-    key: str
-    max_bytes: int
-    exact: bool  # max_bytes is the file's exact size (a shard)
-    digest: bytes | None  # SHA-256 of the whole file, when the manifest has it (shards, traces)
-    state: int | None = None  # the checkpoint's state index, checked against the state digests
-
-
-@dataclass
-class FetchStats:
-    """What a fetch cost: bytes received per file (over the network) and files served from the cache."""
-
-    received: dict[str, int] = field(default_factory=dict)
-    cached: list[str] = field(default_factory=list)
-
-    @property
-    def received_bytes(self) -> int:
-        return sum(self.received.values())
-
-
-def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> list[RemoteFile]:
-    """The files (besides the manifest) that checking steps first..last needs, as the replay reads them:
-    the shards of the windows steps c..last read (step_shards.shards_for_range; c the nearest
-    checkpoint <= first), the checkpoints of states c..last+1, the traces of steps c..last.
-    None, None: the initial state alone (every shard: its replay checks the data key)."""
-    cfg = manifest.config
-    if cfg is None:
-        raise InputError("manifest has no parsed config")
-    shards = [manifest.data.shards[i] for i in shards_for_range(manifest, first, last)]
-    files = [
-        RemoteFile(s.path, f"shard-{s.digest.hex()}", manifest.data.shard_bytes(s), True, s.digest) for s in shards
-    ]
-    if first is None or last is None:
-        return files
-    start = manifest.nearest_checkpoint(first)
-    bound = checkpoint_bound(state_shapes(cfg), len(state_names(cfg)))
-    for c in manifest.checkpoints:
-        if start <= c <= last + 1:
-            key = f"state-{manifest.state_digest(c).digest.hex()}"
-            files.append(RemoteFile(checkpoint_path(c), key, bound, False, None, c))
-    for n in range(start, last + 1):
-        trace = manifest.steps[n].trace
-        if trace is not None:
-            files.append(RemoteFile(trace_path(n), f"trace-{trace.hex()}", MAX_TRACE_BYTES, False, trace))
-    return files
 
 
 class RemoteRun:
@@ -153,24 +92,9 @@ class RemoteRun:
         read_timeout: float = READ_TIMEOUT,
         request_bytes: int = REQUEST_BYTES,
     ) -> None:
-        try:
-            url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise InputError(f"run URL {base_url[:200]!r} is not a URL: {exc}") from None
-        if url.scheme not in SCHEMES or not url.host:
-            raise InputError(f"run URL {base_url[:200]!r}: want http:// or https:// and a host")
-        self.base = url
+        self.http = RunHttp(base_url, on_progress, connect_timeout, read_timeout)
         self.cache = cache
-        self.on_progress = on_progress
-        self.read_timeout = read_timeout
         self.request_bytes = max(1, request_bytes)
-        self.stats = FetchStats()
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            follow_redirects=False,  # followed by hand: same scheme only, counted
-            headers={"Accept-Encoding": "identity"},
-            trust_env=False,
-        )
         self._manifest: Manifest | None = None
         self._signature = b""
 
@@ -178,17 +102,25 @@ class RemoteRun:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.client.close()
+        self.http.close()
+
+    @property
+    def base(self) -> httpx.URL:
+        return self.http.base
+
+    @property
+    def stats(self) -> FetchStats:
+        return self.http.stats
 
     def url(self, path: str) -> httpx.URL:
-        return self.base.join(path)
+        return self.http.url(path)
 
     @property
     def manifest(self) -> Manifest:
         """The run's manifest, fetched (once) and checked as read_manifest checks a local one."""
         if self._manifest is None:
-            body = self._fetch_small(MANIFEST_FILE, MAX_MANIFEST_BYTES)
-            sig = self._fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
+            body = self.http.fetch_small(MANIFEST_FILE, MAX_MANIFEST_BYTES)
+            sig = self.http.fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
             self._manifest = manifest_from_bytes(body, sig, str(self.url(MANIFEST_FILE)), str(self.url(SIGNATURE_FILE)))
             self._signature = sig
         return self._manifest
@@ -312,11 +244,13 @@ class RemoteRun:
         except _RangeIgnored:
             pass
         layout, have = plan.resume(partial)  # the server ignores Range: read the file once from byte 0
-        with self._get(item.path, {}) as (response, url):
+        with self.http.get(item.path, {}) as (response, url):
             if response.status_code != 200:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
             check_length(response, url, item.max_bytes, 0)
-            stream = Stream(self._body(response, url, item.path), 0, lambda at: self._report(item.path, at, plan.size))
+            stream = Stream(
+                self.http.body(response, url, item.path), 0, lambda at: self.http.report(item.path, at, plan.size)
+            )
 
             def in_order(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
                 for start, end in bounds:
@@ -340,14 +274,14 @@ class RemoteRun:
                 yield from (b"" for _ in bounds)
                 return
             asked = f"the {end - start} bytes asked for ({start}-{end - 1})"
-            with self._get(path, {"Range": f"bytes={start}-{end - 1}"}) as (response, url):
+            with self.http.get(path, {"Range": f"bytes={start}-{end - 1}"}) as (response, url):
                 if response.status_code == 200:
                     raise _RangeIgnored
                 if response.status_code != 206:
                     raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
                 check_range_reply(response, url, start, end)
-                body = self._body(response, url, path, start)
-                stream = Stream(body, start, lambda at: self._report(path, at, total()))
+                body = self.http.body(response, url, path, start)
+                stream = Stream(body, start, lambda at: self.http.report(path, at, total()))
                 for a, b in bounds:
                     data = stream.take(b - a)
                     if len(data) < b - a:
@@ -358,20 +292,6 @@ class RemoteRun:
 
         return pieces
 
-    def _fetch_small(self, path: str, max_bytes: int) -> bytes:
-        """The whole of a small file (the manifest, its signature), bounded, never cached."""
-        chunks, size = [], 0
-        with self._get(path, {}) as (response, url):
-            if response.status_code != 200:
-                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
-            check_length(response, url, max_bytes, 0)
-            for chunk in self._body(response, url, path):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise InputError(f"{url} sent more than the {max_bytes} bytes allowed")
-                chunks.append(chunk)
-        return b"".join(chunks)
-
     def _download(self, item: RemoteFile, partial: Path) -> None:
         """Fetch `item` into `partial`, resuming what is there with a Range request; the partial is
         kept when the transfer breaks off (to resume), removed when the server sends too much."""
@@ -380,7 +300,7 @@ class RemoteRun:
             partial.unlink(missing_ok=True)
             have = 0
         headers = {"Range": f"bytes={have}-"} if have else {}
-        with self._get(item.path, headers) as (response, url):
+        with self.http.get(item.path, headers) as (response, url):
             if response.status_code == 416 and have:  # the partial was complete; the check decides
                 return
             if response.status_code == 206:
@@ -391,71 +311,22 @@ class RemoteRun:
                 raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
             check_length(response, url, item.max_bytes, have)
             total = item.max_bytes if item.exact else None
-            self._report(item.path, have, total)
+            self.http.report(item.path, have, total)
             with open(partial, "ab" if have else "wb") as out:
-                for chunk in self._body(response, url, item.path, have):
+                for chunk in self.http.body(response, url, item.path, have):
                     if have + len(chunk) > item.max_bytes:
                         out.close()
                         partial.unlink(missing_ok=True)
                         raise InputError(f"{url} sent more than the {item.max_bytes} bytes allowed for {item.path}")
                     out.write(chunk)
                     have += len(chunk)
-                    self._report(item.path, have, total)
+                    self.http.report(item.path, have, total)
                 out.flush()
                 os.fsync(out.fileno())
         if item.exact and have < item.max_bytes:
             raise InputError(
                 f"{url}: the body ended after {have} of {item.max_bytes} bytes (kept to resume with a Range request)"
             )
-
-    def _body(self, response: httpx.Response, url: httpx.URL, path: str, start: int = 0) -> Iterator[bytes]:
-        """The raw body, counted in stats; a broken or stalled transfer is one line of InputError."""
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
-        if coding not in ("identity", ""):
-            raise InputError(f"{url}: the server sent content coding {coding[:40]!r}, want none (identity)")
-        received = start
-        try:
-            for chunk in response.iter_raw():  # as it arrives: a chunker would lose its buffer on a break
-                self.stats.received[path] = self.stats.received.get(path, 0) + len(chunk)
-                received += len(chunk)
-                yield chunk
-        except httpx.TimeoutException:
-            raise InputError(
-                f"{url}: no data for {self.read_timeout:g} s after {received} bytes (timed out; kept to resume)"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise InputError(f"{url}: the transfer broke off after {received} bytes: {_first_line(exc)}") from None
-
-    @contextmanager
-    def _get(self, path: str, headers: dict[str, str]) -> Iterator[tuple[httpx.Response, httpx.URL]]:
-        """A streamed GET of base/path, following at most MAX_REDIRECTS same-scheme redirects."""
-        url = self.url(path)
-        response = None
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
-                if not response.is_redirect:
-                    break
-                location = response.headers.get("location", "")
-                response.close()
-                target = url.join(location)
-                if target.scheme != url.scheme:
-                    raise InputError(f"{url}: redirected to {str(target)[:200]}, another scheme, which is refused")
-                url, response = target, None
-            if response is None:
-                raise InputError(f"{self.url(path)}: more than {MAX_REDIRECTS} redirects")
-            yield response, url
-        except httpx.TimeoutException:
-            raise InputError(f"{url}: no response within {self.read_timeout:g} s (timed out)") from None
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise InputError(f"{url}: {_first_line(exc)}") from None
-        finally:
-            if response is not None:
-                response.close()
-
-    def _report(self, path: str, done: int, total: int | None) -> None:
-        if self.on_progress is not None:
-            self.on_progress(path, done, total)
 
 
 class _RangeIgnored(Exception):
@@ -468,8 +339,3 @@ def _file_digest(path: Path) -> bytes:
         while chunk := handle.read(CHUNK_BYTES):
             hasher.update(chunk)
     return hasher.digest()
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,142 @@
+"""HTTP GETs of a published run's files under one base URL: bounded, timed out, counted, one line per failure.
+
+httpx with connect and read timeouts; at most MAX_REDIRECTS redirects, each
+to the same scheme (https never falls back to http); no content coding (byte
+offsets are the file's); no proxy settings from the environment. Every
+failure is one line of InputError naming the URL. run.remote decides what to
+fetch and checks it; this module only moves bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+
+from p2paudit.errors import InputError
+from p2paudit.run.http_replies import check_length
+
+SCHEMES = ("http", "https")
+MAX_REDIRECTS = 5
+CONNECT_TIMEOUT = 10.0  # seconds
+READ_TIMEOUT = 60.0  # seconds without a byte
+
+# (file path relative to the run, bytes of it present so far, its size if known)
+Progress = Callable[[str, int, int | None], None]
+
+
+@dataclass
+class FetchStats:
+    """What a fetch cost: bytes received per file (over the network) and files served from the cache."""
+
+    received: dict[str, int] = field(default_factory=dict)
+    cached: list[str] = field(default_factory=list)
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(self.received.values())
+
+
+class RunHttp:
+    """An HTTP client for the files under `base_url`; `stats` counts the bytes received per file,
+    `on_progress` is called as they arrive. Close it (RemoteRun does) to release its connections."""
+
+    def __init__(
+        self,
+        base_url: str,
+        on_progress: Progress | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
+        try:
+            url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise InputError(f"run URL {base_url[:200]!r} is not a URL: {exc}") from None
+        if url.scheme not in SCHEMES or not url.host:
+            raise InputError(f"run URL {base_url[:200]!r}: want http:// or https:// and a host")
+        self.base = url
+        self.on_progress = on_progress
+        self.read_timeout = read_timeout
+        self.stats = FetchStats()
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+            follow_redirects=False,  # followed by hand: same scheme only, counted
+            headers={"Accept-Encoding": "identity"},
+            trust_env=False,
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def url(self, path: str) -> httpx.URL:
+        return self.base.join(path)
+
+    def fetch_small(self, path: str, max_bytes: int) -> bytes:
+        """The whole of a small file (the manifest, its signature), bounded, never cached."""
+        chunks, size = [], 0
+        with self.get(path, {}) as (response, url):
+            if response.status_code != 200:
+                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            check_length(response, url, max_bytes, 0)
+            for chunk in self.body(response, url, path):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise InputError(f"{url} sent more than the {max_bytes} bytes allowed")
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    def body(self, response: httpx.Response, url: httpx.URL, path: str, start: int = 0) -> Iterator[bytes]:
+        """The raw body, counted in stats; a broken or stalled transfer is one line of InputError."""
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("identity", ""):
+            raise InputError(f"{url}: the server sent content coding {coding[:40]!r}, want none (identity)")
+        received = start
+        try:
+            for chunk in response.iter_raw():  # as it arrives: a chunker would lose its buffer on a break
+                self.stats.received[path] = self.stats.received.get(path, 0) + len(chunk)
+                received += len(chunk)
+                yield chunk
+        except httpx.TimeoutException:
+            raise InputError(
+                f"{url}: no data for {self.read_timeout:g} s after {received} bytes (timed out; kept to resume)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise InputError(f"{url}: the transfer broke off after {received} bytes: {_first_line(exc)}") from None
+
+    @contextmanager
+    def get(self, path: str, headers: dict[str, str]) -> Iterator[tuple[httpx.Response, httpx.URL]]:
+        """A streamed GET of base/path, following at most MAX_REDIRECTS same-scheme redirects."""
+        url = self.url(path)
+        response = None
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+                if not response.is_redirect:
+                    break
+                location = response.headers.get("location", "")
+                response.close()
+                target = url.join(location)
+                if target.scheme != url.scheme:
+                    raise InputError(f"{url}: redirected to {str(target)[:200]}, another scheme, which is refused")
+                url, response = target, None
+            if response is None:
+                raise InputError(f"{self.url(path)}: more than {MAX_REDIRECTS} redirects")
+            yield response, url
+        except httpx.TimeoutException:
+            raise InputError(f"{url}: no response within {self.read_timeout:g} s (timed out)") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise InputError(f"{url}: {_first_line(exc)}") from None
+        finally:
+            if response is not None:
+                response.close()
+
+    def report(self, path: str, done: int, total: int | None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(path, done, total)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
