@@ -68,7 +68,6 @@ from p2paudit.run.run_http import CONNECT_TIMEOUT, READ_TIMEOUT, FetchStats, Pro
 from p2paudit.run.step_shards import replay_memory, shards_for_range
 
 REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
-DEFAULT_CACHE_BYTES = 16 * 1024**3
 
 
 def is_remote(run: str) -> bool:
