@@ -54,6 +54,12 @@ def test_add_run_takes_the_largest_run(home):
     )
     assert result.exit_code == 0, result.output
     assert f"{2**32} steps" in result.output
+    # The red team's MemoryError came from coverage --png of a run that long (2^62 steps then): the picture
+    # aggregates into 1,000 columns whatever the length, so the longest run a ledger takes is drawn too.
+    png = home.parent / "coverage.png"
+    drawn = CliRunner().invoke(cli, ["ledger", "coverage", "--png", str(png)], env={"P2PAUDIT_HOME": str(home)})
+    assert drawn.exit_code == 0, drawn.output
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("index", ["99999999999999999999", str(2**63), str(2**63 - 1)])
