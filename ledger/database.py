@@ -151,8 +151,8 @@ def describe_error(exc: sqlite3.Error, path: str, action: str) -> LedgerError:
             f"{where}: the file or its directory is read-only ({name}); "
             "queries and verify open it read-only, writes need write permission"
         )
-    if _is(exc, _FULL) or (_is(exc, _IOERR) and _free_bytes(path) is not None and _free_bytes(path) < _LOW_DISK_BYTES):
-        free = _free_bytes(path)
+    free = _free_bytes(path) if _is(exc, _FULL) or _is(exc, _IOERR) else None
+    if _is(exc, _FULL) or (_is(exc, _IOERR) and free is not None and free < _LOW_DISK_BYTES):
         left = f", {free} bytes free" if free is not None else ""
         return LedgerError(f"{where}: the disk holding it is full{left} ({name})")
     if _is(exc, _BUSY) or _is(exc, _LOCKED):

@@ -202,8 +202,11 @@ class Checkpoint:
         return cls(lines[0], int(lines[1]), root, tuple(lines[3:]))
 
 
-def parse_note(note: str) -> Note:
-    """Split a signed note into its text and signature lines, checking the format only (no keys)."""
+def parse_note(note: object) -> Note:
+    """Split a signed note into its text and signature lines, checking the format only (no keys).
+
+    `note` is text or UTF-8 bytes; anything else (a peer's message can hold anything) is refused.
+    """
     if isinstance(note, bytes):
         try:
             note = note.decode("utf-8")

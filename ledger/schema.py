@@ -112,7 +112,7 @@ def read_schema(conn: sqlite3.Connection, path: str) -> str:
     return _check_rows(rows, path)
 
 
-def _check_rows(rows: list[tuple], path: str) -> str:
+def _check_rows(rows: list[tuple[str, int, str]], path: str) -> str:
     if len(rows) != 1 or rows[0][0] != MAGIC:
         raise CorruptLedgerError(f"{path}: ledger_schema holds {len(rows)} rows, want one with magic {MAGIC}", None)
     _, version, stored_origin = rows[0]

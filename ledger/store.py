@@ -37,7 +37,8 @@ Hook = Callable[[sqlite3.Connection, int], None]
 
 def read_size(conn: sqlite3.Connection) -> int:
     """The number of entries (max index + 1: an O(log n) b-tree lookup, not a count)."""
-    return conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM entries").fetchone()[0]
+    size: int = conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM entries").fetchone()[0]
+    return size
 
 
 def read_complete_hashes(conn: sqlite3.Connection, ranges: Iterable[merkle.Range]) -> dict[merkle.Range, bytes]:
@@ -57,9 +58,9 @@ def read_complete_hashes(conn: sqlite3.Connection, ranges: Iterable[merkle.Range
     # UNION ALLs of primary-key lookups (a row-value IN (VALUES ...) would scan the whole table),
     # in chunks below SQLite's default limit of 500 terms in one compound SELECT.
     for chunk in range(0, len(nodes), _UNION_CHUNK):
-        part = nodes[chunk : chunk + _UNION_CHUNK]
-        query = " UNION ALL ".join(["SELECT level, idx, hash FROM nodes WHERE level = ? AND idx = ?"] * len(part))
-        params = [v for level, a in part for v in (level, a >> level)]
+        node_part = nodes[chunk : chunk + _UNION_CHUNK]
+        query = " UNION ALL ".join(["SELECT level, idx, hash FROM nodes WHERE level = ? AND idx = ?"] * len(node_part))
+        params = [v for level, a in node_part for v in (level, a >> level)]
         for level, idx, h in conn.execute(query, params):
             found[(idx << level, (idx + 1) << level)] = h
     for a, b in wanted:
@@ -263,7 +264,8 @@ class Ledger:
             row = self.conn.execute("SELECT data FROM entries WHERE idx = ?", (index,)).fetchone()
         if row is None:
             raise LedgerError(f"entry {index} is not in the ledger of size {self.size}")
-        return row[0]
+        data: bytes = row[0]
+        return data
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
         """The bytes of entries [start, stop) in order (stop defaults to the current size)."""

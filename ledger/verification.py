@@ -50,7 +50,8 @@ class _Findings:
 def _next_node(cursors: dict[int, sqlite3.Cursor], conn: sqlite3.Connection, level: int) -> tuple[int, bytes] | None:
     if level not in cursors:
         cursors[level] = conn.execute("SELECT idx, hash FROM nodes WHERE level = ? ORDER BY idx", (level,))
-    return cursors[level].fetchone()
+    row: tuple[int, bytes] | None = cursors[level].fetchone()
+    return row
 
 
 def _check_tree(

@@ -92,7 +92,8 @@ def unpack(data: bytes, what: str) -> Any:
 
 def pack(value: Any) -> bytes:
     """msgpack's smallest encoding of every int, str and bin (bytes as bin, never str)."""
-    return msgpack.packb(value, use_bin_type=True)
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
 
 
 def as_bytes(data: bytes | bytearray | memoryview) -> bytes:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import SplitView
-from p2paudit.attest.record import VERDICTS, decode_signed
-from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+from p2paudit.attest.record import decode_signed
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP, VERDICTS
 from p2paudit.attest.store import AttestationStore, RunInfo
 from p2paudit.errors import InputError
 from p2paudit.identity import parse_public_key_hex
@@ -104,7 +104,7 @@ def coverage(
     store.check_index_current()
     run = store.run_info(run_id)
     number = store.run_number(run_id)
-    where, params = "WHERE run = ? AND step >= 0", [number]  # init (-1) is no step
+    where, params = "WHERE run = ? AND step >= 0", list[int | str]([number])  # init (-1) is no step
     if trusted is not None:
         where += _TRUSTED_ONLY
         params.append(_trusted_key_numbers(store, trusted))
@@ -184,7 +184,7 @@ class Equivocations:
     tree_heads: tuple[SplitView, ...]
 
 
-def _evidence(store: AttestationStore, where: str, params: tuple) -> list[Evidence]:
+def _evidence(store: AttestationStore, where: str, params: tuple[int | bytes, ...]) -> list[Evidence]:
     """Evidence rows straight from the index and the leaves: no decoding, no signature check per query.
 
     The index is written from the verified bytes in the same transaction as the
@@ -209,7 +209,7 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
     step); only the leaves of disputed steps are read.
     """
     store.check_index_current()
-    where, params = "", ()
+    where, params = "", tuple[int, ...]()
     if run_id is not None:
         where, params = "WHERE run = ?", (store.run_number(run_id),)
     run_ids = dict(store.conn.execute("SELECT run, run_id FROM attest_runs"))
@@ -218,11 +218,11 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
         f"SELECT run, step, key, leaf, verdict, observed FROM attest_index {where} ORDER BY run, step", params
     )
     found = []
-    for (run, step), group in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
-        group = list(group)
+    for (run, step), step_rows in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
+        group = list(step_rows)
         if len({row[2] for row in group}) < 2 or len({(row[4], row[5]) for row in group}) < 2:
             continue
-        sides: dict[tuple, list[Evidence]] = {}
+        sides: dict[tuple[int, bytes | None], list[Evidence]] = {}
         for _, _, key, leaf, verdict, observed in sorted(group, key=lambda row: row[3]):
             item = Evidence(leaf, keys[key], VERDICTS[verdict], observed, store.ledger.entry(leaf))
             sides.setdefault((verdict, observed), []).append(item)

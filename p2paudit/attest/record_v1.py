@@ -92,7 +92,7 @@ class AttestationV1:
         """Where the store indexes the record: the step itself (see record_v2.AttestationV2.index_step)."""
         return self.step
 
-    def result(self) -> tuple:
+    def result(self) -> tuple[bytes, bytes, bytes, str, bytes | None]:
         """What the verifier asserts about the step, without time or machine details (unchanged since v1)."""
         return (
             self.input_digest,
@@ -132,7 +132,7 @@ def encode_v1(record: AttestationV1) -> bytes:
     return pack([getattr(record, name) for name in FIELDS_V1])
 
 
-def record_v1_from_fields(values: list) -> AttestationV1:
+def record_v1_from_fields(values: list[Any]) -> AttestationV1:
     """A v1 record from a parsed body array (the caller checks canonical bytes)."""
     if len(values) != len(FIELDS_V1):
         raise AttestationError(f"attestation body has {len(values)} fields, want {len(FIELDS_V1)} (version 1)")

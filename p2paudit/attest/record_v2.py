@@ -201,7 +201,11 @@ class AttestationV2:
         init attestation and a step-0 attestation of one key are two statements, not an equivocation."""
         return INIT_INDEX_STEP if self.subject == "init" else self.step
 
-    def result(self) -> tuple:
+    def result(
+        self,
+    ) -> tuple[
+        str, bytes | None, bytes | None, bytes | None, bytes, bytes | None, int | None, int | None, tuple[str, ...], str
+    ]:
         """What the verifier asserts, without time, machine or version details (hashable: a set of
         results is how the queries find equivocations)."""
         return (
@@ -255,7 +259,7 @@ def encode_v2(record: AttestationV2) -> bytes:
     return pack([list(record.findings) if name == "findings" else getattr(record, name) for name in FIELDS_V2])
 
 
-def record_v2_from_fields(values: list) -> AttestationV2:
+def record_v2_from_fields(values: list[Any]) -> AttestationV2:
     """A v2 record from a parsed body array (the caller checks canonical bytes)."""
     if len(values) != len(FIELDS_V2):
         raise AttestationError(f"attestation body has {len(values)} fields, want {len(FIELDS_V2)} (version 2)")

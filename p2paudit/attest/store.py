@@ -28,9 +28,11 @@ from pathlib import Path
 
 from ledger import Ledger, LedgerError, NoteSigner, Transaction
 from p2paudit.attest.errors import AttestationError
-from p2paudit.attest.record import VERDICTS, Attestation, SignedAttestation, decode_signed, sign_attestation
+from p2paudit.attest.record import AnyAttestation, Attestation, SignedAttestation, decode_signed, sign_attestation
+from p2paudit.attest.record_v2 import VERDICTS
 from p2paudit.attest.tables import create_tables, has_table, indexed_size, origin_for  # noqa: F401 (re-exported)
 from p2paudit.attest.views import create_views
+from p2paudit.errors import InternalError
 from p2paudit.identity import Identity
 
 VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
@@ -102,11 +104,12 @@ class AttestationStore:
     def open(cls, path: Path | str, origin: str | None = None) -> AttestationStore:
         """Open the store at `path`; a new file needs `origin` (see origin_for), an existing one knows its own."""
         stored = read_origin(path)
-        if stored is None and origin is None:
-            raise AttestationError(f"no ledger at {path}")
         if stored is not None and origin is not None and stored != origin:
             raise AttestationError(f"{path} is the ledger of origin {stored!r}, not {origin!r}")
-        ledger = Ledger.open(path, stored or origin)
+        known = stored if stored is not None else origin
+        if known is None:
+            raise AttestationError(f"no ledger at {path}")
+        ledger = Ledger.open(path, known)
         try:
             return cls(ledger)
         except BaseException:
@@ -239,7 +242,7 @@ class AttestationStore:
             if row is not None:  # committed by someone (our own inserts in this transaction are pending)
                 number = self._keys[public_key] = row[0]
             else:  # we hold the write lock, so nobody can insert it between the two statements
-                number = conn.execute("INSERT INTO attest_keys (public_key) VALUES (?)", (public_key,)).lastrowid
+                number = _inserted_row(conn.execute("INSERT INTO attest_keys (public_key) VALUES (?)", (public_key,)))
                 # Cached only once committed: a rollback would leave the number pointing at nothing.
                 self._pending_keys[public_key] = number
         return number
@@ -311,7 +314,7 @@ class AttestationStore:
         return fresh[leaf - tx.size].encoded if leaf >= tx.size else self.ledger.entry(leaf)
 
     def _conflict(
-        self, record: Attestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation], tx: Transaction
+        self, record: AnyAttestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation], tx: Transaction
     ) -> str | None:
         """ "equivocation" if the key signed another result for the step, "dispute" if another key did."""
         conflict = None
@@ -467,3 +470,10 @@ def _record_publisher(conn: sqlite3.Connection, run_id: bytes, publisher: bytes 
 def now_ms() -> int:
     """The current unix time in milliseconds, as attestations carry it."""
     return time.time_ns() // 1_000_000
+
+
+def _inserted_row(cursor: sqlite3.Cursor) -> int:
+    """The rowid an INSERT of one row gave (sqlite3 sets lastrowid after every INSERT that adds a row)."""
+    if cursor.lastrowid is None:
+        raise InternalError("SQLite reported no rowid for an INSERT that added a row")
+    return cursor.lastrowid
