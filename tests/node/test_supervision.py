@@ -4,6 +4,7 @@ declines with a refusal is backed off from, never banned."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,9 +13,10 @@ import trio
 import trio.testing
 from hostile_peer import hostile_config, hostile_key, wait_until
 
+from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
-from p2paudit.node import wire
+from p2paudit.node import reconcile, sync, wire
 from p2paudit.node.auditor import AuditPolicy
 from p2paudit.node.daemon import DaemonConfig, run_daemon
 from p2paudit.node.libp2p_adapter import open_node
@@ -89,25 +91,33 @@ def test_bad_sync_server_is_banned_once_and_a_declining_one_backed_off(run_dir, 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(run_daemon, identity_from_seed(b"\x69" * 32), config, events.append)
                 await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
-                import json
-
                 addr = json.loads((tmp_path / "status.json").read_text())["listen"][0]
                 await liar.connect(addr)
                 await wait_until(lambda: len(asked) >= 1, "a sync request", 30)
                 await trio.sleep(12.0)  # four sync intervals
+                seen.update(peer=liar.peer_id, status=json.loads((tmp_path / "status.json").read_text()))
                 nursery.cancel_scope.cancel()
 
+    seen: dict = {}
     trio.run(main)
     texts = [e.text for e in events]
     bans = [t for t in texts if t.startswith("banned")]
+    status, written = seen["status"], seen["status"]["written_at"]
+    (sync,) = [s for s in status["sync"] if s["peer"] == seen["peer"]]
+    assert sync["state"] == "backing-off" and sync["last_ok"] is None and sync["next_try"] >= written - 1
     if answer == "oversize":
         assert len(asked) == 1, f"asked {len(asked)} times"
         assert any("bad sync page" in t and "2400000" in t for t in texts), texts[-10:]
         assert len(bans) == 1
+        (ban,) = status["bans"]
+        assert ban["peer"] == seen["peer"] and "bad sync page" in ban["reason"] and "2400000" in ban["reason"]
+        assert written + 500 < ban["until"] <= written + 600  # the 600 s ban, begun 12 s ago
+        assert "2400000" in sync["error"] and sync["next_try"] == pytest.approx(ban["until"], abs=1)
     else:
-        assert bans == []
+        assert bans == [] and status["bans"] == []
         assert 2 <= len(asked) <= 3, f"asked {len(asked)} times in 12 s (back-off 3, 6, 12 s)"
         assert any("next try in" in t for t in texts)
+        assert "does not serve sync" in sync["error"] and sync["next_try"] <= written + 13
 
 
 @pytest.mark.slow
@@ -201,6 +211,52 @@ def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(r
     trio.run(main)
     assert finished, "the daemon never finished: it waited for a peer that serves no sync"
     assert any("every step is covered" in e.text for e in events)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_peer_in_step_is_asked_for_its_checkpoint_once_a_minute_not_at_every_sync(run_dir, tmp_path):
+    """A quiet sync is one reconciliation probe; the signed checkpoint (the bigger answer) waits a minute."""
+    peer_key = hostile_key("quiet peer")
+    store = AttestationStore.open(tmp_path / "peer.db", origin_for(peer_key.public_key))
+    reconcile.ensure_index(store)
+    asked = {"reconcile": 0, "status": 0}
+
+    async def serve_reconcile(peer: str, request: bytes) -> bytes:
+        asked["reconcile"] += 1
+        return reconcile.serve(store, request)
+
+    async def serve_sync(peer: str, request: bytes) -> bytes:
+        asked["status"] += 1
+        return sync.serve_sync(store, request, store.checkpoint(peer_key))
+
+    config = DaemonConfig(
+        runs=(LocalSource(open_run(run_dir)),),
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=AuditPolicy(redundancy=1),
+        duration=30.0,
+    )
+
+    async def main() -> None:
+        async with open_node(peer_key, hostile_config()) as peer:
+            peer.set_handler(reconcile.RECONCILE_PROTOCOL, serve_reconcile, max_request=reconcile.MAX_REQUEST_BYTES,
+                             max_response=reconcile.MAX_ANSWER_BYTES, timeout=10.0, refuse=reconcile.refusal)  # fmt: skip
+            peer.set_handler(wire.SYNC_PROTOCOL, serve_sync, max_request=wire.MAX_SYNC_REQUEST_BYTES,
+                             max_response=wire.MAX_PAGE_BYTES, timeout=10.0, refuse=wire.sync_refusal)  # fmt: skip
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_daemon, identity_from_seed(b"\x6c" * 32), config, lambda event: None)
+                await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
+                await peer.connect(json.loads((tmp_path / "status.json").read_text())["listen"][0])
+                await wait_until(lambda: asked["reconcile"] >= 4, "four syncs", 30)
+                nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        store.close()
+    assert asked["status"] == 1, asked
 
 
 def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
