@@ -5,11 +5,18 @@ afresh here from its Python source with the same options (parallel, no
 fastmath, no cache) and the assembly of the whole dispatcher, prange bodies
 included, is searched. A fastmath build of a*b+c shows the search does find
 FMAs on this processor (the failing baseline).
+
+A pass is kept in tests/verdict_cache.py's folder under a key of everything the
+machine code depends on (the kernel modules' sources and the kernels modules they import, this file, numba's and
+llvmlite's versions, the processor's model and flags, numba's code-generation
+environment): a run with the same key reuses it, any changed part checks again.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 import llvmlite.binding as llvm
 import numba
@@ -20,6 +27,7 @@ from kernels import cpu_elementwise as ew
 from kernels import cpu_matmul as mm
 from kernels import cpu_nn as nn
 from kernels import cpu_reduce as rd
+from tests.verdict_cache import REPO, VerdictCache, import_closure, machine_code_key
 
 F32 = np.float32
 FMA = re.compile(r"\bv?f(?:n?m(?:add|sub)|madd|msub)\w*", re.IGNORECASE)
@@ -72,14 +80,25 @@ def _fresh_asm(dispatcher, args) -> str:
 
 
 CALLS = _sample_calls()
+VERDICTS = VerdictCache("cpu-no-fma")
+
+
+@functools.cache
+def _machine_code_key() -> dict[str, str]:
+    kernel_modules = [Path(module.__file__) for module in (ew, mm, nn, rd)]
+    return machine_code_key(import_closure(kernel_modules, REPO / "kernels") + [Path(__file__)], {})
+
+
+def _assert_no_fma(name, dispatcher, args) -> None:
+    asm = _fresh_asm(dispatcher, args)
+    found = sorted(set(FMA.findall(asm)))
+    assert not found, f"{name}: the assembly holds fused multiply-adds {found}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,dispatcher,args", CALLS, ids=[c[0] for c in CALLS])
 def test_kernel_has_no_fma(name, dispatcher, args):
-    asm = _fresh_asm(dispatcher, args)
-    found = sorted(set(FMA.findall(asm)))
-    assert not found, f"{name}: the assembly holds fused multiply-adds {found}"
+    VERDICTS.check(name, _machine_code_key(), lambda: _assert_no_fma(name, dispatcher, args))
 
 
 def test_every_kernel_is_checked():
@@ -98,6 +117,10 @@ def test_every_kernel_is_checked():
 
 @pytest.mark.slow
 def test_matmul_inner_loop_is_vectorised():
+    VERDICTS.check("matmul_packed-vectorised", _machine_code_key(), _assert_matmul_vectorised)
+
+
+def _assert_matmul_vectorised() -> None:
     _, dispatcher, args = next(c for c in CALLS if c[0] == "matmul_packed")
     asm = _fresh_asm(dispatcher, args)
     assert PACKED_MUL.search(asm), "no packed vmulps on ymm/zmm registers in matmul_packed"
