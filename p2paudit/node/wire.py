@@ -10,6 +10,11 @@ with a one-line message that carries the numbers.
 
 Only shapes, sizes and limits are checked here; signatures, proofs and
 state are judged by validate, sync and witness.
+
+Here: topics, message ids, origins, gossip batches, evidence and settled
+answers. The limits, errors and canonical-bytes primitives are in
+wire_codec, the sync and witness messages in wire_sync; both are named
+through this module too (`wire.MAX_PAGE_BYTES`, `wire.encode_sync_request`).
 """
 
 from __future__ import annotations
@@ -18,154 +23,79 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from p2paudit.attest.codec import MAX_SIGNED_SIZE
 from p2paudit.attest.tables import origin_for
-from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import peer_id_of
-
-VERSION = 1
-MAGIC_BATCH = "p2paudit/batch"
-MAGIC_EVIDENCE = "p2paudit/evidence"
-MAGIC_SYNC = "p2paudit/sync"
-MAGIC_WITNESS = "p2paudit/witness"
-
-SYNC_PROTOCOL = "/p2paudit/sync/1.0.0"
-WITNESS_PROTOCOL = "/p2paudit/witness/1.0.0"
-# "Are you covered too?" (--until-covered): an empty request; one byte in reply, 0x00 no, 0x01 yes,
-# or 0x02 followed by a refusal's UTF-8 reason.
-SETTLED_PROTOCOL = "/p2paudit/settled/1.0.0"
-EVIDENCE_TOPIC = "/p2paudit/evidence/v1"
-MESSAGE_ID_DOMAIN = b"p2paudit/message-id/v1\x00"
-
-HASH_SIZE = 32
-MAX_INT = 2**63  # sizes, positions, counts and steps: 0 <= x < 2^63
-MAX_BATCH = 256  # attestations per gossip message
-MAX_BATCH_BYTES = 256 * 1024
-MAX_NOTE_BYTES = 8192  # a signed checkpoint note (a few hundred bytes with one signature)
-MAX_EVIDENCE_BYTES = 2 * MAX_NOTE_BYTES + 64
-MAX_RUNS = 1024  # runs listed in a status response
-MAX_STATUS_BYTES = MAX_NOTE_BYTES + MAX_RUNS * 48 + 64
-MAX_PAGE = 256  # entries per sync page
-MAX_PROOF_HASHES = 64  # per side of a range proof, and in a consistency proof (C2SP: at most 63)
-MAX_PAGE_BYTES = MAX_PAGE * (MAX_SIGNED_SIZE + 3) + 2 * MAX_PROOF_HASHES * (HASH_SIZE + 2) + 64
-MAX_SYNC_REQUEST_BYTES = 64
-MAX_TEXT = 200  # characters of a refusal's reason
-MAX_WITNESS_REQUEST_BYTES = MAX_NOTE_BYTES + MAX_PROOF_HASHES * (HASH_SIZE + 2) + 64
-MAX_WITNESS_RESPONSE_BYTES = 1024
-
-EVIDENCE_KINDS = ("dispute", "equivocation", "split_view")
-# Witness response codes, each with the C2SP tlog-witness HTTP status it stands for.
-WITNESS_OK = 0  # 200: text is the cosignature line
-WITNESS_MALFORMED = 1  # 400: the request does not decode
-WITNESS_UNKNOWN_LOG = 2  # 404: origin not a log this witness follows
-WITNESS_BAD_SIGNATURE = 3  # 403: no valid signature by the log's key
-WITNESS_OLD_SIZE_TOO_LARGE = 4  # 400: old size above the checkpoint's size
-WITNESS_OLD_SIZE_MISMATCH = 5  # 409: old size is not the witness's latest; `size` says which it is
-WITNESS_BAD_PROOF = 6  # 422: the consistency proof does not verify
-WITNESS_ROOT_CONFLICT = 7  # 409: same size, other root (a split view, kept as evidence)
-WITNESS_UNAVAILABLE = 8  # 503: refused before any check (busy, oversize frame, timed out, internal error)
-WITNESS_CODES = range(9)
+from p2paudit.node.wire_codec import EVIDENCE_KINDS as EVIDENCE_KINDS
+from p2paudit.node.wire_codec import EVIDENCE_TOPIC as EVIDENCE_TOPIC
+from p2paudit.node.wire_codec import HASH_SIZE as HASH_SIZE
+from p2paudit.node.wire_codec import MAGIC_BATCH as MAGIC_BATCH
+from p2paudit.node.wire_codec import MAGIC_EVIDENCE as MAGIC_EVIDENCE
+from p2paudit.node.wire_codec import MAGIC_SYNC as MAGIC_SYNC
+from p2paudit.node.wire_codec import MAGIC_WITNESS as MAGIC_WITNESS
+from p2paudit.node.wire_codec import MAX_BATCH as MAX_BATCH
+from p2paudit.node.wire_codec import MAX_BATCH_BYTES as MAX_BATCH_BYTES
+from p2paudit.node.wire_codec import MAX_EVIDENCE_BYTES as MAX_EVIDENCE_BYTES
+from p2paudit.node.wire_codec import MAX_INT as MAX_INT
+from p2paudit.node.wire_codec import MAX_NOTE_BYTES as MAX_NOTE_BYTES
+from p2paudit.node.wire_codec import MAX_PAGE as MAX_PAGE
+from p2paudit.node.wire_codec import MAX_PAGE_BYTES as MAX_PAGE_BYTES
+from p2paudit.node.wire_codec import MAX_PROOF_HASHES as MAX_PROOF_HASHES
+from p2paudit.node.wire_codec import MAX_RUNS as MAX_RUNS
+from p2paudit.node.wire_codec import MAX_STATUS_BYTES as MAX_STATUS_BYTES
+from p2paudit.node.wire_codec import MAX_SYNC_REQUEST_BYTES as MAX_SYNC_REQUEST_BYTES
+from p2paudit.node.wire_codec import MAX_TEXT as MAX_TEXT
+from p2paudit.node.wire_codec import MAX_WITNESS_REQUEST_BYTES as MAX_WITNESS_REQUEST_BYTES
+from p2paudit.node.wire_codec import MAX_WITNESS_RESPONSE_BYTES as MAX_WITNESS_RESPONSE_BYTES
+from p2paudit.node.wire_codec import MESSAGE_ID_DOMAIN as MESSAGE_ID_DOMAIN
+from p2paudit.node.wire_codec import SETTLED_PROTOCOL as SETTLED_PROTOCOL
+from p2paudit.node.wire_codec import SYNC_PROTOCOL as SYNC_PROTOCOL
+from p2paudit.node.wire_codec import VERSION as VERSION
+from p2paudit.node.wire_codec import WITNESS_BAD_PROOF as WITNESS_BAD_PROOF
+from p2paudit.node.wire_codec import WITNESS_BAD_SIGNATURE as WITNESS_BAD_SIGNATURE
+from p2paudit.node.wire_codec import WITNESS_CODES as WITNESS_CODES
+from p2paudit.node.wire_codec import WITNESS_MALFORMED as WITNESS_MALFORMED
+from p2paudit.node.wire_codec import WITNESS_OK as WITNESS_OK
+from p2paudit.node.wire_codec import WITNESS_OLD_SIZE_MISMATCH as WITNESS_OLD_SIZE_MISMATCH
+from p2paudit.node.wire_codec import WITNESS_OLD_SIZE_TOO_LARGE as WITNESS_OLD_SIZE_TOO_LARGE
+from p2paudit.node.wire_codec import WITNESS_PROTOCOL as WITNESS_PROTOCOL
+from p2paudit.node.wire_codec import WITNESS_ROOT_CONFLICT as WITNESS_ROOT_CONFLICT
+from p2paudit.node.wire_codec import WITNESS_UNAVAILABLE as WITNESS_UNAVAILABLE
+from p2paudit.node.wire_codec import WITNESS_UNKNOWN_LOG as WITNESS_UNKNOWN_LOG
+from p2paudit.node.wire_codec import PeerRefused as PeerRefused
+from p2paudit.node.wire_codec import WireError as WireError
+from p2paudit.node.wire_codec import check_bin as check_bin
+from p2paudit.node.wire_codec import check_fields as check_fields
+from p2paudit.node.wire_codec import check_hashes as check_hashes
+from p2paudit.node.wire_codec import check_int as check_int
+from p2paudit.node.wire_codec import check_list as check_list
+from p2paudit.node.wire_codec import check_text as check_text
+from p2paudit.node.wire_codec import pack as pack
+from p2paudit.node.wire_codec import unpack_message as unpack_message
+from p2paudit.node.wire_sync import Page as Page
+from p2paudit.node.wire_sync import RangeProof as RangeProof
+from p2paudit.node.wire_sync import RangeRequest as RangeRequest
+from p2paudit.node.wire_sync import StatusRequest as StatusRequest
+from p2paudit.node.wire_sync import StatusResponse as StatusResponse
+from p2paudit.node.wire_sync import SyncRefusal as SyncRefusal
+from p2paudit.node.wire_sync import SyncRequest as SyncRequest
+from p2paudit.node.wire_sync import SyncResponse as SyncResponse
+from p2paudit.node.wire_sync import WitnessRequest as WitnessRequest
+from p2paudit.node.wire_sync import WitnessResponse as WitnessResponse
+from p2paudit.node.wire_sync import decode_sync_request as decode_sync_request
+from p2paudit.node.wire_sync import decode_sync_response as decode_sync_response
+from p2paudit.node.wire_sync import decode_witness_request as decode_witness_request
+from p2paudit.node.wire_sync import decode_witness_response as decode_witness_response
+from p2paudit.node.wire_sync import encode_sync_request as encode_sync_request
+from p2paudit.node.wire_sync import encode_sync_response as encode_sync_response
+from p2paudit.node.wire_sync import encode_witness_request as encode_witness_request
+from p2paudit.node.wire_sync import encode_witness_response as encode_witness_response
+from p2paudit.node.wire_sync import sync_refusal as sync_refusal
+from p2paudit.node.wire_sync import witness_refusal as witness_refusal
 
 ORIGIN_PREFIX = "p2paudit.dev/ledger/"
 _BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _ED25519_PEER_ID_PREFIX = b"\x00\x24\x08\x01\x12\x20"  # identity multihash of protobuf PublicKey{Ed25519, 32 bytes}
-
-
-class PeerRefused(NetworkError):
-    """A peer answered with a refusal and its reason: it declined, it did not lie (never banned for it)."""
-
-
-class WireError(InputError):
-    """A message is malformed, oversized, non-canonical or of an unknown kind or version (exit code 2)."""
-
-
-# -- primitives --------------------------------------------------------------------------------------------
-
-
-def pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def unpack_message(data: Any, limit: int, magic: str, what: str, max_items: int = 0) -> list:
-    """Parse one canonical message of at most `limit` bytes; return its fields after magic and version.
-    Arrays hold at most max(max_items, the largest list any message here allows) items."""
-    if isinstance(data, (bytearray, memoryview)):
-        data = bytes(data)
-    if type(data) is not bytes:
-        raise WireError(f"{what} is {type(data).__name__}, want bytes")
-    if len(data) > limit:
-        raise WireError(f"{what} has {len(data)} bytes, more than the limit {limit}")
-    try:
-        value = msgpack.unpackb(
-            data,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            max_map_len=0,
-            max_ext_len=0,
-            max_array_len=max(MAX_BATCH, MAX_PAGE, MAX_RUNS, MAX_PROOF_HASHES, max_items),
-            max_bin_len=limit,
-            max_str_len=limit,
-        )
-    except msgpack.ExtraData as exc:
-        raise WireError(f"{what} has {len(exc.extra)} trailing bytes") from None
-    except (ValueError, TypeError, OverflowError, UnicodeDecodeError, msgpack.UnpackException) as exc:
-        raise WireError(f"{what} is not valid msgpack: {type(exc).__name__}: {str(exc)[:80]}") from None
-    if type(value) is not list or len(value) < 2:
-        raise WireError(f"{what} is not a msgpack array starting with a magic and a version")
-    if value[0] != magic or type(value[0]) is not str:
-        raise WireError(f"{what} magic is {str(value[0])[:40]!r}, want {magic!r}")
-    if type(value[1]) is not int or value[1] != VERSION:
-        raise WireError(f"{what} version is {value[1]!r}, want {VERSION}")
-    if pack(value) != data:
-        raise WireError(f"{what} is not canonically encoded")
-    return value[2:]
-
-
-def check_fields(fields: list, count: int, what: str) -> None:
-    if len(fields) != count:
-        raise WireError(f"{what} has {len(fields) + 2} fields, want {count + 2}")
-
-
-def check_int(value: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:
-    """An int (never a bool) with low <= value < high."""
-    if type(value) is not int:
-        raise WireError(f"{what} is {type(value).__name__}, want an integer")
-    if not low <= value < high:
-        raise WireError(f"{what} is {value}, want {low} <= {what} < {high}")
-    return value
-
-
-def check_bin(value: Any, what: str, low: int, high: int) -> bytes:
-    """Bytes (msgpack bin) of low..high bytes."""
-    if type(value) is not bytes:
-        raise WireError(f"{what} is {type(value).__name__}, want bytes")
-    if not low <= len(value) <= high:
-        raise WireError(f"{what} has {len(value)} bytes, want {low}..{high}")
-    return value
-
-
-def check_text(value: Any, what: str, high: int) -> str:
-    if type(value) is not str:
-        raise WireError(f"{what} is {type(value).__name__}, want a string")
-    if len(value.encode("utf-8")) > high:
-        raise WireError(f"{what} has {len(value.encode('utf-8'))} bytes, more than {high}")
-    return value
-
-
-def check_list(value: Any, what: str, low: int, high: int) -> list:
-    if type(value) is not list:
-        raise WireError(f"{what} is {type(value).__name__}, want an array")
-    if not low <= len(value) <= high:
-        raise WireError(f"{what} has {len(value)} items, want {low}..{high}")
-    return value
-
-
-def check_hashes(value: Any, what: str) -> tuple[bytes, ...]:
-    items = check_list(value, what, 0, MAX_PROOF_HASHES)
-    return tuple(check_bin(h, f"{what} hash {i}", HASH_SIZE, HASH_SIZE) for i, h in enumerate(items))
 
 
 # -- topics, message ids, origins ----------------------------------------------------------------------------
@@ -294,214 +224,6 @@ def decode_evidence(data: bytes) -> Evidence:
     check_fields(fields, 3, "evidence")
     _check_evidence_items(*fields)
     return Evidence(*fields)
-
-
-# -- sync ----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StatusRequest:
-    """Ask a peer for its signed checkpoint and the runs it holds."""
-
-
-@dataclass(frozen=True)
-class StatusResponse:
-    note: str  # the peer's signed checkpoint note
-    runs: tuple[tuple[bytes, int], ...]  # (run id, number of steps)
-
-
-@dataclass(frozen=True)
-class RangeRequest:
-    """Entries [start, start + count) of the peer's log, proved under its checkpoint of `size` entries."""
-
-    size: int
-    start: int
-    count: int
-
-
-@dataclass(frozen=True)
-class RangeProof:
-    """Hashes of the subtrees left of and right of a range, in tree order (see sync.range_proof_ranges)."""
-
-    left: tuple[bytes, ...]
-    right: tuple[bytes, ...]
-
-
-@dataclass(frozen=True)
-class Page:
-    start: int
-    entries: tuple[bytes, ...]
-    proof: RangeProof
-
-
-@dataclass(frozen=True)
-class SyncRefusal:
-    """A request the server would not answer, and why (one line)."""
-
-    reason: str
-
-
-SyncRequest = StatusRequest | RangeRequest
-SyncResponse = StatusResponse | Page | SyncRefusal
-
-
-def encode_sync_request(request: SyncRequest) -> bytes:
-    """["p2paudit/sync", 1, "status_request"] or ["p2paudit/sync", 1, "range", size, start, count]."""
-    if isinstance(request, StatusRequest):
-        return pack([MAGIC_SYNC, VERSION, "status_request"])
-    _check_range(request.size, request.start, request.count)
-    return pack([MAGIC_SYNC, VERSION, "range", request.size, request.start, request.count])
-
-
-def _check_range(size: Any, start: Any, count: Any) -> None:
-    check_int(size, "range tree size", 1)
-    check_int(start, "range start", 0, size)
-    check_int(count, "range count", 1, MAX_PAGE + 1)
-    if start + count > size:
-        raise WireError(f"range [{start}, {start + count}) is not within a tree of size {size}")
-
-
-def decode_sync_request(data: bytes) -> SyncRequest:
-    fields = unpack_message(data, MAX_SYNC_REQUEST_BYTES, MAGIC_SYNC, "sync request")
-    kind = fields[0] if fields else None
-    if kind == "status_request":
-        check_fields(fields, 1, "status request")
-        return StatusRequest()
-    if kind == "range":
-        check_fields(fields, 4, "range request")
-        _check_range(*fields[1:])
-        return RangeRequest(*fields[1:])
-    raise WireError(f"sync request kind {str(kind)[:40]!r} is not status_request or range")
-
-
-def encode_sync_response(response: SyncResponse) -> bytes:
-    """status: [.., "status", note (str), [[run id, steps], ...]]; page: [.., "page", start, [entry...], [left...],
-    [right...]]; refusal: [.., "refusal", reason (str)]."""
-    if isinstance(response, StatusResponse):
-        _check_status(response.note, [list(run) for run in response.runs])
-        value = [MAGIC_SYNC, VERSION, "status", response.note, [list(run) for run in response.runs]]
-    elif isinstance(response, Page):
-        _check_page(response.start, list(response.entries), list(response.proof.left), list(response.proof.right))
-        proof = response.proof
-        value = [
-            MAGIC_SYNC,
-            VERSION,
-            "page",
-            response.start,
-            list(response.entries),
-            list(proof.left),
-            list(proof.right),
-        ]
-    else:
-        value = [MAGIC_SYNC, VERSION, "refusal", check_text(response.reason[:MAX_TEXT], "refusal reason", 4 * MAX_TEXT)]
-    data = pack(value)
-    if len(data) > MAX_PAGE_BYTES:
-        raise WireError(f"sync response has {len(data)} bytes, more than the limit {MAX_PAGE_BYTES}")
-    return data
-
-
-def _check_status(note: Any, runs: Any) -> tuple[tuple[bytes, int], ...]:
-    check_text(note, "status note", MAX_NOTE_BYTES)
-    out = []
-    for i, run in enumerate(check_list(runs, "status runs", 0, MAX_RUNS)):
-        check_list(run, f"status run {i}", 2, 2)
-        out.append(
-            (
-                check_bin(run[0], f"status run {i} id", HASH_SIZE, HASH_SIZE),
-                check_int(run[1], f"status run {i} steps", 1),
-            )
-        )
-    return tuple(out)
-
-
-def _check_page(start: Any, entries: Any, left: Any, right: Any) -> Page:
-    check_int(start, "page start")
-    items = check_list(entries, "page entries", 1, MAX_PAGE)
-    entries_ = tuple(check_bin(e, f"page entry {start + i}", 1, MAX_SIGNED_SIZE) for i, e in enumerate(items))
-    return Page(
-        start, entries_, RangeProof(check_hashes(left, "page left proof"), check_hashes(right, "page right proof"))
-    )
-
-
-def decode_sync_response(data: bytes) -> SyncResponse:
-    fields = unpack_message(data, MAX_PAGE_BYTES, MAGIC_SYNC, "sync response")
-    kind = fields[0] if fields else None
-    if kind == "status":
-        check_fields(fields, 3, "status response")
-        return StatusResponse(fields[1], _check_status(fields[1], fields[2]))
-    if kind == "page":
-        check_fields(fields, 5, "page")
-        return _check_page(*fields[1:])
-    if kind == "refusal":
-        check_fields(fields, 2, "sync refusal")
-        return SyncRefusal(check_text(fields[1], "refusal reason", 4 * MAX_TEXT))
-    raise WireError(f"sync response kind {str(kind)[:40]!r} is not status, page or refusal")
-
-
-# -- witness -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WitnessRequest:
-    """C2SP tlog-witness add-checkpoint: the size the witness last cosigned, a consistency proof from it, the note."""
-
-    old_size: int
-    proof: tuple[bytes, ...]
-    note: str
-
-
-@dataclass(frozen=True)
-class WitnessResponse:
-    """`code` is one of WITNESS_*; `size` is the witness's latest size (OLD_SIZE_MISMATCH), else 0; `text` is the
-    cosignature line (OK) or a one-line reason."""
-
-    code: int
-    size: int
-    text: str
-
-
-def encode_witness_request(request: WitnessRequest) -> bytes:
-    """["p2paudit/witness", 1, "add_checkpoint", old size, [proof hash (bin 32), ...], note (str)]."""
-    check_int(request.old_size, "witness old size")
-    check_hashes(list(request.proof), "witness consistency proof")
-    check_text(request.note, "witness note", MAX_NOTE_BYTES)
-    return pack([MAGIC_WITNESS, VERSION, "add_checkpoint", request.old_size, list(request.proof), request.note])
-
-
-def decode_witness_request(data: bytes) -> WitnessRequest:
-    fields = unpack_message(data, MAX_WITNESS_REQUEST_BYTES, MAGIC_WITNESS, "witness request")
-    check_fields(fields, 4, "witness request")
-    if fields[0] != "add_checkpoint":
-        raise WireError(f"witness request kind {str(fields[0])[:40]!r} is not add_checkpoint")
-    old_size = check_int(fields[1], "witness old size")
-    proof = check_hashes(fields[2], "witness consistency proof")
-    return WitnessRequest(old_size, proof, check_text(fields[3], "witness note", MAX_NOTE_BYTES))
-
-
-def encode_witness_response(response: WitnessResponse) -> bytes:
-    """["p2paudit/witness", 1, code, size, text (str)]."""
-    check_int(response.code, "witness response code", 0, len(WITNESS_CODES))
-    check_int(response.size, "witness response size")
-    text = response.text if response.code == WITNESS_OK else response.text[:MAX_TEXT]
-    check_text(text, "witness response text", MAX_WITNESS_RESPONSE_BYTES - 64)
-    return pack([MAGIC_WITNESS, VERSION, response.code, response.size, text])
-
-
-def decode_witness_response(data: bytes) -> WitnessResponse:
-    fields = unpack_message(data, MAX_WITNESS_RESPONSE_BYTES, MAGIC_WITNESS, "witness response")
-    check_fields(fields, 3, "witness response")
-    code = check_int(fields[0], "witness response code", 0, len(WITNESS_CODES))
-    size = check_int(fields[1], "witness response size")
-    return WitnessResponse(code, size, check_text(fields[2], "witness response text", MAX_WITNESS_RESPONSE_BYTES))
-
-
-def witness_refusal(reason: str) -> bytes:
-    """The witness's answer to a request refused before any check (busy, oversize, timed out, internal)."""
-    return encode_witness_response(WitnessResponse(WITNESS_UNAVAILABLE, 0, reason[:MAX_TEXT]))
-
-
-def sync_refusal(reason: str) -> bytes:
-    return encode_sync_response(SyncRefusal(reason[:MAX_TEXT]))
 
 
 def encode_settled(covered: bool) -> bytes:
