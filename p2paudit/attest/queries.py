@@ -31,7 +31,8 @@ from pathlib import Path
 from ledger import SplitView
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP, VERDICTS
-from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.attest.runs import RunInfo
+from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError
 from p2paudit.identity import parse_public_key_hex
 

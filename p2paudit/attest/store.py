@@ -18,7 +18,6 @@ a store's back are indexed by the next write).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -28,28 +27,24 @@ from pathlib import Path
 
 from ledger import Ledger, LedgerError, NoteSigner, Transaction
 from p2paudit.attest.errors import AttestationError
-from p2paudit.attest.record import AnyAttestation, Attestation, SignedAttestation, decode_signed, sign_attestation
+from p2paudit.attest.held import Held, conflict_with, held_for_batch
+from p2paudit.attest.record import Attestation, SignedAttestation, decode_signed, sign_attestation
 from p2paudit.attest.record_v2 import VERDICTS
+from p2paudit.attest.runs import (  # noqa: F401 (MAX_RUN_STEPS re-exported)
+    MAX_RUN_STEPS,
+    RunInfo,
+    check_run,
+    find_run,
+    known_runs,
+    register_run,
+    run_publishers,
+)
 from p2paudit.attest.tables import create_tables, has_table, indexed_size, origin_for  # noqa: F401 (re-exported)
 from p2paudit.attest.views import create_views
 from p2paudit.errors import InternalError
 from p2paudit.identity import Identity
 
 VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
-EQUIVOCATION = "equivocation"
-DISPUTE = "dispute"
-# A run has at most 2^32 steps (= run.manifest.MAX_STEPS: the schedule counts steps below 2^32; attest
-# does not import run, and tests/attest hold the two equal). A larger count would make coverage allocate per step.
-MAX_RUN_STEPS = 2**32
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """A known run: its 32-byte id, number of steps (steps 0..steps-1) and a free-form label."""
-
-    run_id: bytes
-    steps: int
-    label: str
 
 
 @dataclass(frozen=True)
@@ -64,16 +59,6 @@ class Appended:
     index: int
     new: bool
     conflict: str | None = None
-
-
-@dataclass(frozen=True)
-class _Held:
-    """An attestation already stored (or earlier in the batch) for a step: enough to spot a conflict."""
-
-    leaf: int
-    verifier: bytes
-    verdict: str
-    observed: bytes | None
 
 
 @dataclass(frozen=True)
@@ -172,49 +157,21 @@ class AttestationStore:
         caller), recorded once (a run first made known from its id alone gains
         it later; a manifest re-signed by another key adds that key).
         """
-        if publisher is not None and (type(publisher) is not bytes or len(publisher) != 32):
-            raise AttestationError(f"publisher key of run {run_id.hex()[:16]}... is not 32 bytes")
-        if type(run_id) is not bytes or len(run_id) != 32:
-            raise AttestationError(f"run id has {len(run_id) if isinstance(run_id, bytes) else '?'} bytes, want 32")
-        if type(steps) is not int or not 1 <= steps <= MAX_RUN_STEPS:
-            raise AttestationError(f"run {run_id.hex()[:16]}... has {steps} steps, want 1 to {MAX_RUN_STEPS} (2^32)")
+        check_run(run_id, steps, publisher)
         with self.ledger.transaction() as tx:
-            row = tx.conn.execute("SELECT steps, label FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                tx.conn.execute(
-                    "INSERT INTO attest_runs (run_id, steps, label) VALUES (?, ?, ?)", (run_id, steps, label)
-                )
-                _record_publisher(tx.conn, run_id, publisher)
-                return RunInfo(run_id, steps, label)
-            if row[0] == steps:
-                _record_publisher(tx.conn, run_id, publisher)
-        if row[0] != steps:
-            raise AttestationError(f"run {run_id.hex()[:16]}... is registered with {row[0]} steps, not {steps}")
-        return RunInfo(run_id, row[0], row[1])
+            return register_run(tx.conn, run_id, steps, label, publisher)
 
     def runs(self) -> list[RunInfo]:
         """Every known run, in registration order."""
-        rows = self.conn.execute("SELECT run_id, steps, label FROM attest_runs ORDER BY run").fetchall()
-        return [RunInfo(*row) for row in rows]
+        return known_runs(self.conn)
 
     def publishers(self, run_id: bytes) -> tuple[bytes, ...]:
-        """The keys recorded as the run's publisher (usually one; none when it was made known from its id alone,
-        or by a ledger written before they were recorded, which a read-only store cannot add the table to)."""
-        if not has_table(self.conn, "attest_publishers"):
-            return ()
-        rows = self.conn.execute(
-            "SELECT p.public_key FROM attest_publishers p JOIN attest_runs r ON r.run = p.run WHERE r.run_id = ? "
-            "ORDER BY p.public_key",
-            (run_id,),
-        ).fetchall()
-        return tuple(bytes(key) for (key,) in rows)
+        """The keys recorded as the run's publisher (attest.runs.run_publishers)."""
+        return run_publishers(self.conn, run_id)
 
     def run_info(self, run_id: bytes) -> RunInfo:
         """A known run; AttestationError if it is not registered."""
-        row = self.conn.execute("SELECT run_id, steps, label FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise AttestationError(f"run {run_id.hex()} is not known to this ledger")
-        return RunInfo(*row)
+        return find_run(self.conn, run_id)
 
     def run_number(self, run_id: bytes) -> int:
         """The run's row number in the index tables; AttestationError if the run is not known."""
@@ -291,7 +248,7 @@ class AttestationStore:
                 runs.append(self._run(tx.conn, record.run_id, record.step)[0])
             except AttestationError as exc:
                 raise AttestationError(f"{exc} (item {item.position})" if len(checked) > 1 else str(exc)) from None
-        stored = self._stored_attestations(tx.conn, runs, checked)
+        stored = held_for_batch(tx.conn, runs, [item.signed.attestation for item in checked])
         results: list[Appended] = []
         fresh: list[SignedAttestation] = []
         for item, run in zip(checked, runs):
@@ -302,8 +259,8 @@ class AttestationStore:
             if same:
                 results.append(Appended(same[0], False))
                 continue
-            conflict = self._conflict(record, held, fresh, tx)
-            held.append(_Held(tx.size + len(fresh), record.verifier, record.verdict, record.observed_output_digest))
+            conflict = conflict_with(record, held, lambda leaf: self._bytes_at(leaf, fresh, tx))
+            held.append(Held(tx.size + len(fresh), record.verifier, record.verdict, record.observed_output_digest))
             fresh.append(item.signed)
             results.append(Appended(-1, True, conflict))  # index filled in once the leaves are written
         indices = iter(self._append_leaves(tx, fresh))
@@ -312,39 +269,6 @@ class AttestationStore:
     def _bytes_at(self, leaf: int, fresh: Sequence[SignedAttestation], tx: Transaction) -> bytes:
         """A stored leaf's bytes, or those of one earlier in this batch (not written yet)."""
         return fresh[leaf - tx.size].encoded if leaf >= tx.size else self.ledger.entry(leaf)
-
-    def _conflict(
-        self, record: AnyAttestation, held: Sequence[_Held], fresh: Sequence[SignedAttestation], tx: Transaction
-    ) -> str | None:
-        """ "equivocation" if the key signed another result for the step, "dispute" if another key did."""
-        conflict = None
-        for h in held:
-            if h.verifier == record.verifier:
-                other = decode_signed(self._bytes_at(h.leaf, fresh, tx)).attestation
-                if other.result() != record.result():
-                    return EQUIVOCATION
-            elif (h.verdict, h.observed) != (record.verdict, record.observed_output_digest):
-                conflict = DISPUTE
-        return conflict
-
-    def _stored_attestations(
-        self, conn: sqlite3.Connection, runs: Sequence[int], checked: Sequence[_Checked]
-    ) -> dict[tuple[int, int], list[_Held]]:
-        """What is already stored for the (run, step) pairs of a batch: one query per run, not per item."""
-        steps: dict[int, set[int]] = {}
-        for item, run in zip(checked, runs):
-            steps.setdefault(run, set()).add(item.signed.attestation.index_step)
-        found: dict[tuple[int, int], list[_Held]] = {}
-        for run, wanted in steps.items():
-            rows = conn.execute(
-                "SELECT i.step, i.leaf, k.public_key, i.verdict, i.observed FROM attest_index i "
-                "JOIN attest_keys k ON k.key = i.key WHERE i.run = ? AND i.step IN (SELECT value FROM json_each(?)) "
-                "ORDER BY i.leaf",
-                (run, json.dumps(sorted(wanted))),
-            )
-            for step, leaf, public_key, verdict, observed in rows:
-                found.setdefault((run, step), []).append(_Held(leaf, public_key, VERDICTS[verdict], observed))
-        return found
 
     def _append_leaves(self, tx: Transaction, fresh: Sequence[SignedAttestation]) -> list[int]:
         if not fresh:
@@ -453,18 +377,6 @@ def read_origin(path: Path | str) -> str | None:
         return Ledger.stored_origin(path)
     except LedgerError as exc:
         raise AttestationError(str(exc)) from None
-
-
-def _record_publisher(conn: sqlite3.Connection, run_id: bytes, publisher: bytes | None) -> None:
-    """Record the run's publisher key unless known (inside the write transaction that registers the run)."""
-    if publisher is None:
-        return
-    (run,) = conn.execute("SELECT run FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
-    known = conn.execute(
-        "SELECT 1 FROM attest_publishers WHERE run = ? AND public_key = ?", (run, publisher)
-    ).fetchone()
-    if known is None:
-        conn.execute("INSERT INTO attest_publishers (run, public_key) VALUES (?, ?)", (run, publisher))
 
 
 def now_ms() -> int:
