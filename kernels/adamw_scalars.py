@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels import constants as K
 from kernels import validate
+from kernels.backend_contract import Scalar
 
 F32 = np.float32
 
@@ -41,7 +42,9 @@ def powi(b: np.float32, t: int) -> np.float32:
     return r
 
 
-def adamw_scalars(step: int, lr, beta1, beta2, eps, weight_decay) -> AdamWScalars:
+def adamw_scalars(
+    step: int, lr: Scalar, beta1: Scalar, beta2: Scalar, eps: Scalar, weight_decay: Scalar
+) -> AdamWScalars:
     """The section 4.6 scalars for update number `step` (>= 1, already validated)."""
     lr, b1, b2, eps, wd = (
         validate.to_float32(val, name)

@@ -2,8 +2,8 @@
 
 A backend is a module (kernels.reference, kernels.cpu, kernels.triton_backend),
 and a module satisfies a Protocol structurally: mypy holds each one to
-`Backend` (the assignments at the end of this file, and the one at the end of
-kernels/triton_backend.py), and tests/kernels/test_backend_contract.py checks
+`Backend` (a typed assignment of the module to itself at the end of each
+backend module), and tests/kernels/test_backend_contract.py checks
 at run time that every backend has every function named here, with these
 parameter names.
 
@@ -24,7 +24,7 @@ Shape legend: see kernels/__init__.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -166,10 +166,3 @@ class Backend(Protocol[ArrayT]):
 def contract_functions() -> tuple[str, ...]:
     """The names of the functions a backend module must provide, in the order of the contract."""
     return tuple(name for name, value in vars(Backend).items() if callable(value) and not name.startswith("_"))
-
-
-if TYPE_CHECKING:  # mypy holds the numpy backends to the contract here (triton: at the end of its module)
-    from kernels import cpu, reference
-
-    _REFERENCE_CONFORMS: Backend[HostArray] = reference
-    _CPU_CONFORMS: Backend[HostArray] = cpu

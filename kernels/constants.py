@@ -13,7 +13,8 @@ import numpy as np
 
 def float32_from_bits(bits: int) -> np.float32:
     """Return the float32 whose IEEE-754 bit pattern is `bits` (0 <= bits < 2**32)."""
-    return np.array([bits], dtype=np.uint32).view(np.float32)[0]
+    value: np.float32 = np.array([bits], dtype=np.uint32).view(np.float32)[0]
+    return value
 
 
 # Exact small values used in formulas.

@@ -20,11 +20,14 @@ Shape legend: see kernels/__init__.py.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels import constants as K
 from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
+from kernels.backend_contract import HostArray, Scalar
 from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
@@ -56,7 +59,8 @@ split_tokens = numpy_layout.split_tokens
 def _product(a: np.ndarray, a_t: bool, b: np.ndarray, b_t: bool, m: int, n: int) -> np.ndarray:
     """Run the batched kernel on 2-d or 3-d operands (checked by the caller); keep a's rank."""
     if a.ndim == 2:
-        return matmul_batched(a[None], a_t, b[None], b_t, n)[0]  # (M, N)
+        product: HostArray = matmul_batched(a[None], a_t, b[None], b_t, n)[0]  # (M, N)
+        return product
     return matmul_batched(a, a_t, b, b_t, n)  # (BH, M, N)
 
 
@@ -84,7 +88,8 @@ def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def sum_rows(x: np.ndarray) -> np.ndarray:
     """psum of each row: (R, C) -> (R,)."""
     validate.check_rows(x)
-    return sum_rows_2d(x)
+    y: HostArray = sum_rows_2d(x)  # (R,)
+    return y
 
 
 def sum_cols(x: np.ndarray) -> np.ndarray:
@@ -96,7 +101,8 @@ def sum_cols(x: np.ndarray) -> np.ndarray:
 def max_rows(x: np.ndarray) -> np.ndarray:
     """pmax of each row: (R, C) -> (R,). Precondition: C >= 1."""
     validate.check_rows(x, min_cols=1)
-    return max_rows_2d(x)
+    y: HostArray = max_rows_2d(x)  # (R,)
+    return y
 
 
 # -------------------------------------------------------- elementary functions
@@ -105,25 +111,29 @@ def max_rows(x: np.ndarray) -> np.ndarray:
 def exp(x: np.ndarray) -> np.ndarray:
     """Elementwise exp (section 3.1), any shape."""
     validate.check_elementwise(x)
-    return exp_flat(x.reshape(-1)).reshape(x.shape)
+    y: HostArray = exp_flat(x.reshape(-1))
+    return y.reshape(x.shape)
 
 
 def log(x: np.ndarray) -> np.ndarray:
     """Elementwise natural log (section 3.2), any shape."""
     validate.check_elementwise(x)
-    return log_flat(x.reshape(-1)).reshape(x.shape)
+    y: HostArray = log_flat(x.reshape(-1))
+    return y.reshape(x.shape)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
     """x / (1 + exp(-x)), any shape."""
     validate.check_elementwise(x)
-    return silu_flat(x.reshape(-1)).reshape(x.shape)
+    y: HostArray = silu_flat(x.reshape(-1))
+    return y.reshape(x.shape)
 
 
 def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dy * g with g = s * (1 + x * (1 - s)) and s = 1 / (1 + exp(-x)) (section 3.3); x and dy of one shape."""
     validate.check_pair(x, "x", dy, "dy")
-    return silu_backward_flat(x.reshape(-1), dy.reshape(-1)).reshape(x.shape)
+    dx: HostArray = silu_backward_flat(x.reshape(-1), dy.reshape(-1))
+    return dx.reshape(x.shape)
 
 
 # ---------------------------------------------------------- composite operations
@@ -132,18 +142,21 @@ def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
 def softmax_causal(s: np.ndarray) -> np.ndarray:
     """Row softmax over j <= t of s (BH, T, T); entries j > t are +0.0."""
     validate.check_square_scores(s, "s")
-    return softmax_causal_3d(s)
+    p: HostArray = softmax_causal_3d(s)  # (BH, T, T)
+    return p
 
 
 def softmax_causal_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
     """ds = p * (dp - psum(p * dp over j <= t)); +0.0 for j > t. p, dp (BH, T, T)."""
     validate.check_softmax_backward(p, dp)
-    return softmax_causal_backward_3d(p, dp)
+    ds: HostArray = softmax_causal_backward_3d(p, dp)  # (BH, T, T)
+    return ds
 
 
 def _attention_scale(d: int) -> np.float32:
     """1 / sqrt(float32(D)), each operation rounded to float32 on the host."""
-    return K.ONE / np.sqrt(F32(d))
+    scale: np.float32 = K.ONE / np.sqrt(F32(d))
+    return scale
 
 
 def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
@@ -162,11 +175,13 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, 
     _, _, d = validate.check_attention(q, k, v)
     s = matmul_batched(q, False, k, True, q.shape[1], COLS_UPTO_ROW)  # (BH, T, T), j > t not read
     np.multiply(s, _attention_scale(d), out=s)  # elementwise, after the fold
-    p = softmax_causal_3d(s)  # (BH, T, T), +0.0 for j > t
+    p: HostArray = softmax_causal_3d(s)  # (BH, T, T), +0.0 for j > t
     return matmul_batched(p, False, v, False, d, _skip_if(v, K_UPTO_ROW)), p  # (BH, T, D)
 
 
-def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D).
 
     As in `attention`, terms that cannot change a bit are left out: dP past
@@ -178,7 +193,7 @@ def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarr
     dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW)  # (BH, T, T), j > t not read
     dv_mode = _skip_if(do, K_FROM_ROW) if masked_zeros(p) else FULL
     dv = matmul_batched(p, True, do, False, d, dv_mode)  # (BH, T, D)
-    ds = softmax_causal_backward_3d(p, dp)  # (BH, T, T), +0.0 for j > t
+    ds: HostArray = softmax_causal_backward_3d(p, dp)  # (BH, T, T), +0.0 for j > t
     dq = matmul_batched(ds, False, k, False, d, _skip_if(k, K_UPTO_ROW))  # (BH, T, D)
     dk = matmul_batched(ds, True, q, False, d, _skip_if(q, K_FROM_ROW))  # (BH, T, D)
     np.multiply(dq, scale, out=dq)
@@ -186,15 +201,18 @@ def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return dq, dk, dv
 
 
-def rmsnorm(x: np.ndarray, w: np.ndarray, eps) -> tuple[np.ndarray, np.ndarray]:
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: Scalar) -> tuple[np.ndarray, np.ndarray]:
     """y = (x * rstd) * w with rstd = 1 / sqrt(psum(x^2) / C + eps): x (R, C), w (C,) -> (y, rstd (R,))."""
     validate.check_rmsnorm(x, w)
-    return rmsnorm_2d(x, w, validate.to_float32(eps, "eps"))
+    y_rstd: tuple[HostArray, HostArray] = rmsnorm_2d(x, w, validate.to_float32(eps, "eps"))
+    return y_rstd
 
 
-def rmsnorm_backward(x, w, rstd, dy) -> tuple[np.ndarray, np.ndarray]:
+def rmsnorm_backward(x: np.ndarray, w: np.ndarray, rstd: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
     validate.check_rmsnorm_backward(x, w, rstd, dy)
+    dx: HostArray
+    prod: HostArray
     dx, prod = rmsnorm_backward_rows(x, w, rstd, dy)  # (R, C) each
     return dx, sum_cols_2d(prod)
 
@@ -202,34 +220,58 @@ def rmsnorm_backward(x, w, rstd, dy) -> tuple[np.ndarray, np.ndarray]:
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Mean over rows of logsumexp(l_i) - l[i, t_i]: logits (N, V), targets int64 (N,) -> 0-d float32."""
     n, _ = validate.check_cross_entropy(logits, targets)
-    loss = cross_entropy_rows(logits, targets)  # (N,)
-    total = sum_rows_2d(loss.reshape(1, n))[0]
+    loss: HostArray = cross_entropy_rows(logits, targets)  # (N,)
+    total: np.float32 = sum_rows_2d(loss.reshape(1, n))[0]
     return np.asarray(total / F32(n), dtype=F32)
 
 
-def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss) -> np.ndarray:
+def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss: Scalar) -> np.ndarray:
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
     n, _ = validate.check_cross_entropy(logits, targets)
     g = validate.to_float32(dloss, "dloss") / F32(n)
-    return cross_entropy_backward_2d(logits, targets, F32(g))
+    dlogits: HostArray = cross_entropy_backward_2d(logits, targets, F32(g))  # (N, V)
+    return dlogits
 
 
 def embedding(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
     validate.check_embedding(table, idx)
-    return embedding_gather(table, idx)
+    out: HostArray = embedding_gather(table, idx)  # (N, C)
+    return out
 
 
 def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np.ndarray:
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
     v, _, _ = validate.check_embedding_backward(idx, dout, vocab_size)
-    return embedding_scatter_add(idx, dout, v)
+    dtable: HostArray = embedding_scatter_add(idx, dout, v)  # (V, C)
+    return dtable
 
 
-def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adamw(
+    p: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    step: int,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    eps: Scalar,
+    weight_decay: Scalar,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     step = validate.check_adamw(p, g, m, v, step)
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
+    p2: HostArray
+    m2: HostArray
+    v2: HostArray
     p2, m2, v2 = adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps)
     return p2.reshape(p.shape), m2.reshape(p.shape), v2.reshape(p.shape)
+
+
+if TYPE_CHECKING:  # mypy holds this module to the contract (kernels/backend_contract.py); nothing runs here
+    from kernels import cpu as _this
+    from kernels.backend_contract import Backend
+
+    _CONFORMS: Backend[HostArray] = _this

@@ -205,4 +205,5 @@ def matmul_batched(
         bp = b.reshape(b.shape[0], 1, b.shape[1], n)  # (BH, 1, K, N), a view
     else:
         bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
-    return matmul_packed(a, a_transposed, bp, n, causal)
+    out: np.ndarray = matmul_packed(a, a_transposed, bp, n, causal)  # (BH, M, N)
+    return out

@@ -162,8 +162,11 @@ def sum_cols_2d(x: np.ndarray) -> np.ndarray:
     r_count, c_count = x.shape
     if r_count == 0:
         return np.zeros(c_count, np.float32)  # +0.0 is psum of no rows
+    out: np.ndarray
     if r_count == 1:
-        return x[0].copy()
-    if c_count % 16 == 0 and r_count > COL_LEAF:  # then P2(R) >= 2 * COL_LEAF
-        return _sum_cols_registers(x)
-    return _sum_cols_buffered(x)
+        out = x[0].copy()
+    elif c_count % 16 == 0 and r_count > COL_LEAF:  # then P2(R) >= 2 * COL_LEAF
+        out = _sum_cols_registers(x)
+    else:
+        out = _sum_cols_buffered(x)
+    return out

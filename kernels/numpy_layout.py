@@ -9,7 +9,12 @@ Arrays stay numpy arrays: to_device and to_host move nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
+
+from kernels.backend_contract import Scalar
 
 
 def to_device(x: np.ndarray) -> np.ndarray:
@@ -17,19 +22,21 @@ def to_device(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def to_host(x) -> np.ndarray:
+def to_host(x: npt.NDArray[Any] | np.generic) -> np.ndarray:
     """This backend's array (or a numpy scalar) as a numpy array: np.asarray(x), no copy of an array."""
     return np.asarray(x)
 
 
-def add(a, b):
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a + b, float32, rounded once (arrays of one shape, or 0-d values)."""
-    return a + b
+    total: np.ndarray = a + b
+    return total
 
 
-def div_scalar(x, d):
+def div_scalar(x: np.ndarray, d: Scalar) -> np.ndarray:
     """x / float32(d), rounded once (exact when d is a power of two and the quotient is normal)."""
-    return x / np.float32(d)
+    quotient: np.ndarray = x / np.float32(d)
+    return quotient
 
 
 def split_heads(x: np.ndarray, B: int, T: int, H: int) -> np.ndarray:

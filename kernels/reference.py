@@ -10,11 +10,15 @@ Shape legend: see kernels/__init__.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from kernels import constants as K
 from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
+from kernels.backend_contract import HostArray, Scalar
 
 F32 = np.float32
 
@@ -43,7 +47,7 @@ def _max2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((b > a) | np.isnan(b), b, a)
 
 
-def _tree_last(s: np.ndarray, combine) -> np.ndarray:
+def _tree_last(s: np.ndarray, combine: Callable[[HostArray, HostArray], HostArray]) -> np.ndarray:
     """Fold the last axis (length a power of two) by the halving tree; return s[..., 0].
 
     Precondition: s is a fresh padded array (it is overwritten).
@@ -95,7 +99,9 @@ def max_rows(x: np.ndarray) -> np.ndarray:
     return _pmax_last(x)
 
 
-def _fold(col_a, row_b, k: int, shape: tuple[int, ...]) -> np.ndarray:
+def _fold(
+    col_a: Callable[[int], HostArray], row_b: Callable[[int], HostArray], k: int, shape: tuple[int, ...]
+) -> np.ndarray:
     """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3)."""
     acc = np.zeros(shape, dtype=F32)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
@@ -237,7 +243,8 @@ def softmax_causal_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
 
 def _attention_scale(d: int) -> np.float32:
     """1 / sqrt(float32(D)), rounded twice on the host."""
-    return K.ONE / np.sqrt(F32(d))
+    scale: np.float32 = K.ONE / np.sqrt(F32(d))
+    return scale
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,7 +256,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, 
         return matmul(p, v), p  # (BH, T, D)
 
 
-def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
     _, _, d = validate.check_attention_backward(q, k, v, p, do)
     scale = _attention_scale(d)
@@ -262,7 +271,7 @@ def attention_backward(q, k, v, p, do) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return dq, dk, dv
 
 
-def rmsnorm(x: np.ndarray, w: np.ndarray, eps) -> tuple[np.ndarray, np.ndarray]:
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: Scalar) -> tuple[np.ndarray, np.ndarray]:
     """y = (x * rstd) * w with rstd = 1 / sqrt(psum(x^2) / C + eps): x (R, C), w (C,) -> (y, rstd (R,))."""
     _, c = validate.check_rmsnorm(x, w)
     eps32 = validate.to_float32(eps, "eps")
@@ -273,7 +282,7 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps) -> tuple[np.ndarray, np.ndarray]:
     return y, rstd
 
 
-def rmsnorm_backward(x, w, rstd, dy) -> tuple[np.ndarray, np.ndarray]:
+def rmsnorm_backward(x: np.ndarray, w: np.ndarray, rstd: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
     _, c = validate.check_rmsnorm_backward(x, w, rstd, dy)
     with np.errstate(all="ignore"):
@@ -302,7 +311,7 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
         return np.asarray(_psum_last(loss) / F32(n), dtype=F32)
 
 
-def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss) -> np.ndarray:
+def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss: Scalar) -> np.ndarray:
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
     n, v = validate.check_cross_entropy(logits, targets)
     g = validate.to_float32(dloss, "dloss") / F32(n)
@@ -310,13 +319,15 @@ def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss) -> np
         _, e, s = _softmax_parts(logits)
         onehot = np.zeros((n, v), dtype=F32)  # (N, V)
         onehot[np.arange(n), targets] = K.ONE
-        return (e / s[:, None] - onehot) * g
+        dlogits: HostArray = (e / s[:, None] - onehot) * g  # (N, V)
+        return dlogits
 
 
 def embedding(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
     validate.check_embedding(table, idx)
-    return table[idx]
+    out: HostArray = table[idx]  # (N, C)
+    return out
 
 
 def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -336,7 +347,18 @@ def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np
     return dtable
 
 
-def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def adamw(
+    p: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    step: int,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    eps: Scalar,
+    weight_decay: Scalar,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
     step = validate.check_adamw(p, g, m, v, step)
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
@@ -346,3 +368,10 @@ def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay) -> tuple[np.nda
         den = np.sqrt(v2) / k.sbc2 + k.eps
         p2 = p * k.decay - k.ss * (m2 / den)
     return p2, m2, v2
+
+
+if TYPE_CHECKING:  # mypy holds this module to the contract (kernels/backend_contract.py); nothing runs here
+    from kernels import reference as _this
+    from kernels.backend_contract import Backend
+
+    _CONFORMS: Backend[HostArray] = _this

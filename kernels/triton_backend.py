@@ -35,7 +35,7 @@ products or softmaxes has at most 65535 elements (a CUDA grid axis).
 
 from __future__ import annotations
 
-import weakref
+from typing import TYPE_CHECKING
 
 from kernels.triton_math import MODE  # first: raises ImportError without a device
 
@@ -45,179 +45,76 @@ if MODE == "compile":
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import (
-    KernelInputError,  # noqa: E402
-    numpy_layout,  # noqa: E402
-    validate,  # noqa: E402
-)
 from kernels import constants as K  # noqa: E402
+from kernels import triton_io as io  # noqa: E402
 from kernels import triton_kernels as tk  # noqa: E402
 from kernels import triton_launch as L  # noqa: E402
+from kernels import (
+    triton_layout,  # noqa: E402
+    validate,  # noqa: E402
+)
 from kernels import triton_rows as tr  # noqa: E402
 from kernels.adamw_scalars import adamw_scalars  # noqa: E402
+from kernels.backend_contract import Scalar  # noqa: E402
+from kernels.triton_io import Arr  # noqa: E402
 
 F32 = np.float32
 SCATTER_BC = 128  # columns per program of the embedding gradient
 
-# ------------------------------------------------------------ inputs, outputs
-
-
-# numpy's name for each torch dtype validate may be shown (others are refused as not float32)
-_NUMPY_DTYPES = {
-    t: np.dtype(n)
-    for t, n in (
-        (torch.float32, np.float32),
-        (torch.float64, np.float64),
-        (torch.float16, np.float16),
-        (torch.int64, np.int64),
-        (torch.int32, np.int32),
-        (torch.int16, np.int16),
-        (torch.int8, np.int8),
-        (torch.uint8, np.uint8),
-        (torch.bool, np.bool_),
-    )
-}
-
-
-def _check_tensor(x: torch.Tensor, name: str) -> None:
-    """Refuse a tensor on another device or not contiguous."""
-    if x.device.type != L.DEVICE.type:
-        raise KernelInputError(f"{name} is on {x.device}, want {L.DEVICE.type} (the triton backend's device)")
-    if not x.is_contiguous():
-        raise KernelInputError(f"{name} is not contiguous (strides {tuple(x.stride())}), want a contiguous tensor")
-
-
-def _checkable(x: object, name: str) -> object:
-    """What kernels.validate sees for `x`: numpy input itself; for a tensor, an array of its shape and dtype.
-
-    Refuses tensors on another device or not contiguous.
-    """
-    if not isinstance(x, torch.Tensor):
-        return x
-    _check_tensor(x, name)
-    if x.dtype not in _NUMPY_DTYPES:
-        raise KernelInputError(f"{name} has dtype {x.dtype}, want float32")
-    return np.empty(tuple(x.shape), dtype=_NUMPY_DTYPES[x.dtype])  # never written or read: shape and dtype only
-
-
-# ------------------------------------------------- index tensors, checked on the host
-
-# id(tensor) -> (weak reference, tensor._version, lo, hi): int64 device tensors
-# whose values are known to lie in [lo, hi] (lo > hi: empty) without reading
-# them, because they were uploaded by to_device (range read from the numpy
-# array) or cut from such a tensor by split_tokens. An in-place change bumps
-# _version (shared by every view of a tensor) and the entry no longer counts.
-_INDEX_RANGES: dict[int, tuple[weakref.ref, int, int, int]] = {}
-
-
-def _remember_range(t: torch.Tensor, lo: int, hi: int) -> None:
-    """Note that every value of t lies in [lo, hi]."""
-    key = id(t)
-
-    def forget(ref: weakref.ref, key: int = key) -> None:
-        entry = _INDEX_RANGES.get(key)
-        if entry is not None and entry[0] is ref:
-            del _INDEX_RANGES[key]
-
-    _INDEX_RANGES[key] = (weakref.ref(t, forget), t._version, lo, hi)
-
-
-def _known_range(t: torch.Tensor) -> tuple[int, int] | None:
-    """(lo, hi) noted for t or for the tensor t is a view of, if still unchanged; else None."""
-    for cand in (t, t._base):
-        entry = _INDEX_RANGES.get(id(cand)) if cand is not None else None
-        if entry is not None and entry[0]() is cand and entry[1] == cand._version:
-            return entry[2], entry[3]
-    return None
-
-
-def _index_checkable(x: object, name: str) -> tuple[object, tuple[int, int] | None]:
-    """(what kernels.validate sees for an index array `x`, its known value range or None).
-
-    numpy input: itself. A device tensor with a known range: an all-zero
-    stand-in of its shape (the range is checked by _check_range); any other
-    tensor: its values, copied to the host.
-    """
-    if not isinstance(x, torch.Tensor):
-        return x, None
-    _check_tensor(x, name)
-    known = _known_range(x) if x.dtype == torch.int64 else None
-    if known is None:
-        return x.detach().cpu().numpy(), None
-    return np.zeros(tuple(x.shape), dtype=np.int64), known
-
-
-def _check_range(known: tuple[int, int] | None, name: str, size: int) -> None:
-    """Refuse a known index range that leaves [0, size)."""
-    if known is not None and known[0] <= known[1] and (known[0] < 0 or known[1] >= size):
-        raise KernelInputError(f"{name} holds values in [{known[0]}, {known[1]}], outside [0, {size})")
-
-
-def _torch_mode(*arrays: object) -> bool:
-    """True if the array arguments are torch tensors, False if numpy; refuses a mix."""
-    kinds = {isinstance(a, torch.Tensor) for a in arrays}
-    if len(kinds) > 1:
-        raise KernelInputError("arguments mix numpy arrays and torch tensors, want all of one kind")
-    return kinds == {True}
-
-
-def _to_device(x: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """A checked input as a device tensor (numpy arrays are copied to the device)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach()
-    return torch.from_numpy(x).to(L.DEVICE)
-
-
-def _to_caller(t: torch.Tensor, as_torch: bool) -> np.ndarray | torch.Tensor:
-    """A result in the caller's kind: the tensor itself, or a numpy copy."""
-    return t if as_torch else t.cpu().numpy()
-
+# The ops between kernels (kernels/__init__.py): on device tensors, kernels/triton_layout.py.
+to_device = triton_layout.to_device
+to_host = triton_layout.to_host
+add = triton_layout.add
+div_scalar = triton_layout.div_scalar
+split_heads = triton_layout.split_heads
+merge_heads = triton_layout.merge_heads
+split_tokens = triton_layout.split_tokens
 
 # ---------------------------------------------------------------- reductions
 
 
-def sum_rows(x):
+def sum_rows(x: Arr) -> Arr:
     """psum of each row: (R, C) -> (R,)."""
-    as_torch = _torch_mode(x)
-    validate.check_rows(_checkable(x, "x"))
-    return _to_caller(L.reduce_rows(_to_device(x), is_max=False), as_torch)
+    io.torch_mode(x)  # refuses a mix; results come back in the kind of the first array
+    validate.check_rows(io.checkable(x, "x"))
+    return io.to_caller(L.reduce_rows(io.device_tensor(x), is_max=False), x)
 
 
-def sum_cols(x):
+def sum_cols(x: Arr) -> Arr:
     """psum down each column: (R, C) -> (C,)."""
-    as_torch = _torch_mode(x)
-    validate.check_rows(_checkable(x, "x"))
-    return _to_caller(L.reduce_cols(_to_device(x)), as_torch)
+    io.torch_mode(x)  # refuses a mix; results come back in the kind of the first array
+    validate.check_rows(io.checkable(x, "x"))
+    return io.to_caller(L.reduce_cols(io.device_tensor(x)), x)
 
 
-def max_rows(x):
+def max_rows(x: Arr) -> Arr:
     """pmax of each row: (R, C) -> (R,), C >= 1."""
-    as_torch = _torch_mode(x)
-    validate.check_rows(_checkable(x, "x"), min_cols=1)
-    return _to_caller(L.reduce_rows(_to_device(x), is_max=True), as_torch)
+    io.torch_mode(x)  # refuses a mix; results come back in the kind of the first array
+    validate.check_rows(io.checkable(x, "x"), min_cols=1)
+    return io.to_caller(L.reduce_rows(io.device_tensor(x), is_max=True), x)
 
 
-def _matmul(a, b, layout: str):
+def _matmul(a: Arr, b: Arr, layout: str) -> Arr:
     """Check, run and return the product of `layout` on 2-d or batched 3-d operands."""
-    as_torch = _torch_mode(a, b)
-    validate.check_matmul(_checkable(a, "a"), _checkable(b, "b"), layout)
-    ta, tb = _to_device(a), _to_device(b)
+    io.torch_mode(a, b)  # refuses a mix; results come back in the kind of the first array
+    validate.check_matmul(io.checkable(a, "a"), io.checkable(b, "b"), layout)
+    ta, tb = io.device_tensor(a), io.device_tensor(b)
     if ta.dim() == 2:
-        return _to_caller(L.matmul(ta[None], tb[None], layout)[0], as_torch)
-    return _to_caller(L.matmul(ta, tb, layout), as_torch)
+        return io.to_caller(L.matmul(ta[None], tb[None], layout)[0], a)
+    return io.to_caller(L.matmul(ta, tb, layout), a)
 
 
-def matmul(a, b):
+def matmul(a: Arr, b: Arr) -> Arr:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
     return _matmul(a, b, "nn")
 
 
-def matmul_nt(a, b):
+def matmul_nt(a: Arr, b: Arr) -> Arr:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched."""
     return _matmul(a, b, "nt")
 
 
-def matmul_tn(a, b):
+def matmul_tn(a: Arr, b: Arr) -> Arr:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched."""
     return _matmul(a, b, "tn")
 
@@ -225,45 +122,45 @@ def matmul_tn(a, b):
 # ------------------------------------------------------ elementary functions
 
 
-def _unary(x, op: int):
+def _unary(x: Arr, op: int) -> Arr:
     """exp (0), log (1) or silu (2) of a float32 array of any shape."""
-    as_torch = _torch_mode(x)
-    validate.check_elementwise(_checkable(x, "x"))
-    tx = _to_device(x)
+    io.torch_mode(x)  # refuses a mix; results come back in the kind of the first array
+    validate.check_elementwise(io.checkable(x, "x"))
+    tx = io.device_tensor(x)
     y = torch.empty_like(tx)
     L.launch(tk.unary_kernel, L.flat_grid(tx.numel()), tx, y, tx.numel(), OP=op, BLOCK=L.FLAT_BLOCK)
-    return _to_caller(y, as_torch)
+    return io.to_caller(y, x)
 
 
-def exp(x):
+def exp(x: Arr) -> Arr:
     """Elementwise exp (section 3.1), any shape."""
     return _unary(x, 0)
 
 
-def log(x):
+def log(x: Arr) -> Arr:
     """Elementwise natural log (section 3.2), any shape."""
     return _unary(x, 1)
 
 
-def silu(x):
+def silu(x: Arr) -> Arr:
     """x / (1 + exp(-x)), any shape."""
     return _unary(x, 2)
 
 
-def silu_backward(x, dy):
+def silu_backward(x: Arr, dy: Arr) -> Arr:
     """dy * g with g = s * (1 + x * (1 - s)) and s = 1 / (1 + exp(-x)) (section 3.3); x and dy of one shape."""
-    as_torch = _torch_mode(x, dy)
-    validate.check_pair(_checkable(x, "x"), "x", _checkable(dy, "dy"), "dy")
-    tx, tdy = _to_device(x), _to_device(dy)
+    io.torch_mode(x, dy)  # refuses a mix; results come back in the kind of the first array
+    validate.check_pair(io.checkable(x, "x"), "x", io.checkable(dy, "dy"), "dy")
+    tx, tdy = io.device_tensor(x), io.device_tensor(dy)
     dx = torch.empty_like(tx)
     L.launch(tk.silu_backward_kernel, L.flat_grid(tx.numel()), tx, tdy, dx, tx.numel(), BLOCK=L.FLAT_BLOCK)
-    return _to_caller(dx, as_torch)
+    return io.to_caller(dx, x)
 
 
 # -------------------------------------------------------- composite operations
 
 
-def _softmax_launch(kernel, ins: list[torch.Tensor], bh: int, t: int) -> torch.Tensor:
+def _softmax_launch(kernel: L.JitKernel, ins: list[torch.Tensor], bh: int, t: int) -> torch.Tensor:
     """Run a causal-softmax row kernel over (BH, T, T) inputs; returns its (BH, T, T) output."""
     out = torch.empty((bh, t, t), dtype=torch.float32, device=ins[0].device)
     log2t = L.log2_p2(t)
@@ -284,18 +181,18 @@ def _softmax_backward(p: torch.Tensor, dp: torch.Tensor) -> torch.Tensor:
     return _softmax_launch(tk.softmax_causal_backward_kernel, [p, dp], bh, t)
 
 
-def softmax_causal(s):
+def softmax_causal(s: Arr) -> Arr:
     """Row softmax over j <= t of s (BH, T, T); entries j > t are +0.0."""
-    as_torch = _torch_mode(s)
-    validate.check_square_scores(_checkable(s, "s"), "s")
-    return _to_caller(_softmax(_to_device(s)), as_torch)
+    io.torch_mode(s)  # refuses a mix; results come back in the kind of the first array
+    validate.check_square_scores(io.checkable(s, "s"), "s")
+    return io.to_caller(_softmax(io.device_tensor(s)), s)
 
 
-def softmax_causal_backward(p, dp):
+def softmax_causal_backward(p: Arr, dp: Arr) -> Arr:
     """ds = p * (dp - psum(p * dp over j <= t)); +0.0 for j > t. p, dp (BH, T, T)."""
-    as_torch = _torch_mode(p, dp)
-    validate.check_softmax_backward(_checkable(p, "p"), _checkable(dp, "dp"))
-    return _to_caller(_softmax_backward(_to_device(p), _to_device(dp)), as_torch)
+    io.torch_mode(p, dp)  # refuses a mix; results come back in the kind of the first array
+    validate.check_softmax_backward(io.checkable(p, "p"), io.checkable(dp, "dp"))
+    return io.to_caller(_softmax_backward(io.device_tensor(p), io.device_tensor(dp)), p)
 
 
 def _attention_scale(d: int) -> torch.Tensor:
@@ -303,30 +200,30 @@ def _attention_scale(d: int) -> torch.Tensor:
     return L.device_scalars(K.ONE / np.sqrt(F32(d)))
 
 
-def attention(q, k, v):
+def attention(q: Arr, k: Arr, v: Arr) -> tuple[Arr, Arr]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
-    as_torch = _torch_mode(q, k, v)
-    _, _, d = validate.check_attention(_checkable(q, "q"), _checkable(k, "k"), _checkable(v, "v"))
-    tq, tk_, tv = _to_device(q), _to_device(k), _to_device(v)
+    io.torch_mode(q, k, v)  # refuses a mix; results come back in the kind of the first array
+    _, _, d = validate.check_attention(io.checkable(q, "q"), io.checkable(k, "k"), io.checkable(v, "v"))
+    tq, tk_, tv = io.device_tensor(q), io.device_tensor(k), io.device_tensor(v)
     s = L.matmul(tq, tk_, "nt", scale=_attention_scale(d))  # (BH, T, T)
     p = _softmax(s)  # (BH, T, T)
     o = L.matmul(p, tv, "nn")  # (BH, T, D)
-    return _to_caller(o, as_torch), _to_caller(p, as_torch)
+    return io.to_caller(o, q), io.to_caller(p, q)
 
 
-def attention_backward(q, k, v, p, do):
+def attention_backward(q: Arr, k: Arr, v: Arr, p: Arr, do: Arr) -> tuple[Arr, Arr, Arr]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
-    as_torch = _torch_mode(q, k, v, p, do)
+    io.torch_mode(q, k, v, p, do)  # refuses a mix; results come back in the kind of the first array
     names = ("q", "k", "v", "p", "do")
-    _, _, d = validate.check_attention_backward(*(_checkable(x, n) for x, n in zip((q, k, v, p, do), names)))
-    tq, tk_, tv, tp, tdo = (_to_device(x) for x in (q, k, v, p, do))
+    _, _, d = validate.check_attention_backward(*(io.checkable(x, n) for x, n in zip((q, k, v, p, do), names)))
+    tq, tk_, tv, tp, tdo = (io.device_tensor(x) for x in (q, k, v, p, do))
     scale = _attention_scale(d)
     dp = L.matmul(tdo, tv, "nt")  # (BH, T, T)
     dv = L.matmul(tp, tdo, "tn")  # (BH, T, D)
     ds = _softmax_backward(tp, dp)  # (BH, T, T)
     dq = L.matmul(ds, tk_, "nn", scale=scale)  # (BH, T, D)
     dk = L.matmul(ds, tq, "tn", scale=scale)  # (BH, T, D)
-    return _to_caller(dq, as_torch), _to_caller(dk, as_torch), _to_caller(dv, as_torch)
+    return io.to_caller(dq, q), io.to_caller(dk, q), io.to_caller(dv, q)
 
 
 def _mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -336,12 +233,12 @@ def _mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def rmsnorm(x, w, eps):
+def rmsnorm(x: Arr, w: Arr, eps: Scalar) -> tuple[Arr, Arr]:
     """y = (x * rstd) * w with rstd = 1 / sqrt(psum(x^2) / C + eps): x (R, C), w (C,) -> (y, rstd (R,))."""
-    as_torch = _torch_mode(x, w)
-    r, c = validate.check_rmsnorm(_checkable(x, "x"), _checkable(w, "w"))
+    io.torch_mode(x, w)  # refuses a mix; results come back in the kind of the first array
+    r, c = validate.check_rmsnorm(io.checkable(x, "x"), io.checkable(w, "w"))
     eps32 = validate.to_float32(eps, "eps")
-    tx, tw = _to_device(x), _to_device(w)
+    tx, tw = io.device_tensor(x), io.device_tensor(w)
     ss = L.reduce_rows(_mul(tx, tx), is_max=False)  # (R,)
     y = torch.empty_like(tx)
     rstd = torch.empty(r, dtype=torch.float32, device=tx.device)
@@ -358,16 +255,16 @@ def rmsnorm(x, w, eps):
         c,
         BLOCK=L.FLAT_BLOCK,
     )
-    return _to_caller(y, as_torch), _to_caller(rstd, as_torch)
+    return io.to_caller(y, x), io.to_caller(rstd, x)
 
 
-def rmsnorm_backward(x, w, rstd, dy):
+def rmsnorm_backward(x: Arr, w: Arr, rstd: Arr, dy: Arr) -> tuple[Arr, Arr]:
     """(dx (R, C), dw (C,)) of rmsnorm, given rstd (R,) from the forward pass and dy (R, C)."""
-    as_torch = _torch_mode(x, w, rstd, dy)
+    io.torch_mode(x, w, rstd, dy)  # refuses a mix; results come back in the kind of the first array
     r, c = validate.check_rmsnorm_backward(
-        *(_checkable(a, n) for a, n in ((x, "x"), (w, "w"), (rstd, "rstd"), (dy, "dy")))
+        *(io.checkable(a, n) for a, n in ((x, "x"), (w, "w"), (rstd, "rstd"), (dy, "dy")))
     )
-    tx, tw, trs, tdy = (_to_device(a) for a in (x, w, rstd, dy))
+    tx, tw, trs, tdy = (io.device_tensor(a) for a in (x, w, rstd, dy))
     dyx, gx = torch.empty_like(tx), torch.empty_like(tx)
     grid = L.flat_grid(r * c)
     L.launch(tr.rmsnorm_backward_parts_kernel, grid, tx, tw, trs, tdy, dyx, gx, r * c, c, BLOCK=L.FLAT_BLOCK)
@@ -388,7 +285,7 @@ def rmsnorm_backward(x, w, rstd, dy):
         c,
         BLOCK=L.FLAT_BLOCK,
     )
-    return _to_caller(dx, as_torch), _to_caller(dw, as_torch)
+    return io.to_caller(dx, x), io.to_caller(dw, x)
 
 
 def _softmax_parts(tl_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -400,30 +297,30 @@ def _softmax_parts(tl_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return m, e, L.reduce_rows(e, is_max=False)
 
 
-def cross_entropy(logits, targets):
+def cross_entropy(logits: Arr, targets: Arr) -> Arr:
     """Mean over rows of logsumexp(l_i) - l[i, t_i]: logits (N, V), targets int64 (N,) -> 0-d float32."""
-    as_torch = _torch_mode(logits, targets)
-    checkable, known = _index_checkable(targets, "targets")
-    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), checkable)
-    _check_range(known, "targets", v)
-    tl_, tt = _to_device(logits), _to_device(targets)
+    io.torch_mode(logits, targets)  # refuses a mix; results come back in the kind of the first array
+    checkable, known = io.index_checkable(targets, "targets")
+    n, v = validate.check_cross_entropy(io.checkable(logits, "logits"), checkable)
+    io.check_range(known, "targets", v)
+    tl_, tt = io.device_tensor(logits), io.device_tensor(targets)
     m, _, s = _softmax_parts(tl_)
     loss = torch.empty(n, dtype=torch.float32, device=tl_.device)  # (N,)
     L.launch(tr.row_loss_kernel, L.flat_grid(n), tl_, tt, m, s, loss, n, v, BLOCK=L.FLAT_BLOCK)
     total = L.reduce_rows(loss.reshape(1, n), is_max=False)  # (1,)
     mean = torch.empty(1, dtype=torch.float32, device=tl_.device)
     L.launch(tr.divide_kernel, (1,), total, mean, L.device_scalars(F32(n)), 1, BLOCK=16)
-    return _to_caller(mean.reshape(()), as_torch)
+    return io.to_caller(mean.reshape(()), logits)
 
 
-def cross_entropy_backward(logits, targets, dloss):
+def cross_entropy_backward(logits: Arr, targets: Arr, dloss: Scalar) -> Arr:
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
-    as_torch = _torch_mode(logits, targets)
-    checkable, known = _index_checkable(targets, "targets")
-    n, v = validate.check_cross_entropy(_checkable(logits, "logits"), checkable)
-    _check_range(known, "targets", v)
+    io.torch_mode(logits, targets)  # refuses a mix; results come back in the kind of the first array
+    checkable, known = io.index_checkable(targets, "targets")
+    n, v = validate.check_cross_entropy(io.checkable(logits, "logits"), checkable)
+    io.check_range(known, "targets", v)
     g = validate.to_float32(dloss, "dloss") / F32(n)  # host scalar, one rounding
-    tl_, tt = _to_device(logits), _to_device(targets)
+    tl_, tt = io.device_tensor(logits), io.device_tensor(targets)
     _, e, s = _softmax_parts(tl_)
     dl = torch.empty_like(tl_)
     L.launch(
@@ -438,28 +335,28 @@ def cross_entropy_backward(logits, targets, dloss):
         v,
         BLOCK=L.FLAT_BLOCK,
     )
-    return _to_caller(dl, as_torch)
+    return io.to_caller(dl, logits)
 
 
-def embedding(table, idx):
+def embedding(table: Arr, idx: Arr) -> Arr:
     """out[n] = table[idx[n]]: table (V, C), idx int64 (N,) -> (N, C), a copy."""
-    as_torch = _torch_mode(table, idx)
-    checkable, known = _index_checkable(idx, "idx")
-    v, c, n = validate.check_embedding(_checkable(table, "table"), checkable)
-    _check_range(known, "idx", v)
-    tt, ti = _to_device(table), _to_device(idx)
+    io.torch_mode(table, idx)  # refuses a mix; results come back in the kind of the first array
+    checkable, known = io.index_checkable(idx, "idx")
+    v, c, n = validate.check_embedding(io.checkable(table, "table"), checkable)
+    io.check_range(known, "idx", v)
+    tt, ti = io.device_tensor(table), io.device_tensor(idx)
     out = torch.empty((n, c), dtype=torch.float32, device=tt.device)
     L.launch(tr.gather_rows_kernel, L.flat_grid(n * c), tt, ti, out, n * c, c, BLOCK=L.FLAT_BLOCK)
-    return _to_caller(out, as_torch)
+    return io.to_caller(out, table)
 
 
-def embedding_backward(idx, dout, vocab_size):
+def embedding_backward(idx: Arr, dout: Arr, vocab_size: int) -> Arr:
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
-    as_torch = _torch_mode(idx, dout)
-    checkable, known = _index_checkable(idx, "idx")
-    v, c, n = validate.check_embedding_backward(checkable, _checkable(dout, "dout"), vocab_size)
-    _check_range(known, "idx", v)
-    ti, td = _to_device(idx), _to_device(dout)
+    io.torch_mode(idx, dout)  # refuses a mix; results come back in the kind of the first array
+    checkable, known = io.index_checkable(idx, "idx")
+    v, c, n = validate.check_embedding_backward(checkable, io.checkable(dout, "dout"), vocab_size)
+    io.check_range(known, "idx", v)
+    ti, td = io.device_tensor(idx), io.device_tensor(dout)
     # Integer bookkeeping only: each id's tokens in increasing n (a stable sort),
     # and where each id's run starts (the first sorted position holding an id
     # >= j; a search, because bincount would read the ids' maximum back to
@@ -468,107 +365,36 @@ def embedding_backward(idx, dout, vocab_size):
     start = torch.searchsorted(ids, torch.arange(v + 1, dtype=torch.int64, device=td.device))  # (V + 1,)
     dtable = torch.empty((v, c), dtype=torch.float32, device=td.device)
     L.launch(tr.scatter_rows_kernel, (v, L.cdiv(c, SCATTER_BC)), td, order, start, dtable, c, BC=SCATTER_BC)
-    return _to_caller(dtable, as_torch)
+    return io.to_caller(dtable, idx)
 
 
-def adamw(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay):
+def adamw(
+    p: Arr,
+    g: Arr,
+    m: Arr,
+    v: Arr,
+    step: int,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    eps: Scalar,
+    weight_decay: Scalar,
+) -> tuple[Arr, Arr, Arr]:
     """One AdamW update (section 4.6) on p, g, m, v of one shape; returns (p', m', v')."""
-    as_torch = _torch_mode(p, g, m, v)
-    step = validate.check_adamw(*(_checkable(x, n) for x, n in ((p, "p"), (g, "g"), (m, "m"), (v, "v"))), step)
+    io.torch_mode(p, g, m, v)  # refuses a mix; results come back in the kind of the first array
+    step = validate.check_adamw(
+        io.checkable(p, "p"), io.checkable(g, "g"), io.checkable(m, "m"), io.checkable(v, "v"), step
+    )
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     scal = L.device_scalars(k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.eps, k.decay)
-    tp, tg, tm, tv = (_to_device(x) for x in (p, g, m, v))
-    outs = [torch.empty_like(tp) for _ in range(3)]
-    L.launch(tr.adamw_kernel, L.flat_grid(tp.numel()), tp, tg, tm, tv, *outs, scal, tp.numel(), BLOCK=L.FLAT_BLOCK)
-    return tuple(_to_caller(o, as_torch) for o in outs)
+    tp, tg, tm, tv = (io.device_tensor(x) for x in (p, g, m, v))
+    p2, m2, v2 = (torch.empty_like(tp) for _ in range(3))
+    L.launch(tr.adamw_kernel, L.flat_grid(tp.numel()), tp, tg, tm, tv, p2, m2, v2, scal, tp.numel(), BLOCK=L.FLAT_BLOCK)
+    return io.to_caller(p2, p), io.to_caller(m2, p), io.to_caller(v2, p)
 
 
-# ------------------------------------------- between kernels: layout, +, /, transfers
+if TYPE_CHECKING:  # mypy holds this module to the contract (kernels/backend_contract.py); nothing runs here
+    from kernels import triton_backend as _this
+    from kernels.backend_contract import Backend
 
-
-def to_device(x):
-    """A host numpy array as a contiguous tensor on the backend's device (one copy).
-
-    A tensor already on the device is returned as it is. For an int64 array
-    the value range is read here, on the host, so index checks of the tensor
-    (and of split_tokens' slices of it) need no copy back.
-    """
-    if isinstance(x, torch.Tensor):
-        _check_tensor(x, "x")
-        return x
-    if not isinstance(x, np.ndarray):
-        raise KernelInputError(f"x is a {type(x).__name__}, want a numpy array or a device tensor")
-    host = x if x.flags.c_contiguous and x.flags.writeable else x.copy(order="C")  # keeps 0-d arrays 0-d
-    # (torch.from_numpy warns on a read-only array: copied on the host, not a transfer)
-    t = torch.from_numpy(host).to(L.DEVICE, copy=True)
-    if host.dtype == np.int64:
-        lo, hi = (int(host.min()), int(host.max())) if host.size else (0, -1)
-        _remember_range(t, lo, hi)
-    return t
-
-
-def to_host(x):
-    """A device tensor as a numpy array (one copy); numpy input is returned as np.asarray(x)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return numpy_layout.to_host(x)
-
-
-def add(a, b):
-    """a + b, float32, rounded once: two device tensors of one shape (numpy input: the numpy sum)."""
-    if not _torch_mode(a, b):
-        return numpy_layout.add(a, b)
-    validate.check_pair(_checkable(a, "a"), "a", _checkable(b, "b"), "b")
-    y = torch.empty_like(a)
-    L.launch(tr.add_kernel, L.flat_grid(a.numel()), a, b, y, a.numel(), BLOCK=L.FLAT_BLOCK)
-    return y
-
-
-def div_scalar(x, d):
-    """x / float32(d), rounded once (div_rn), on a float32 device tensor (numpy input: the numpy quotient)."""
-    if not _torch_mode(x):
-        return numpy_layout.div_scalar(x, d)
-    validate.check_elementwise(_checkable(x, "x"))
-    d32 = validate.to_float32(d, "d")
-    y = torch.empty_like(x)
-    L.launch(tr.divide_kernel, L.flat_grid(x.numel()), x, y, L.device_scalars(d32), x.numel(), BLOCK=L.FLAT_BLOCK)
-    return y
-
-
-def split_heads(x, B: int, T: int, H: int):
-    """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h (an exact copy on the device)."""
-    if not _torch_mode(x):
-        return numpy_layout.split_heads(x, B, T, H)
-    _check_tensor(x, "x")
-    D = x.shape[1] // H
-    return x.reshape(B, T, H, D).permute(0, 2, 1, 3).contiguous().reshape(B * H, T, D)
-
-
-def merge_heads(x, B: int, H: int):
-    """(BH, T, D) -> (N, C), the inverse of split_heads (an exact copy on the device)."""
-    if not _torch_mode(x):
-        return numpy_layout.merge_heads(x, B, H)
-    _check_tensor(x, "x")
-    _, T, D = x.shape
-    return x.reshape(B, H, T, D).permute(0, 2, 1, 3).contiguous().reshape(B * T, H * D)
-
-
-def split_tokens(tokens):
-    """int64 tokens (B, T+1) -> (inputs, targets, positions), each int64 (B*T,), on the device.
-
-    inputs = tokens[:, :-1] and targets = tokens[:, 1:] inherit the value range
-    noted for tokens (by to_device); positions are 0..T-1 repeated B times.
-    """
-    if not _torch_mode(tokens):
-        return numpy_layout.split_tokens(tokens)
-    _check_tensor(tokens, "tokens")
-    B, T = tokens.shape[0], tokens.shape[1] - 1
-    idx = tokens[:, :-1].contiguous().reshape(B * T)
-    targets = tokens[:, 1:].contiguous().reshape(B * T)
-    pos = torch.arange(T, dtype=torch.int64, device=tokens.device).repeat(B)
-    known = _known_range(tokens)
-    if known is not None:
-        _remember_range(idx, *known)
-        _remember_range(targets, *known)
-    _remember_range(pos, 0, T - 1)
-    return idx, targets, pos
+    _CONFORMS: Backend[torch.Tensor] = _this

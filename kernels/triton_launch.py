@@ -9,6 +9,7 @@ decide how work is spread, never the order of a reduction.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any, TypeAlias
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -26,8 +27,11 @@ ROW_ELEMS = 4096  # elements per program in the row kernels: rows per block = RO
 MM_BM = 64  # matmul output tile
 MM_BN = 64
 
+# A @triton.jit function (triton.JITFunction): Triton ships no type information, so its kernels are Any.
+JitKernel: TypeAlias = Any
 
-def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
+
+def launch(kernel: JitKernel, grid: tuple[int, ...], *args: torch.Tensor | int, **constexprs: int) -> None:
     """Run `kernel` over `grid` with fp fusion off (no a*b+c contracted into an fma)."""
     if not all(g > 0 for g in grid):
         return
@@ -56,7 +60,7 @@ SCALAR_CACHE_SIZE = 256  # distinct scalar vectors kept on the device (a step us
 _SCALARS: OrderedDict[tuple[int, bytes], torch.Tensor] = OrderedDict()
 
 
-def device_scalars(*values) -> torch.Tensor:
+def device_scalars(*values: np.float32) -> torch.Tensor:
     """Host float32 scalars (already rounded by numpy) as a device float32 vector.
 
     The vectors are kept on the device by their bits (the kernels only read

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from kernels.triton_math import MODE  # first: the device check
 
@@ -53,8 +54,8 @@ FORBIDDEN_LLIR = {
 class KernelSpec:
     """One kernel with one choice of compile-time constants."""
 
-    kernel: object
-    constexprs: dict
+    kernel: Any  # a @triton.jit function: Triton ships no type information
+    constexprs: dict[str, int]
     int_ptrs: tuple[str, ...] = ()
 
     @property
@@ -123,7 +124,7 @@ def compile_spec(spec: KernelSpec, arch: int = 90, fusion: bool = False) -> dict
     return {"ptx": compiled.asm["ptx"], "llir": compiled.asm["llir"]}
 
 
-def _find(patterns: dict, text: str) -> list[str]:
+def _find(patterns: dict[str, re.Pattern[str]], text: str) -> list[str]:
     found = []
     for what, pattern in patterns.items():
         hits = [m.group(0) for m in pattern.finditer(text)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install (idempotent), lint and format-check (fast, before anything slow), then run the whole
+# Install (idempotent), lint, format-check and type-check (fast, before anything slow), then run the whole
 # test suite, slow multi-process tests included. This is what CI (.ci/run) runs.
 #
 #   scripts/test.sh           everything
@@ -22,6 +22,8 @@ else
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# Static types, strict on kernels, ledger, p2paudit/attest and exit_codes ([tool.mypy] in pyproject.toml).
+.venv/bin/mypy
 if [ "$fast" = 1 ]; then
   .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 else

@@ -71,8 +71,8 @@ class TransferCounter:
     TO_TORCH = ("from_numpy", "as_tensor", "tensor")
     TENSOR_METHODS = ("to", "cpu", "numpy", "tolist", "item", "__array__", "__bool__", "__int__", "__float__")
 
-    def __init__(self, torch, tb, launch_module) -> None:
-        self.torch, self.tb, self.L = torch, tb, launch_module
+    def __init__(self, torch, io, launch_module) -> None:
+        self.torch, self.io, self.L = torch, io, launch_module
         self.events: Counter = Counter()
         self.in_launch = 0
         self.saved: list[tuple[object, str, object, bool]] = []
@@ -124,7 +124,7 @@ class TransferCounter:
         for name in self.TENSOR_METHODS:
             self._patch(torch.Tensor, name, counting(name))
         self._patch(self.L, "launch", launching)
-        self._patch(self.tb, "_torch_mode", torch_mode)
+        self._patch(self.io, "torch_mode", torch_mode)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -137,21 +137,21 @@ class TransferCounter:
 
 
 @contextlib.contextmanager
-def plant(variant: str, tb):
+def plant(variant: str, tb, io):
     """Break residency on purpose while inside: an add through numpy, or index checks that read values back."""
-    name, replacement = {
-        "none": (None, None),
-        "add_through_numpy": ("add", lambda a, b: tb.to_device(np.asarray(tb.to_host(a) + tb.to_host(b)))),
-        "unknown_index_range": ("_known_range", lambda t: None),
+    owner, name, replacement = {
+        "none": (None, None, None),
+        "add_through_numpy": (tb, "add", lambda a, b: tb.to_device(np.asarray(tb.to_host(a) + tb.to_host(b)))),
+        "unknown_index_range": (io, "known_range", lambda t: None),
     }[variant]
-    original = getattr(tb, name) if name else None
+    original = getattr(owner, name) if name else None
     if name:
-        setattr(tb, name, replacement)
+        setattr(owner, name, replacement)
     try:
         yield
     finally:
         if name:
-            setattr(tb, name, original)
+            setattr(owner, name, original)
 
 
 def probe(cfg_json: str, corpus_path: str, variant: str) -> dict:
@@ -159,6 +159,7 @@ def probe(cfg_json: str, corpus_path: str, variant: str) -> dict:
     import torch
 
     from kernels import triton_backend as tb
+    from kernels import triton_io as io
     from kernels import triton_launch as L
 
     cfg = TrainConfig.from_dict(json.loads(cfg_json))
@@ -168,7 +169,7 @@ def probe(cfg_json: str, corpus_path: str, variant: str) -> dict:
     L.clear_scalar_cache()
     out: dict = {"float_tensors": sum(1 for n in state if n != "step")}
     for run in runs:
-        with plant(variant, tb), TransferCounter(torch, tb, L) as counter:
+        with plant(variant, tb, io), TransferCounter(torch, io, L) as counter:
             result = train_step(state, batch, cfg, tb)
         out[run] = {
             "events": dict(counter.events),
