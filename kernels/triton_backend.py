@@ -3,18 +3,16 @@
 Every function of kernels/__init__.py's list is here. Each accepts numpy
 float32 arrays (copied to the device, result copied back as numpy) or torch
 tensors already on the backend's device (kept there; results are torch
-tensors), but not a mix. Inputs are checked by kernels.validate, so this
-backend refuses exactly what the others refuse.
+tensors), but not a mix: kernels/triton_io.py checks inputs with
+kernels.validate, so this backend refuses exactly what the others refuse.
 
-Keeping a whole step on the device: `to_device` uploads a numpy array once
-(and notes an int64 array's value range, read on the host, so the index
-checks of embedding and cross-entropy need no copy back for it or for the
-slices `split_tokens` cuts from it); `add`, `div_scalar`, `split_heads`,
-`merge_heads` and `split_tokens` do the engine's work between kernels on the
-device; `to_host` copies a result back. Host scalars (eps, 1/N, AdamW's) go up
-as small vectors that kernels.triton_launch keeps by value, so a repeated one
-is uploaded once. Nothing else copies between host and device for tensor
-inputs (tests/engine/test_device_residency.py counts).
+Keeping a whole step on the device: the ops between kernels (to_device,
+to_host, add, div_scalar, split_heads, merge_heads, split_tokens) are in
+kernels/triton_layout.py and re-exported here; index checks read a range
+noted on upload, never the device values. Host scalars (eps, 1/N, AdamW's)
+go up as small vectors that kernels.triton_launch keeps by value, so a
+repeated one is uploaded once. Nothing else copies between host and device
+for tensor inputs (tests/engine/test_device_residency.py counts).
 
 Importing needs CUDA or TRITON_INTERPRET=1 (set before the import); without
 either, the import raises ImportError("triton backend needs CUDA or
