@@ -137,9 +137,11 @@ async def catch_up(root: Path, addrs: list[str]) -> dict:
             out.setdefault("per_peer", []).append((done.requests, done.received_bytes, done.new))
         out.update(seconds=time.monotonic() - began, requests=total.requests, bytes=total.received_bytes, new=total.new)
         out.update(cpu=cpu_seconds() - cpu)
-        began = time.monotonic()
-        again = await reconcile.reconcile_run(ask, db.call, RUN, STEPS)  # in step with the last peer
-        out.update(step_seconds=time.monotonic() - began, step_requests=again.requests, step_bytes=again.received_bytes)
+        for _ in range(2):  # in step with the last peer: the first reads the run's index once, the second not
+            began = time.monotonic()
+            again = await reconcile.reconcile_run(ask, db.call, RUN, STEPS)
+            out.setdefault("step_seconds", []).append(time.monotonic() - began)
+        out.update(step_requests=again.requests, step_bytes=again.received_bytes)
     async with (
         StoreOwner(opener(root / "old-way.db", origin_for(me.public_key))) as db,
         open_node(me, LOOPBACK) as node,
@@ -193,7 +195,8 @@ def main() -> None:
     for i, (requests, received, new) in enumerate(r["per_peer"]):
         print(f"  peer {i}: {requests:,} requests, {received:,} bytes, {new:,} new")
     print(f"  CPU of the process (the joiner and the {args.peers} peers together): {r['cpu']:.1f} s")
-    print(f"once in step, one more reconciliation with a peer: {r['step_seconds'] * 1000:.0f} ms, "
+    first, second = (f"{t * 1000:.0f} ms" for t in r["step_seconds"])
+    print(f"once in step, one more reconciliation with a peer: {first}, then {second}; "
           f"{r['step_requests']} request(s), {r['step_bytes']:,} bytes received")  # fmt: skip
     print(f"baseline, proved log pages from one peer: {r['old_seconds']:.1f} s, {r['old_bytes']:,} bytes "
           f"(from {args.peers} peers: about {args.peers * r['old_bytes']:,} bytes, "

@@ -26,11 +26,14 @@ rules); the protocol is RECONCILE_PROTOCOL, one request and one answer a stream.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ledger.merkle import leaf_hash
+from p2paudit.attest.record import decode_signed
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.store import AttestationStore
 from p2paudit.node.wire import (
@@ -55,6 +58,9 @@ MAX_HASHES = 8192  # a bucket's hash list: 32 bytes an attestation, at most 270 
 MAX_ENTRIES = 256
 MAX_REQUEST_BYTES = 64 + MAX_ENTRIES * (HASH_SIZE + 2)
 MAX_ANSWER_BYTES = 64 + MAX_ENTRIES * (4096 + 3)  # entries are signed envelopes of at most 4,096 bytes
+# A whole-run fingerprint is brought up to date entry by entry from the append-only log when fewer than this
+# many entries were appended since; after more (a catch-up) the run's index is read again.
+MAX_INCREMENTAL = 1024
 INIT_STEP = INIT_INDEX_STEP  # where the attestation index keeps the initial state's checks (-1)
 
 
@@ -173,12 +179,52 @@ def _leaf_hashes(store: AttestationStore, run_id: bytes, first: int, last: int) 
 
 def fingerprints(store: AttestationStore, run_id: bytes, first: int, last: int, buckets: int) -> list:
     """[(count, SHA-256 over the sorted leaf hashes)] of each bucket of steps first..last."""
+    if buckets == 1 and first <= INIT_STEP and last >= _last_step(store, run_id):
+        return [whole_run_fingerprint(store, run_id)]
     bounds = bucket_bounds(first, last, buckets)
     hashes: list[list[bytes]] = [[] for _ in bounds]
     width = bounds[0][1] - bounds[0][0] + 1
     for step, leaf in _leaf_hashes(store, run_id, first, last):
         hashes[(step - first) // width].append(leaf)
     return [(len(h), hashlib.sha256(b"".join(sorted(h))).digest()) for h in hashes]
+
+
+def _last_step(store: AttestationStore, run_id: bytes) -> int:
+    row = store.conn.execute("SELECT steps FROM attest_runs WHERE run_id = ?", (run_id,)).fetchone()
+    return -1 if row is None else row[0] - 1
+
+
+class WholeRun:
+    """One run's leaf hashes, sorted, as of `size` entries of the log, and their fingerprint."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.hashes: list[bytes] = []
+        self.fingerprint: tuple[int, bytes] | None = None
+
+
+_WHOLE_RUNS: weakref.WeakKeyDictionary[AttestationStore, dict[bytes, WholeRun]] = weakref.WeakKeyDictionary()
+
+
+def whole_run_fingerprint(store: AttestationStore, run_id: bytes) -> tuple[int, bytes]:
+    """(count, fingerprint) of every attestation of the run, as `fingerprints` defines it, kept in memory per
+    store and brought up to date from the entries appended since (the log is append-only): every peer asks
+    for it every few seconds, and a scan of the run's index costs about a second at 200,000 attestations
+    (docs/benchmarks.md, "Catching up"); 32 bytes of memory an attestation, plus Python's per-object cost."""
+    whole = _WHOLE_RUNS.setdefault(store, {}).setdefault(run_id, WholeRun())
+    size = store.ledger.size
+    if size - whole.size > MAX_INCREMENTAL or whole.size > size:
+        whole.hashes = sorted(leaf for _, leaf in _leaf_hashes(store, run_id, INIT_STEP, _last_step(store, run_id)))
+        whole.size, whole.fingerprint = size, None
+    elif whole.size < size:
+        rows = store.conn.execute("SELECT leaf_hash, data FROM entries WHERE idx >= ? ORDER BY idx", (whole.size,))
+        for leaf, data in rows:
+            if decode_signed(bytes(data)).attestation.run_id == run_id:
+                bisect.insort(whole.hashes, bytes(leaf))
+        whole.size, whole.fingerprint = size, None
+    if whole.fingerprint is None:
+        whole.fingerprint = (len(whole.hashes), hashlib.sha256(b"".join(whole.hashes)).digest())
+    return whole.fingerprint
 
 
 def serve(store: AttestationStore, request: bytes) -> bytes:

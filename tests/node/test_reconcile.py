@@ -3,6 +3,8 @@ summary, and a lying peer is caught. Two real stores, the server's answers passe
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import trio
 from node_helpers import RUN, key, record
@@ -122,3 +124,31 @@ def test_init_attestations_are_reconciled_too(stores):
     init = sign_attestation(key(5), replace(record(key(5), 0, time_ms=4), **fields)).encoded
     a.append_many([init])
     assert _run(b, a).new == 1
+
+
+def test_the_whole_run_fingerprint_follows_appends_without_reading_the_index_again(stores):
+    from node_helpers import OTHER_RUN
+
+    a, _ = stores
+    a.register_run(OTHER_RUN, STEPS, "other")
+
+    def scanned() -> tuple[int, bytes]:  # what `fingerprints` defines, from the index
+        leaves = sorted(leaf for _, leaf in reconcile._leaf_hashes(a, RUN, reconcile.INIT_STEP, STEPS - 1))
+        return len(leaves), hashlib.sha256(b"".join(leaves)).digest()
+
+    def whole() -> tuple[int, bytes]:
+        (fingerprint,) = reconcile.fingerprints(a, RUN, reconcile.INIT_STEP, STEPS - 1, 1)
+        return fingerprint
+
+    a.append_many(_envelopes(range(2), range(0, 300)))
+    assert whole() == scanned()
+    other = [sign_attestation(key(8), record(key(8), 3, run=OTHER_RUN, time_ms=5)).encoded]
+    a.append_many(_envelopes(range(2, 3), range(100, 110)) + other)
+    statements: list[str] = []
+    a.conn.set_trace_callback(statements.append)
+    try:
+        after = whole()
+    finally:
+        a.conn.set_trace_callback(None)
+    assert after == scanned() and after[0] == 610
+    assert not any("attest_index" in s for s in statements), statements  # 11 new entries read, not 610
