@@ -1,6 +1,7 @@
 """Replay a range of steps with each step's micro-batches spread over W processes.
 
-The replay logic is audit.replay.verify_range, unchanged: every rank runs it
+The replay logic is audit.replay.verify_range (audit.range_driver's loop over
+an in-memory runner whose step is this rank's share), unchanged: every rank runs it
 in lock-step, as every rank of `train --world-size W` runs the publisher's
 loop (run.workers). Each rank opens and checks the run itself, loads the same
 checkpoints and takes the same decisions (re-anchoring, errors), and each
@@ -52,8 +53,9 @@ from p2paudit.engine.distributed import (
     rank_share,
     spawn_workers,
 )
+from p2paudit.engine.progress import ProgressHook, StepProgress
 from p2paudit.engine.step import StepResult
-from p2paudit.errors import EXIT_USAGE, InputError, InternalError, P2PAuditError
+from p2paudit.errors import InputError, InternalError, P2PAuditError
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MAX_WORLD_SIZE = 2**16
@@ -111,7 +113,13 @@ def distributed_step_factory(rank: int, world_size: int) -> Callable[[TrainConfi
 
     def factory(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
         backend = load_backend(backend_name)
-        return lambda state, batch: distributed_train_step(state, batch, cfg, backend, rank, world_size)
+
+        def step(
+            state: dict[str, np.ndarray], batch: np.ndarray, *, progress: ProgressHook | None = None
+        ) -> StepResult:
+            return distributed_train_step(state, batch, cfg, backend, rank, world_size, progress=progress)
+
+        return step
 
     return factory
 
@@ -146,10 +154,13 @@ def replay_as_rank(
     world_size: int,
     on_audit: Callable[[StepAudit], None] | None,
     expected_run_id: bytes | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> tuple[RunView, RangeReport]:
     """One rank's replay inside an initialised group of `world_size`; rank 0's report is the verdict.
 
-    Only rank 0 reports audits (`on_audit`) and diagnoses a mismatch.
+    Only rank 0 reports audits (`on_audit`), progress (its share of each step's
+    micro-batches, then the update) and diagnoses a mismatch.
     """
     prepared, error = None, None
     try:
@@ -170,25 +181,36 @@ def replay_as_rank(
         diagnose=rank == 0,
         against=task.against,
         step_factory=distributed_step_factory(rank, world_size),
+        progress=progress if rank == 0 else None,
     )
     return view, report
 
 
 def replay_one_process(
-    view: RunView, steps: StepRange, task: ReplayTask, on_audit: Callable[[StepAudit], None] | None
+    view: RunView,
+    steps: StepRange,
+    task: ReplayTask,
+    on_audit: Callable[[StepAudit], None] | None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> RangeReport:
     """The replay on this process: in memory, or streamed when task.mode asks or the in-memory one does not fit."""
     if task.scratch_dir is None and task.mode != "in-memory":
         raise InternalError("a replay that may stream was started without a scratch directory")
     scratch = task.scratch_dir if task.scratch_dir is not None else Path(".")
-    return verify_range_planned(view, steps, task.backend, task.mode, scratch, on_audit, against=task.against)
+    return verify_range_planned(
+        view, steps, task.backend, task.mode, scratch, on_audit, against=task.against, progress=progress
+    )
 
 
-def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, audits: Any) -> Any:
+def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, reports: Any, watched: bool) -> Any:
     """Body of one spawned rank: rank 0 returns its RangeReport, others None; a failure is returned, not raised,
-    so the caller can name the rank whose input failed rather than the peer that lost it."""
+    so the caller can name the rank whose input failed rather than the peer that lost it. Rank 0 puts its
+    audits (and, when `watched`, its progress events) on the `reports` queue as they come."""
     try:
-        _, report = replay_as_rank(task, rank, world_size, audits.put if rank == 0 else None, run_id)
+        on_audit = reports.put if rank == 0 else None
+        progress = reports.put if rank == 0 and watched else None
+        _, report = replay_as_rank(task, rank, world_size, on_audit, run_id, progress=progress)
         return report if rank == 0 else None
     except P2PAuditError as exc:
         return exc
@@ -197,48 +219,58 @@ def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, a
 
 
 def verify_range_spawned(
-    task: ReplayTask, world_size: int, on_audit: Callable[[StepAudit], None] | None = None
+    task: ReplayTask,
+    world_size: int,
+    on_audit: Callable[[StepAudit], None] | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> tuple[RunView, RangeReport]:
     """Replay task's steps on `world_size` processes of this machine (loopback); the audits equal one process's.
 
     Everything is checked here first (InputError before any process starts);
-    world size 1, or a range with no step, runs in this process.
+    world size 1, or a range with no step, runs in this process. `progress` gets
+    rank 0's events (its share of each step's micro-batches, then the update).
     """
     view, steps = prepare(task, world_size)
     if world_size == 1 or steps.first is None:
-        return view, replay_one_process(view, steps, task, on_audit)
-    audits = mp.get_context("spawn").SimpleQueue()
+        return view, replay_one_process(view, steps, task, on_audit, progress=progress)
+    reports = mp.get_context("spawn").SimpleQueue()
     outcome: dict[str, Any] = {}
+    watched = progress is not None
 
     def run() -> None:
         try:
-            outcome["results"] = spawn_workers(world_size, _spawned_rank, task, view.manifest.run_id, audits)
+            run_id = view.manifest.run_id
+            outcome["results"] = spawn_workers(world_size, _spawned_rank, task, run_id, reports, watched)
         except BaseException as exc:  # re-raised in the calling thread below
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, name="p2paudit-replay-ranks", daemon=True)
     thread.start()
-    while thread.is_alive() or not audits.empty():
-        _drain(audits, on_audit)
+    while thread.is_alive() or not reports.empty():
+        _drain(reports, on_audit, progress)
         thread.join(timeout=0.1)
-    _drain(audits, on_audit)
+    _drain(reports, on_audit, progress)
     if "error" in outcome:
         raise outcome["error"]
     results = outcome["results"]
     errors = [r for r in results if isinstance(r, BaseException)]
-    if errors:
-        raise next((e for e in errors if getattr(e, "exit_code", None) == EXIT_USAGE), errors[0])
+    if errors:  # the rank whose input failed (exit 2) rather than a peer that only lost it
+        raise next((e for e in errors if isinstance(e, InputError)), errors[0])
     report = results[0]
     if not isinstance(report, RangeReport):
         raise InternalError(f"rank 0 returned {type(report).__name__}, not a RangeReport")
     return view, report
 
 
-def _drain(audits: Any, on_audit: Callable[[StepAudit], None] | None) -> None:
-    while not audits.empty():
-        audit = audits.get()
-        if on_audit is not None:
-            on_audit(audit)
+def _drain(reports: Any, on_audit: Callable[[StepAudit], None] | None, progress: ProgressHook | None = None) -> None:
+    while not reports.empty():
+        report = reports.get()
+        if isinstance(report, StepProgress):
+            if progress is not None:
+                progress(report)
+        elif on_audit is not None:
+            on_audit(report)
 
 
 def _env_int(env: Mapping[str, str], name: str, low: int, high: int) -> int:
@@ -276,7 +308,10 @@ def _is_loopback(addr: str) -> bool:
 
 
 def verify_range_from_env(
-    task: ReplayTask, on_audit: Callable[[StepAudit], None] | None = None
+    task: ReplayTask,
+    on_audit: Callable[[StepAudit], None] | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> tuple[int, RunView, RangeReport]:
     """Join torchrun's group (init_method="env://", gloo) as one rank and replay; returns (rank, view, report).
 
@@ -291,7 +326,7 @@ def verify_range_from_env(
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(backend="gloo", init_method="env://", timeout=GROUP_TIMEOUT)
     try:
-        view, report = replay_as_rank(task, where.rank, where.world_size, on_audit)
+        view, report = replay_as_rank(task, where.rank, where.world_size, on_audit, progress=progress)
     finally:
         dist.destroy_process_group()
     return where.rank, view, report

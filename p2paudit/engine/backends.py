@@ -20,6 +20,8 @@ def load_backend(name: str) -> ModuleType:
 
 
 def single_process_step(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
-    """step_fn(state, batch, trace=None) -> StepResult on one process with the named backend."""
+    """step_fn(state, batch, trace=None, *, progress=None) -> StepResult on one process with the named backend."""
     backend = load_backend(backend_name)
-    return lambda state, batch, trace=None: train_step(state, batch, cfg, backend, trace)
+    return lambda state, batch, trace=None, *, progress=None: train_step(
+        state, batch, cfg, backend, trace, progress=progress
+    )

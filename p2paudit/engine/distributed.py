@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import check_state
 from p2paudit.engine.step import (
     StepResult,
@@ -121,6 +122,8 @@ def distributed_train_step(
     rank: int,
     world_size: int,
     device: str | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> StepResult:
     """train_step with micro-batches spread over the process group; the same bits on every rank.
 
@@ -130,7 +133,7 @@ def distributed_train_step(
     check_state(state, cfg)
     check_batch(batch, cfg)
     share = rank_share(cfg, rank, world_size)
-    partial, partial_loss = sum_micro_batches(state, batch, share, cfg, backend)
+    partial, partial_loss = sum_micro_batches(state, batch, share, cfg, backend, progress=progress)
     if world_size == 1:
         total, loss_sum = partial, partial_loss
     else:
@@ -140,7 +143,7 @@ def distributed_train_step(
         total = tree_sum([g for g, _ in pieces])
         loss_sum = tree_sum_losses([loss for _, loss in pieces])
     loss = np.float32(loss_sum / np.float32(cfg.micro_batches))
-    return StepResult(state=apply_update(state, total, cfg, backend), loss=loss)
+    return StepResult(state=apply_update(state, total, cfg, backend, progress=progress), loss=loss)
 
 
 def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple) -> None:

@@ -1,5 +1,6 @@
 """verify-range with each step's micro-batches spread over W processes gives the one-process audits, bit for bit."""
 
+import functools
 import json
 import os
 import shutil
@@ -11,9 +12,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from p2paudit.audit.distributed_replay import ReplayTask, verify_range_spawned
 from p2paudit.audit.replay import open_run
 from p2paudit.cli import cli
 from p2paudit.engine.distributed import free_loopback_port
+from p2paudit.engine.progress import StepProgress
+from p2paudit.engine.state import param_shapes
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import digest_state
@@ -109,6 +113,19 @@ def test_a_forged_step_is_the_same_mismatch_on_two_processes(forged_dir):
     assert second["step"] == 2 and second["verdict"] != "error"  # re-anchored at the claimed state 2 and replayed
     assert _timeless(two) == _timeless(one)  # diagnoses included: rank 0 diagnoses on one process
     assert two["diagnoses"][0]["tensors"] == ["params/wte"]
+
+
+def test_rank_0_progress_comes_back_with_its_step(run_dir):
+    """Rank 0's events cross the process boundary: its share of each micro-batch tree, then the update."""
+    task = ReplayTask(functools.partial(open_run, run_dir), "3", "reference", mode="in-memory")
+    seen: list[StepProgress] = []
+    view, report = verify_range_spawned(task, 2, progress=seen.append)
+    assert report.all_match
+    share, layers, params = 2, 2 * view.cfg.model.n_layer, len(param_shapes(view.cfg.model))
+    per_step = share * (layers + 1) + params
+    assert [e.step for e in seen] == [2] * per_step + [3] * per_step  # step 3 runs from checkpoint 2
+    assert seen[share * (layers + 1) - 1] == StepProgress("micro-batch", share, share, 0, layers, step=2)
+    assert seen[-1].fraction() == 1.0
 
 
 @pytest.mark.parametrize(
