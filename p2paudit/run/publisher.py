@@ -24,6 +24,7 @@ from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig, train_config
 from p2paudit.engine.distributed import rank_share
 from p2paudit.engine.memory import MemoryEstimate, ReplayPlan, available_bytes, check_fits, estimate_memory, plan_replay
+from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import init_state, state_names, state_shapes
 from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity
@@ -184,6 +185,8 @@ def publish_run(
     ignore_memory: bool = False,
     mode: str = "in-memory",
     scratch_dir: Path | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> PublishResult:
     """Train `plan` into plan.run_dir (resuming if interrupted), sign and write the manifest.
 
@@ -191,7 +194,8 @@ def publish_run(
     plan; raises InputError if it holds a different run. `config`, `data_dir`,
     `ignore_memory`, `mode`: as for check_plan. A streamed run keeps its
     uncheckpointed states and partial sums under `scratch_dir` (needed then).
-    The bytes of the run do not depend on `mode`.
+    The bytes of the run do not depend on `mode`. `progress` gets the step core's events
+    (engine.progress) with `step` set (from rank 0 when on several processes).
     """
     cfg = check_plan(plan, config, data_dir, ignore_memory, mode)
     data = data_spec(data_dir)
@@ -216,11 +220,14 @@ def publish_run(
         resumed_from = len(body["steps"])
         if steps.streaming:
             start = _last_claimed(body)
-            train_steps_streamed(run_dir, body, tokens, start, cfg, plan, scratch_dir, steps.spill, on_step)
+            train_steps_streamed(
+                run_dir, body, tokens, start, cfg, plan, scratch_dir, steps.spill, on_step, progress=progress
+            )
         elif plan.world_size > 1:
-            train_distributed(run_dir, body, tokens, state, cfg, plan, on_step)
+            train_distributed(run_dir, body, tokens, state, cfg, plan, on_step, progress=progress)
         else:
-            train_steps(run_dir, body, tokens, state, cfg, plan, single_process_step(cfg, plan.backend), on_step)
+            step_fn = single_process_step(cfg, plan.backend)
+            train_steps(run_dir, body, tokens, state, cfg, plan, step_fn, on_step, progress=progress)
         run_id = write_manifest(run_dir, body, identity)
         (run_dir / PROGRESS_FILE).unlink(missing_ok=True)
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)

@@ -10,7 +10,8 @@ Also: state 0 written tensor by tensor, never whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -18,10 +19,12 @@ from types import ModuleType
 import numpy as np
 
 from p2paudit.engine.config import TrainConfig
+from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import init_param, param_shapes, state_shapes
-from p2paudit.engine.streaming import GradStore, streamed_step
+from p2paudit.engine.streaming import GradStore, MemoryGradStore, streamed_step
 from p2paudit.run.checkpoint import CheckpointReader, CheckpointWriter, checkpoint_path
 from p2paudit.run.digest import StateDigest, combine_tensor_digests, digest_tensor
+from p2paudit.run.spill import DiskGradStore
 
 TensorHook = Callable[[str, np.ndarray, bytes], None]
 
@@ -55,6 +58,17 @@ class DigestingSink:
         return StateDigest(combine_tensor_digests(ordered), ordered)
 
 
+@contextmanager
+def grad_store(scratch: Path, spill: bool) -> Iterator[GradStore]:
+    """Where a streamed step's partial sums wait: a DiskGradStore in `scratch` (closed on exit) when
+    `spill`, else a MemoryGradStore."""
+    if not spill:
+        yield MemoryGradStore()
+        return
+    with DiskGradStore(scratch) as store:
+        yield store
+
+
 def stream_step(
     reader: CheckpointReader,
     batch: np.ndarray,
@@ -63,9 +77,11 @@ def stream_step(
     store: GradStore,
     writer: CheckpointWriter | None = None,
     on_tensor: TensorHook | None = None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> StreamedStep:
     """Run the step on `batch` from the state `reader` holds; with `writer`, the new state is written
-    and finished (file in place) before this returns."""
+    and finished (file in place) before this returns. `progress`: engine.progress's events."""
     sink = DigestingSink(writer, on_tensor)
     counter = int(reader.read("step"))
     params = {"params/" + p: reader.read("params/" + p) for p in param_shapes(cfg.model)}
@@ -73,7 +89,7 @@ def stream_step(
     def moments(name: str) -> tuple[np.ndarray, np.ndarray]:
         return reader.read("opt/m/" + name), reader.read("opt/v/" + name)
 
-    loss = streamed_step(params, counter, moments, batch, sink, cfg, backend, store)
+    loss = streamed_step(params, counter, moments, batch, sink, cfg, backend, store, progress=progress)
     del params
     output = sink.digest()
     if writer is not None:

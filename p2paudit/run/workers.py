@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from p2paudit.engine.backends import load_backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.distributed import distributed_train_step, spawn_workers
+from p2paudit.engine.progress import ProgressHook, StepProgress
 from p2paudit.run.training import StepDone, TrainPlan, train_steps
 
 
@@ -31,16 +32,19 @@ def _rank_main(
     cfg_dict: dict,
     plan: TrainPlan,
     progress: Any,
+    watched: bool = False,
 ) -> dict | None:
-    """One rank's loop; returns the finished body on rank 0, None elsewhere."""
+    """One rank's loop; returns the finished body on rank 0, None elsewhere. Rank 0 puts each finished
+    step (StepDone) and, when `watched`, the step core's events (StepProgress) on the `progress` queue."""
     cfg = TrainConfig.from_dict(cfg_dict)
     backend = load_backend(plan.backend)
 
-    def step_fn(s: dict, batch: np.ndarray):
-        return distributed_train_step(s, batch, cfg, backend, rank, world_size)
+    def step_fn(s: dict, batch: np.ndarray, *, progress: ProgressHook | None = None):
+        return distributed_train_step(s, batch, cfg, backend, rank, world_size, progress=progress)
 
     report = progress.put if rank == 0 else None
-    train_steps(run_dir if rank == 0 else None, body, tokens, state, cfg, plan, step_fn, report)
+    events = progress.put if rank == 0 and watched else None
+    train_steps(run_dir if rank == 0 else None, body, tokens, state, cfg, plan, step_fn, report, progress=events)
     return body if rank == 0 else None
 
 
@@ -52,29 +56,41 @@ def train_distributed(
     cfg: TrainConfig,
     plan: TrainPlan,
     on_step: Callable[[StepDone], None] | None,
+    *,
+    progress: ProgressHook | None = None,
 ) -> None:
     """Run the remaining steps of `body` on plan.world_size processes; `body` is updated in place.
 
-    Progress from rank 0 comes back over a queue and is handed to `on_step`
-    in this process (the spawned ranks cannot call it).
+    Progress from rank 0 comes back over a queue and is handed to `on_step` (each
+    finished step) and `progress` (the step core's events, its share of each step's
+    micro-batches, then the update) in this process (the spawned ranks cannot call them).
     """
-    progress = mp.get_context("spawn").SimpleQueue()
+    queue = mp.get_context("spawn").SimpleQueue()
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
             outcome["results"] = spawn_workers(
-                plan.world_size, _rank_main, run_dir, body, tokens, state, cfg.to_dict(), plan, progress
+                plan.world_size,
+                _rank_main,
+                run_dir,
+                body,
+                tokens,
+                state,
+                cfg.to_dict(),
+                plan,
+                queue,
+                progress is not None,
             )
         except BaseException as exc:  # re-raised in the calling thread below
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, name="p2paudit-ranks", daemon=True)
     thread.start()
-    while thread.is_alive() or not progress.empty():
-        _drain(progress, on_step)
+    while thread.is_alive() or not queue.empty():
+        _drain(queue, on_step, progress)
         thread.join(timeout=0.1)
-    _drain(progress, on_step)
+    _drain(queue, on_step, progress)
     if "error" in outcome:
         raise outcome["error"]
     finished = outcome["results"][0]
@@ -82,8 +98,11 @@ def train_distributed(
     body.update(finished)
 
 
-def _drain(progress: Any, on_step: Callable[[StepDone], None] | None) -> None:
-    while not progress.empty():
-        done = progress.get()
-        if on_step is not None:
-            on_step(done)
+def _drain(queue: Any, on_step: Callable[[StepDone], None] | None, progress: ProgressHook | None) -> None:
+    while not queue.empty():
+        report = queue.get()
+        if isinstance(report, StepProgress):
+            if progress is not None:
+                progress(report)
+        elif on_step is not None:
+            on_step(report)
