@@ -118,14 +118,17 @@ def _verify(
         opener = partial(open_partial_run, run_dir, steps, ignore_memory=replay.ignore_memory, mode=replay.mode)
     else:
         opener = partial(open_run, run_dir, ignore_memory=replay.ignore_memory, mode=replay.mode)
+    from p2paudit.cli.progress_display import step_progress
+
     task = ReplayTask(opener, steps, backend, against, publisher, replay.mode, replay.scratch())
     on_audit = None if as_json else _echo_audit
-    if world_size is None:
-        rank, view, report = verify_range_from_env(task, on_audit)
-        if rank != 0:
-            return None
-    else:
-        view, report = verify_range_spawned(task, world_size, on_audit)
+    with step_progress(as_json) as progress:  # a bar on a terminal's stderr, JSON lines with --json, else none
+        if world_size is None:
+            rank, view, report = verify_range_from_env(task, on_audit, progress=progress)
+            if rank != 0:
+                return None
+        else:
+            view, report = verify_range_spawned(task, world_size, on_audit, progress=progress)
     summary = _summary(report, view.manifest)
     if as_json:
         click.echo(
@@ -259,7 +262,12 @@ def _local_run_dir(
     help="Spread each step's micro-batches over N processes here (a power of two <= micro_batches), "
     "or join torchrun's group across machines (from-env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of lines.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document on stdout instead of lines; progress within each step as JSON lines on stderr.",
+)
 @click.option("--attest", is_flag=True, help="Sign each step's result with the node key into the node's ledger.")
 @click.option(
     "--ledger",

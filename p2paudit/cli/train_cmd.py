@@ -24,7 +24,7 @@ def _publish_with_progress(plan: TrainPlan, identity: Identity, as_json: bool, *
     from p2paudit.run.publisher import publish_run
 
     with train_display(plan.steps, as_json) as (on_step, within_step):
-        return publish_run(plan, identity, on_step, **options)
+        return publish_run(plan, identity, on_step, progress=within_step, **options)
 
 
 @cli.command()

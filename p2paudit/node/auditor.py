@@ -30,6 +30,7 @@ from p2paudit.audit.replay import RunView, StepRange, verify_range
 from p2paudit.audit.streamed_replay import verify_range_planned
 from p2paudit.identity import Identity
 from p2paudit.node.assignment import pick_value, steps_for
+from p2paudit.node.replays import REPLAYS
 from p2paudit.run.manifest import Manifest
 
 
@@ -120,12 +121,15 @@ def next_step(
 
 
 def replay_step(view: RunView, step: int, backend: str, policy: AuditPolicy) -> tuple[StepAudit, ...]:
-    """Replay one step (and the initial state with step 0); pure computation, safe in a worker thread."""
+    """Replay one step (and the initial state with step 0); pure computation, safe in a worker thread.
+    Its progress is on REPLAYS (node.replays) while it runs, for the status file."""
     steps = StepRange(step == 0, step, step)
-    if policy.scratch_dir is None:
-        report = verify_range(view, steps, backend, diagnose=False)
-    else:  # streams when the in-memory replay would not fit
-        report = verify_range_planned(view, steps, backend, "auto", policy.scratch_dir, diagnose=False)
+    with REPLAYS.watching(view.manifest.run_id, step) as progress:
+        if policy.scratch_dir is None:
+            report = verify_range(view, steps, backend, diagnose=False, progress=progress)
+        else:  # streams when the in-memory replay would not fit
+            scratch = policy.scratch_dir
+            report = verify_range_planned(view, steps, backend, "auto", scratch, diagnose=False, progress=progress)
     return tuple(
         _lie(audit) if audit.step == policy.lie_about_step and audit.subject == "step" else audit
         for audit in report.audits
