@@ -5,6 +5,11 @@
 #   scripts/test.sh           everything
 #   scripts/test.sh --fast    a developer's loop: no install (.venv must exist), lint, then the tests
 #                             not marked slow (pytest -m "not slow"); docs/benchmarks.md has both timings
+#
+# The tests run in two phases: everything not marked `serial` on P2PAUDIT_TEST_WORKERS pytest-xdist
+# workers (default 4: most slow tests wait on sockets, subprocesses and timers, so 4 workers pay on 2
+# cores), grouped as tests/conftest.py says; then the `serial` tests (each holds a measured time to a
+# bound) alone in one process. Both phases run; the script fails if either does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -12,6 +17,10 @@ case "${1:-}" in
   --fast) fast=1 ;;
   "") ;;
   *) echo "usage: scripts/test.sh [--fast]" >&2; exit 2 ;;
+esac
+workers="${P2PAUDIT_TEST_WORKERS:-4}"
+case "$workers" in
+  ''|*[!0-9]*) echo "error: P2PAUDIT_TEST_WORKERS must be a number of workers (0: no xdist), not '$workers'" >&2; exit 2 ;;
 esac
 if [ "$fast" = 1 ]; then
   if [ ! -x .venv/bin/python ]; then
@@ -24,8 +33,10 @@ fi
 .venv/bin/ruff format --check .
 # Static types, strict on kernels, ledger, p2paudit/attest and exit_codes ([tool.mypy] in pyproject.toml).
 .venv/bin/mypy
-if [ "$fast" = 1 ]; then
-  .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" tests
-else
-  .venv/bin/python -m pytest -q -p no:cacheprovider tests
-fi
+# Cached verdicts (tests/verdict_cache.py: the no-FMA check) are recomputed from scratch under CI.
+if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi
+if [ "$fast" = 1 ]; then only="not slow and "; else only=""; fi
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "${only}not serial" tests || status=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "${only}serial" tests || status=$?
+exit "$status"

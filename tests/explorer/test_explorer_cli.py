@@ -136,6 +136,7 @@ def test_check_proof_offline(server, built, tmp_path):
     assert result.exit_code == 0 and "root NOT signed" in result.output
 
 
+@pytest.mark.serial  # under 30 s: run alone (tests/conftest.py)
 def test_coverage_png_of_100000_steps(built, tmp_path):
     png = tmp_path / "coverage.png"
     began = time.monotonic()

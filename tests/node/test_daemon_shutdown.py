@@ -78,6 +78,7 @@ def _check_ledger(home: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # stops within 5 s: run alone (tests/conftest.py)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path, sig, code):
@@ -97,6 +98,7 @@ def test_signal_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path, sig, 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # stops within 5 s of its duration: run alone (tests/conftest.py)
 @pytest.mark.timeout(300)
 def test_duration_ending_mid_replay_stops_the_daemon_within_5_s(slow_run, tmp_path):
     duration = 8.0

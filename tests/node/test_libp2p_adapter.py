@@ -32,6 +32,10 @@ from p2paudit.identity import identity_from_seed, peer_id_of
 from p2paudit.node.libp2p_adapter import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
 from p2paudit.node.libp2p_framing import TokenBucket, encode_uvarint, read_frame
 
+# Rates, bans and request time-outs held to the clock (a bucket refilling at 0.5 a second, replies within
+# 1.5 s, bursts within their deadline): run alone, after the parallel run (tests/conftest.py).
+pytestmark = pytest.mark.serial
+
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
 
 

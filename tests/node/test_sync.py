@@ -134,6 +134,7 @@ def _run_session(session, server, note, limit=None):
 
 
 @pytest.mark.slow  # 4.4 s (fast tier: pytest -m 'not slow')
+@pytest.mark.serial  # under 10 s: run alone (tests/conftest.py)
 def test_sync_10000_attestations(tmp_path):
     alice, bob = key(1), key(2)
     source = open_store(tmp_path / "alice.db", alice)

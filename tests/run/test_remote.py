@@ -404,6 +404,7 @@ def test_a_redirect_to_another_scheme_is_refused(published, server, tmp_path):
     assert "https://" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.serial  # noticed within 3 s: run alone (tests/conftest.py)
 def test_a_stalled_server_times_out_in_one_line_and_nothing_is_cached(published, server, tmp_path):
     base, served = server
     path = checkpoint_path(2)
