@@ -187,8 +187,9 @@ class GradSums:
         raise InternalError("a gradient fold keeps its total in hand (PairwiseTree items)")
 
 
-def layer_reporter(progress: ProgressHook | None, done: int, count: int, cfg: TrainConfig) -> LayerDone | None:
-    """The on_layer callback of micro-batch `done` (0-based within `count`): one "micro-batch" event a layer."""
+def layer_reporter(progress: ProgressHook | None, finished: int, count: int, cfg: TrainConfig) -> LayerDone | None:
+    """The on_layer callback of the micro-batch after the `finished` ones (of `count`): one "micro-batch"
+    event a layer, forward and backward counted alike."""
     if progress is None:
         return None
     layers = 2 * cfg.model.n_layer
@@ -197,7 +198,7 @@ def layer_reporter(progress: ProgressHook | None, done: int, count: int, cfg: Tr
     def on_layer() -> None:
         nonlocal passed
         passed += 1
-        progress(StepProgress("micro-batch", done, count, passed, layers))
+        progress(StepProgress("micro-batch", finished, count, passed, layers))
 
     return on_layer
 
@@ -264,7 +265,7 @@ def update_params(
     o, M = cfg.optim, cfg.micro_batches
     lr = lr_at(counter, o)
     shapes = param_shapes(cfg.model)
-    for done, (name, shape) in enumerate(shapes.items(), start=1):
+    for updated, (name, shape) in enumerate(shapes.items(), start=1):
         # exact unless subnormal: M is 2^j
         g = emit(trace, f"update/{name}/grad", backend.div_scalar(grads[name], np.float32(M)))
         m, v = moments(name)
@@ -279,7 +280,7 @@ def update_params(
         sink("opt/v/" + name, emit(trace, f"update/{name}/v", v2))
         del p2, m2, v2
         if progress is not None:
-            progress(StepProgress("update", M, M, 0, 2 * cfg.model.n_layer, done, len(shapes)))
+            progress(StepProgress("update", M, M, 0, 2 * cfg.model.n_layer, updated, len(shapes)))
     sink("step", np.array(counter + 1, dtype=np.int64))
 
 
