@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -70,9 +71,23 @@ def _bar(console: Console | None):
 
     console = console if console is not None else Console(stderr=True)
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[info]}"))
-    # Lines the command prints on stdout go above the bar only when stdout is that terminal too.
-    redirect = console.is_terminal and sys.stdout.isatty()
-    return Progress(*columns, console=console, transient=True, redirect_stdout=redirect)
+    # Lines for stdout go through `echo_line` (above the bar when stdout is that terminal too), never rich's
+    # redirection: click writes to stdout's buffer, past rich's proxy, and would land on the bar's line.
+    return Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
+
+
+def _shares_terminal(console: Console) -> bool:
+    return console.is_terminal and sys.stdout.isatty()
+
+
+def echo_line(bar: Progress | None) -> Callable[[str], None]:
+    """How a command prints a line on stdout while `bar` may be drawn: above the bar, through its console, when
+    stdout is the bar's terminal; else click.echo (a pipe or a file: nothing to draw over)."""
+    import click
+
+    if bar is None or not _shares_terminal(bar.console):
+        return click.echo
+    return lambda line: bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _within_step(bar: Progress) -> ProgressHook:
@@ -96,24 +111,35 @@ def _within_step(bar: Progress) -> ProgressHook:
     return hook
 
 
+@dataclass(frozen=True)
+class StepDisplay:
+    """What a command that replays or trains steps gets: the hook for the step core (None: nothing shown), and
+    how to print a line on stdout meanwhile (above the bar when one shares the terminal)."""
+
+    hook: ProgressHook | None
+    echo: Callable[[str], None]
+
+
 @contextmanager
-def terminal_bar(console: Console | None = None) -> Iterator[ProgressHook]:
-    """A hook that draws a transient rich bar of the current step on `console` (default: stderr)."""
+def terminal_bar(console: Console | None = None) -> Iterator[StepDisplay]:
+    """A transient rich bar of the current step on `console` (default: stderr)."""
     with _bar(console) as bar:
-        yield _within_step(bar)
+        yield StepDisplay(_within_step(bar), echo_line(bar))
 
 
 @contextmanager
-def step_progress(as_json: bool) -> Iterator[ProgressHook | None]:
-    """The hook for this command's output: JSON lines with --json, a bar on a terminal, else None."""
+def step_progress(as_json: bool) -> Iterator[StepDisplay]:
+    """This command's display: JSON lines with --json, a bar on a terminal's stderr, else no hook."""
+    import click
+
     if as_json:
         with json_events() as hook:
-            yield hook
+            yield StepDisplay(hook, click.echo)
     elif sys.stderr.isatty():
-        with terminal_bar() as hook:
-            yield hook
+        with terminal_bar() as display:
+            yield display
     else:
-        yield None
+        yield StepDisplay(None, click.echo)
 
 
 StepHook = Callable[["StepDone"], None]

@@ -40,12 +40,12 @@ def _node_identity() -> Identity:
     return identity
 
 
-def _echo_audit(audit: StepAudit) -> None:
+def _audit_line(audit: StepAudit) -> str:
     """One line per audit; the digest shown is the state the step produced (state n + 1), or the rebuilt state 0."""
     digest = _digest_text(audit.observed_digest)
     what = "init  " if audit.subject == "init" else f"step {audit.step:>6}"
     line = f"{what:<11}  {audit.verdict:<8}  {digest:<71}  {audit.seconds:7.2f}s"
-    click.echo(line + (f"  {audit.note}" if audit.note else ""))
+    return line + (f"  {audit.note}" if audit.note else "")
 
 
 def _summary(report: RangeReport, manifest: Manifest) -> dict:
@@ -121,14 +121,18 @@ def _verify(
     from p2paudit.cli.progress_display import step_progress
 
     task = ReplayTask(opener, steps, backend, against, publisher, replay.mode, replay.scratch())
-    on_audit = None if as_json else _echo_audit
-    with step_progress(as_json) as progress:  # a bar on a terminal's stderr, JSON lines with --json, else none
+    with step_progress(as_json) as shown:  # a bar on a terminal's stderr, JSON lines with --json, else nothing
+
+        def on_audit(audit: StepAudit) -> None:
+            shown.echo(_audit_line(audit))
+
+        audits = None if as_json else on_audit
         if world_size is None:
-            rank, view, report = verify_range_from_env(task, on_audit, progress=progress)
+            rank, view, report = verify_range_from_env(task, audits, progress=shown.hook)
             if rank != 0:
                 return None
         else:
-            view, report = verify_range_spawned(task, world_size, on_audit, progress=progress)
+            view, report = verify_range_spawned(task, world_size, audits, progress=shown.hook)
     summary = _summary(report, view.manifest)
     if as_json:
         click.echo(

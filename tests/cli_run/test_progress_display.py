@@ -43,9 +43,9 @@ def test_a_closed_stream_never_stops_the_step() -> None:
 def test_the_terminal_bar_shows_step_share_place_and_time_left() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=160, color_system=None)
-    with terminal_bar(console) as hook:
+    with terminal_bar(console) as display:
         for event in one_step(42)[:5]:
-            hook(event)
+            display.hook(event)
         console.file.flush()
         shown = buffer.getvalue()
     assert "step 42" in shown and "micro-batch" in shown and "left" in shown
@@ -53,8 +53,8 @@ def test_the_terminal_bar_shows_step_share_place_and_time_left() -> None:
 
 def test_no_hook_in_a_pipe(monkeypatch) -> None:
     monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal
-    with step_progress(as_json=False) as hook:
-        assert hook is None
+    with step_progress(as_json=False) as display:
+        assert display.hook is None
 
 
 def test_where_and_how_long_in_words() -> None:
@@ -104,3 +104,22 @@ def test_train_display_in_a_pipe_draws_nothing(monkeypatch) -> None:
     with train_display(2, as_json=False) as (on_step, within):
         on_step(StepDone(0, 2, 1.5, 0))
     assert within is None and err.getvalue() == ""
+
+
+class TerminalOut(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_lines_for_stdout_go_above_the_bar_when_stdout_is_its_terminal(monkeypatch) -> None:
+    buffer, out = io.StringIO(), TerminalOut()
+    console = Console(file=buffer, force_terminal=True, width=160, color_system=None)
+    monkeypatch.setattr("sys.stdout", out)
+    with terminal_bar(console) as display:
+        display.hook(one_step(1)[0])
+        display.echo("step      1  match")
+    assert "step      1  match" in buffer.getvalue() and out.getvalue() == ""  # drawn by the bar's console
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # stdout a pipe or a file: the line goes there
+    with terminal_bar(Console(file=io.StringIO(), force_terminal=True)) as display:
+        display.echo("step      2  match")
+    assert __import__("sys").stdout.getvalue() == "step      2  match\n"
