@@ -1,8 +1,8 @@
 """Progress within a step on the command line: a rich bar on a terminal, JSON lines with --json, nothing in a pipe.
 
-`step_progress(as_json)` gives the ProgressHook to hand to a replay or to
-training (or None: no hook, no cost), and draws what run.progress_meter makes
-of its events:
+`step_progress(as_json)` (verify-range) and `train_display` (train) give the
+ProgressHook to hand to a replay or to training (None: no hook, no cost) and
+draw what run.progress_meter makes of its events:
 
 - with --json: one JSON object per line on stderr (stdout keeps the command's
   one result document), `{"event": "progress", "step", "phase", "fraction",
@@ -10,6 +10,8 @@ of its events:
 - else, when stderr is a terminal: a transient bar on stderr (step, share,
   micro-batch and layer, or parameters updated, elapsed, time left);
 - else (a pipe, a file): nothing.
+
+`p2paudit status` uses `busy_line` for a daemon's replay (its status file's busy.progress).
 """
 
 from __future__ import annotations
