@@ -45,7 +45,7 @@ def test_auto_streams_only_when_the_step_would_not_fit(tmp_path, publisher, monk
     plan = TrainPlan(tmp_path / "run", "tiny", steps=2, backend="reference")
     chosen = []
     real = publisher_module.train_steps_streamed
-    monkeypatch.setattr(publisher_module, "train_steps_streamed", lambda *a: chosen.append(True) or real(*a))
+    monkeypatch.setattr(publisher_module, "train_steps_streamed", lambda *a, **k: chosen.append(True) or real(*a, **k))
     monkeypatch.setattr(publisher_module, "available_bytes", lambda: estimate.train_step - 1)
     publish_run(plan, publisher, mode="auto", scratch_dir=tmp_path / "scratch")
     assert chosen == [True]
