@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.audit.diagnosis import Diagnosis, TensorDiff, compare_tensor, differing_names
 from p2paudit.audit.range_driver import StepOutcome, report_range
 from p2paudit.audit.records import StepAudit
@@ -62,7 +63,7 @@ class StreamedRunner:
         self._view, self._backend, self._scratch_dir, self._spill = view, backend, scratch_dir, spill
         self._files = ExitStack()
         self._scratch = Path()
-        self._be: ModuleType | None = None
+        self._be: Backend[Any] | None = None
         self._last_state = 0
         self._source: tuple[Path, StateDigest] | None = None  # the replayed input state, when not the published one
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
+from typing import Any
 
 import kernels
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.step import StepResult, train_step
 from p2paudit.errors import InputError
 
 
-def load_backend(name: str) -> ModuleType:
+def load_backend(name: str) -> Backend[Any]:
     """The kernel backend module `name`; InputError if it cannot run here (e.g. triton without CUDA)."""
     try:
         return kernels.get_backend(name)

@@ -10,10 +10,11 @@ the backend's (`be.add`, ...), so the arrays stay the backend's throughout.
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import ModelConfig
 from p2paudit.engine.model import (
     ForwardCache,
@@ -34,7 +35,7 @@ def block_backward(
     state: dict[str, np.ndarray],
     layer: int,
     model: ModelConfig,
-    be: ModuleType,
+    be: Backend[Any],
     tr: Trace | None,
     grads: dict[str, np.ndarray],
 ) -> np.ndarray:
@@ -75,7 +76,7 @@ def backward(
     cache: ForwardCache,
     state: dict[str, np.ndarray],
     model: ModelConfig,
-    be: ModuleType,
+    be: Backend[Any],
     trace: Trace | None = None,
     *,
     on_layer: LayerDone | None = None,

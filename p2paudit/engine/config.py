@@ -151,7 +151,7 @@ def _check_type(value: Any, want: type, where: str) -> Any:
     # encodings in JSON, and one config must have one encoding).
     if type(value) is not want:
         raise InputError(f"{where} is a {type(value).__name__}, want {want.__name__}")
-    if want is float and not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):  # type(value) is want, so want is float
         raise InputError(f"{where} is {value}, want a finite number")
     return value
 

@@ -146,7 +146,7 @@ def distributed_train_step(
     return StepResult(state=apply_update(state, total, cfg, backend, progress=progress), loss=loss)
 
 
-def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple) -> None:
+def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """Entry point of one spawned process: join the group, run fn, report its result, leave."""
     torch.set_num_threads(1)
     dist_backend, device = collective_backend(rank, world_size)
@@ -170,7 +170,7 @@ def spawn_workers(world_size: int, fn: Callable[..., Any], *args: Any) -> list[A
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_loopback_port()
-    procs = mp.start_processes(
+    procs = mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]  # torch leaves it untyped
         _worker, args=(world_size, port, queue, fn, args), nprocs=world_size, join=False, start_method="spawn"
     )
     results: dict[int, Any] = {}

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import ModelConfig
 from p2paudit.errors import InputError
 
@@ -41,7 +42,7 @@ def emit(trace: Trace | None, name: str, value: np.ndarray) -> np.ndarray:
     return value
 
 
-def host_trace(trace: Trace | None, be: ModuleType) -> Trace | None:
+def host_trace(trace: Trace | None, be: Backend[Any]) -> Trace | None:
     """A trace that gets every value as a numpy array (be.to_host of it); None stays None."""
     if trace is None:
         return None
@@ -107,7 +108,7 @@ def head_weight(params: dict[str, np.ndarray], model: ModelConfig) -> np.ndarray
 
 
 def block_forward(
-    x: np.ndarray, state: dict[str, np.ndarray], layer: int, model: ModelConfig, be: ModuleType, tr: Trace | None
+    x: np.ndarray, state: dict[str, np.ndarray], layer: int, model: ModelConfig, be: Backend[Any], tr: Trace | None
 ) -> tuple[np.ndarray, LayerCache]:
     """One pre-norm block on x (N, C) of B sequences; returns (x_out (N, C), cache)."""
     p = f"params/h.{layer}."
@@ -137,7 +138,7 @@ def block_forward(
 
 
 def forward(
-    state: dict[str, np.ndarray], tokens: np.ndarray, model: ModelConfig, be: ModuleType, trace: Trace | None = None
+    state: dict[str, Any], tokens: np.ndarray, model: ModelConfig, be: Backend[Any], trace: Trace | None = None
 ) -> ForwardCache:
     """The forward pass of one micro-batch `tokens` (B, T+1): inputs tokens[:, :-1], targets tokens[:, 1:].
 
@@ -153,7 +154,7 @@ def forward_checked(
     state: dict[str, np.ndarray],
     tokens: np.ndarray,
     model: ModelConfig,
-    be: ModuleType,
+    be: Backend[Any],
     trace: Trace | None = None,
     *,
     on_layer: LayerDone | None = None,

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.model import Trace, check_tokens, host_trace
 from p2paudit.engine.progress import ProgressHook
@@ -73,7 +73,11 @@ class StepResult:
 
 
 def micro_batch_grads(
-    state: dict[str, np.ndarray], tokens: np.ndarray, cfg: TrainConfig, backend: ModuleType, trace: Trace | None = None
+    state: dict[str, np.ndarray],
+    tokens: np.ndarray,
+    cfg: TrainConfig,
+    backend: Backend[Any],
+    trace: Trace | None = None,
 ) -> tuple[dict[str, np.ndarray], np.float32]:
     """Gradients of one micro-batch's mean loss, keyed by param name, and that loss.
 
@@ -88,17 +92,17 @@ def micro_batch_grads(
     return {name: backend.to_host(g) for name, g in grads.items()}, np.float32(backend.to_host(loss))
 
 
-def state_to_device(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+def state_to_device(state: dict[str, np.ndarray], backend: Backend[Any]) -> dict[str, np.ndarray]:
     """The state's float tensors as the backend's arrays (one copy each); "step" stays a host array."""
     return {name: t if name == "step" else backend.to_device(t) for name, t in state.items()}
 
 
-def params_to_device(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+def params_to_device(state: dict[str, np.ndarray], backend: Backend[Any]) -> dict[str, np.ndarray]:
     """Only the parameters ("params/...") as the backend's arrays: all the gradients need."""
     return {name: backend.to_device(t) for name, t in state.items() if name.startswith("params/")}
 
 
-def state_to_host(state: dict[str, np.ndarray], backend: ModuleType) -> dict[str, np.ndarray]:
+def state_to_host(state: dict[str, np.ndarray], backend: Backend[Any]) -> dict[str, np.ndarray]:
     """The inverse of state_to_device: numpy arrays (one copy each of the float tensors)."""
     return {name: t if name == "step" else backend.to_host(t) for name, t in state.items()}
 
@@ -144,7 +148,7 @@ def apply_update(
     state: dict[str, np.ndarray],
     grads: dict[str, np.ndarray],
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     trace: Trace | None = None,
     *,
     progress: ProgressHook | None = None,
@@ -185,7 +189,7 @@ def sum_micro_batches(
     batch: np.ndarray,
     indices: range,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     trace: Trace | None = None,
     *,
     progress: ProgressHook | None = None,
@@ -217,7 +221,7 @@ def train_step(
     state: dict[str, np.ndarray],
     batch: np.ndarray,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     trace: Trace | None = None,
     *,
     progress: ProgressHook | None = None,

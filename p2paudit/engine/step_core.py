@@ -27,11 +27,11 @@ the backend's own (engine.step moves them there and back).
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.backward import backward
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.model import LayerDone, Trace, emit, forward_checked, prefixed
@@ -63,7 +63,7 @@ class KeptInMemory(Generic[T_]):
 
     def __init__(self, add: Callable[[T_, T_], T_]) -> None:
         self._add = add
-        self._kept: dict[int, T_] = {}
+        self._kept: dict[object, T_] = {}
         self._next = 0
 
     def keep(self, partial: T_) -> object:
@@ -75,7 +75,7 @@ class KeptInMemory(Generic[T_]):
         return self._add(self.take(handle), newer)
 
     def take(self, handle: object) -> T_:
-        return self._kept.pop(handle)  # type: ignore[call-overload]
+        return self._kept.pop(handle)
 
 
 class PairwiseTree(Generic[T_]):
@@ -145,7 +145,7 @@ class MemoryGradStore:
     """A GradStore in memory: keeps the arrays it is given, as they are."""
 
     def __init__(self) -> None:
-        self._sets: dict[int, dict[str, np.ndarray]] = {}
+        self._sets: dict[object, dict[str, np.ndarray]] = {}
         self._next = 0
 
     def put(self, grads: dict[str, np.ndarray]) -> object:
@@ -154,10 +154,10 @@ class MemoryGradStore:
         return self._next
 
     def take(self, handle: object, name: str) -> np.ndarray:
-        return self._sets[handle][name]  # type: ignore[index]
+        return self._sets[handle][name]
 
     def drop(self, handle: object) -> None:
-        self._sets.pop(handle, None)  # type: ignore[call-overload]
+        self._sets.pop(handle, None)
 
 
 class GradSums:
@@ -165,7 +165,7 @@ class GradSums:
     copies that go back up one tensor at a time when added. The newer set is added into in place, so a
     fold holds one set and one tensor, never two sets."""
 
-    def __init__(self, store: GradStore, backend: ModuleType, on_host: bool) -> None:
+    def __init__(self, store: GradStore, backend: Backend[Any], on_host: bool) -> None:
         self._store, self._be, self._on_host = store, backend, on_host
 
     def keep(self, partial: dict[str, np.ndarray]) -> object:
@@ -207,7 +207,7 @@ def micro_batch_grads_on(
     state: dict[str, np.ndarray],
     tokens: np.ndarray,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     trace: Trace | None = None,
     on_layer: LayerDone | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -222,7 +222,7 @@ def fold_micro_batches(
     batch: np.ndarray,
     indices: range,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     sums: PartialSums[dict[str, np.ndarray]],
     trace: Trace | None = None,
     progress: ProgressHook | None = None,
@@ -253,7 +253,7 @@ def update_params(
     moments: Moments,
     sink: Sink,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     trace: Trace | None = None,
     progress: ProgressHook | None = None,
 ) -> None:
@@ -289,7 +289,7 @@ def run_step(
     batch: np.ndarray,
     counter: int,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     *,
     sums: PartialSums[dict[str, np.ndarray]],
     moments: Moments,

@@ -29,10 +29,11 @@ and sinks are the caller's.
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.model import check_tokens
 from p2paudit.engine.progress import ProgressHook
@@ -56,7 +57,7 @@ def check_params(params: dict[str, np.ndarray], cfg: TrainConfig) -> None:
             raise InputError(f"parameter {name} is missing or not float32 {shape}")
 
 
-def checked_moments(moments: Moments, cfg: TrainConfig, backend: ModuleType) -> Moments:
+def checked_moments(moments: Moments, cfg: TrainConfig, backend: Backend[Any]) -> Moments:
     """`moments` (numpy) checked for dtype and shape (InputError), then moved to the backend."""
     shapes = param_shapes(cfg.model)
 
@@ -77,7 +78,7 @@ def streamed_step(
     batch: np.ndarray,
     out: Sink,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     store: GradStore | None = None,
     *,
     progress: ProgressHook | None = None,

@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import init_param, param_shapes, state_shapes
@@ -73,7 +74,7 @@ def stream_step(
     reader: CheckpointReader,
     batch: np.ndarray,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     store: GradStore,
     writer: CheckpointWriter | None = None,
     on_tensor: TensorHook | None = None,
