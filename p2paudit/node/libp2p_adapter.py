@@ -3,6 +3,7 @@
 The rest of `p2paudit.node` speaks our terms through `open_node` and `Node`:
 peers are base58 peer-id strings, addresses are multiaddr strings, payloads are
 opaque bytes. Internals live in libp2p_host (Noise-only host, peer-id gating),
+libp2p_dialling (bans, dialling, bootstrap redial), libp2p_discovery (peer exchange, DHT),
 libp2p_gossip (GossipSub set up to lose nothing), libp2p_requests (framed
 request/response), libp2p_peers (peer-exchange encoding), libp2p_framing and
 libp2p_config. Why each library setting is what it is: those modules'
@@ -18,7 +19,6 @@ refused in both directions until its ban ends.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -29,22 +29,19 @@ from libp2p.identity_utils import create_identity_from_seed
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
 
-from p2paudit.errors import InternalError, NetworkError
+from p2paudit.errors import InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
 from p2paudit.node.libp2p_containment import background_contained_service, supervise
 from p2paudit.node.libp2p_dialback import DIALBACK_PROTOCOL, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, refusal
+from p2paudit.node.libp2p_dialling import PeerKeeping
 from p2paudit.node.libp2p_discovery import MAX_PEER_LIST_BYTES, PEERS_PROTOCOL, PeerDiscovery
 from p2paudit.node.libp2p_gossip import IGNORE, Gossip, GossipHandler, GossipValidator, raise_library_queues
 from p2paudit.node.libp2p_host import (
-    NETWORK_ERRORS,
     Notifee,
     build_host,
     parse_listen_addr,
-    parse_peer_addr,
-    parse_peer_id,
     run_host,
 )
 from p2paudit.node.libp2p_peers import encode_peer_refusal
@@ -79,7 +76,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class Node(PeerDiscovery):
+class Node(PeerKeeping, PeerDiscovery):
     """A running libp2p node in our terms. Made by `open_node`; not constructed directly."""
 
     def __init__(self, identity: Identity, config: NodeConfig, on_event: Callable[[NodeEvent], None] | None) -> None:
@@ -131,16 +128,6 @@ class Node(PeerDiscovery):
     def connected_peers(self) -> list[str]:
         return sorted(str(p) for p in self.host.get_connected_peers())
 
-    def is_banned(self, peer: str) -> bool:
-        until = self._banned_until.get(peer)
-        return until is not None and until > time.monotonic()
-
-    def bans(self) -> list[dict[str, object]]:
-        """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
-        now, wall = time.monotonic(), time.time()
-        current = sorted((until, peer) for peer, until in self._banned_until.items() if until > now)
-        return [{"peer": p, "reason": self._ban_reasons.get(p, ""), "until": wall + u - now} for u, p in current]
-
     def _emit(self, kind: str, peer: str, detail: str = "") -> None:
         if self._on_event is None:
             return
@@ -169,38 +156,6 @@ class Node(PeerDiscovery):
             self.requests.forget_peer(peer)
             self._emit("disconnected", peer)
 
-    async def _disconnect_quietly(self, peer_id: ID) -> None:
-        try:
-            await self.host.disconnect(peer_id)
-        except NETWORK_ERRORS as error:
-            logger.debug("disconnect %s: %s", peer_id, error)
-
-    async def penalize(self, peer: str, reason: str, seconds: float | None = None) -> None:
-        """Disconnect `peer` and refuse it, both directions, for `seconds` (default config.ban_seconds)."""
-        peer_id = parse_peer_id(peer)
-        duration = self.config.ban_seconds if seconds is None else seconds
-        self._banned_until[peer] = time.monotonic() + duration
-        self._ban_reasons[peer] = reason[:200]
-        logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
-        self.gossip.pubsub.add_to_blacklist(peer_id)
-        # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
-        self.host.get_peerstore().clear_addrs(peer_id)
-        self._emit("banned", peer, reason)
-        await self._disconnect_quietly(peer_id)
-
-    def _lift_expired_bans(self) -> None:
-        now = time.monotonic()
-        for peer, until in list(self._banned_until.items()):
-            if until <= now:
-                del self._banned_until[peer]
-                self._ban_reasons.pop(peer, None)
-                peer_id = parse_peer_id(peer)
-                self.gossip.pubsub.remove_from_blacklist(peer_id)
-                info = self._bootstrap.get(peer)
-                if info is not None:
-                    self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
-                self._emit("unbanned", peer)
-
     async def _maintain(self) -> None:
         last_clear = time.monotonic()
         while True:
@@ -209,76 +164,6 @@ class Node(PeerDiscovery):
             if time.monotonic() - last_clear >= self.config.deliveries_clear_interval:
                 self.gossip.clear_deliveries()
                 last_clear = time.monotonic()
-
-    # --- dialling -------------------------------------------------------------
-
-    async def connect(self, addr: str) -> str:
-        """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if that fails."""
-        info = parse_peer_addr(addr)
-        await self._dial(info)
-        return str(info.peer_id)
-
-    async def _dial(self, info: PeerInfo, ttl: int = PERMANENT_ADDR_TTL) -> None:
-        peer = str(info.peer_id)
-        if self.is_banned(peer):
-            raise RequestFailed(f"peer {peer} is banned")
-        if peer == self.peer_id:
-            raise RequestFailed("refusing to dial ourselves")
-        # The swarm drops /p2p-circuit addresses: those go through the circuit transport, if direct ones fail.
-        circuits = [a for a in info.addrs if "/p2p-circuit" in str(a)]
-        direct = PeerInfo(info.peer_id, [a for a in info.addrs if "/p2p-circuit" not in str(a)])
-        try:
-            if direct.addrs or not circuits:
-                try:
-                    await self._dial_direct(direct)
-                    return
-                except RequestFailed:
-                    if not circuits:
-                        raise
-            await self.reach.dial_circuit(info.peer_id, circuits, 2 * self.config.dial_timeout)
-        finally:
-            # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
-            self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
-
-    async def _dial_direct(self, info: PeerInfo) -> None:
-        peer = str(info.peer_id)
-        # After one failure the swarm refuses to redial a peer for 60 s; our loops do the back-off.
-        self.host.get_network().unblock_peer(info.peer_id)
-        try:
-            with trio.fail_after(self.config.dial_timeout):
-                await self.host.connect(info)
-        except trio.TooSlowError:
-            raise RequestTimedOut(f"dial {peer} timed out after {self.config.dial_timeout} s") from None
-        except NETWORK_ERRORS as error:
-            raise RequestFailed(f"dial {peer} failed: {str(error).splitlines()[0][:200]}") from None
-
-    async def add_bootstrap(self, addr: str) -> None:
-        """Keep this peer for good: permanent address, redialled with back-off while we run."""
-        info = parse_peer_addr(addr)
-        peer = str(info.peer_id)
-        if peer == self.peer_id or peer in self._bootstrap:
-            return
-        if self._nursery is None:
-            raise InternalError("add_bootstrap called on a node that is not running")
-        self._bootstrap[peer] = info
-        self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, PERMANENT_ADDR_TTL)
-        self._nursery.start_soon(supervise, functools.partial(self._keep_bootstrap, info), self._emit)
-
-    async def _keep_bootstrap(self, info: PeerInfo) -> None:
-        delay = self.config.redial_min
-        peer = str(info.peer_id)
-        while True:
-            if peer in self._connected or self.is_banned(peer):
-                delay = self.config.redial_min
-                await trio.sleep(self.config.redial_min)
-                continue
-            try:
-                await self._dial(info)
-                delay = self.config.redial_min
-            except NetworkError as error:
-                logger.info("bootstrap %s: %s; retry in %.1f s", peer, error, delay)
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.config.redial_max)
 
     # --- gossip -------------------------------------------------------------------
 
