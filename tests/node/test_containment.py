@@ -26,7 +26,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.utils.varint import read_varint_prefixed_bytes
-from test_libp2p_adapter import config, ident, run, wait_until
+from test_libp2p_adapter import config, grafted, ident, run, wait_until
 
 from p2paudit.node.libp2p_adapter import open_node
 from p2paudit.node.libp2p_containment import CONTAINED, MALFORMED, classify
@@ -198,7 +198,7 @@ def test_a_burst_slower_to_validate_than_5_s_is_held_back_not_dropped():
             await b.subscribe(TOPIC, lambda origin, data: got.append(data))
             await a.subscribe(TOPIC, lambda origin, data: None)
             await wait_until(lambda: a.gossip_peers(TOPIC) and b.gossip_peers(TOPIC), "subscriptions")
-            await trio.sleep(1.5)
+            await wait_until(lambda: grafted((a, b), TOPIC), "the mesh grafted")
             for i in range(count):
                 await a.publish(TOPIC, b"burst %d " % i + bytes(2000))
             await wait_until(lambda: len(got) == count, f"{count} delivered", timeout=60)

@@ -57,6 +57,23 @@ async def wait_until(predicate, what: str, timeout: float = 60.0, step: float = 
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def _mesh(node, topic: str) -> set[str]:
+    return {str(p) for p in node.gossip.router.mesh.get(topic, ())}
+
+
+def grafted(nodes, topic: str) -> bool:
+    """Every node's mesh on `topic` is as full as its heartbeat fills it (D_low, or every subscribed peer
+    when fewer), and every graft is mutual: what two heartbeats were once waited for."""
+    by_id = {node.peer_id: node for node in nodes}
+    for node in nodes:
+        mesh = _mesh(node, topic)
+        if len(mesh) < min(NodeConfig().mesh_degree_low, len(node.gossip_peers(topic))):
+            return False
+        if any(node.peer_id not in _mesh(by_id[peer], topic) for peer in mesh if peer in by_id):
+            return False
+    return True
+
+
 async def start_chain(stack: AsyncExitStack, n: int, events=None, **changes):
     """n nodes; node i is told only node i-1's address."""
     nodes = []
@@ -162,7 +179,7 @@ def test_burst_delivery_counts_and_latency():
 
                 await node.subscribe(topic, handler)
             await wait_until(lambda: all(len(x.gossip_peers(topic)) == n - 1 for x in nodes), "subscriptions")
-            await trio.sleep(2.5)  # two heartbeats: the mesh is grafted
+            await wait_until(lambda: grafted(nodes, topic), "the mesh grafted")
             sent = {}
             for seq in range(per_node):
                 for i, node in enumerate(nodes):
@@ -215,7 +232,7 @@ def test_raising_validator_rejects_and_pubsub_survives():
             for i, node in enumerate(nodes):
                 await node.subscribe(topic, lambda origin, data, i=i: got[i].append(data))
             await wait_until(lambda: len(b.gossip_peers(topic)) == 2 and c.gossip_peers(topic), "subscriptions")
-            await trio.sleep(2.5)
+            await wait_until(lambda: grafted(nodes, topic), "the mesh grafted")
             await a.publish(topic, b"bad 1")
             await a.publish(topic, b"good 1")
             await wait_until(lambda: b"good 1" in got[2], "good 1 at c")
@@ -278,7 +295,7 @@ def test_per_origin_rate_limit_rejects_the_excess():
             for i, node in enumerate((sender, receiver)):
                 await node.subscribe(topic, lambda origin, data, i=i: got[i].append((origin, data)))
             await wait_until(lambda: receiver.gossip_peers(topic) == [sender.peer_id], "subscription")
-            await trio.sleep(2.5)
+            await wait_until(lambda: grafted((sender, receiver), topic), "the mesh grafted")
             for k in range(10):
                 await sender.publish(topic, b"m%d" % k)
             await wait_until(lambda: len(got[0]) == 10 and len(got[1]) == 3, "10 sent, 3 accepted")
