@@ -216,7 +216,8 @@ def daemon(
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
-    from p2paudit.node.daemon import DaemonConfig, run_daemon
+    from p2paudit.node.daemon import DaemonConfig
+    from p2paudit.node.daemon_run import run_daemon
     from p2paudit.node.libp2p_adapter import ReachConfig
     from p2paudit.node.loop_monitor import LoopMonitor
 

@@ -24,7 +24,8 @@ from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
 from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig, run_daemon
+from p2paudit.node.daemon import DaemonConfig
+from p2paudit.node.daemon_run import run_daemon
 from p2paudit.node.sources import RemoteSource
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path

@@ -31,7 +31,8 @@ from p2paudit.node.announce import (
     sign_announcement,
 )
 from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig, run_daemon
+from p2paudit.node.daemon import DaemonConfig
+from p2paudit.node.daemon_run import run_daemon
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 LAB = identity_from_seed(b"\x71" * 32)

@@ -18,7 +18,8 @@ from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
 from p2paudit.node import reconcile, sync, wire
 from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig, run_daemon
+from p2paudit.node.daemon import DaemonConfig
+from p2paudit.node.daemon_run import run_daemon
 from p2paudit.node.libp2p_adapter import open_node
 from p2paudit.node.libp2p_containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
 from p2paudit.node.sources import LocalSource
