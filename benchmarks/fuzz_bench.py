@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "node")]
 
 import trio  # noqa: E402
-from fuzz_peer import ALL_PROTOCOLS, FuzzConfig, fuzz_daemon, load_cases  # noqa: E402
+from fuzz_inputs import ALL_PROTOCOLS, load_cases  # noqa: E402
+from fuzz_peer import fuzz_daemon  # noqa: E402
+from fuzz_report import FuzzConfig  # noqa: E402
 
 from p2paudit.identity import identity_from_seed  # noqa: E402
 from p2paudit.run.publisher import TrainPlan, publish_run  # noqa: E402

@@ -1,7 +1,7 @@
 """Fuzzing every protocol a `p2paudit daemon` process offers ("Nothing a peer sends ends the node").
 
 One daemon, a real process on 127.0.0.1 started through p2paudit.node.localnet on a tiny published run,
-gets PER_PROTOCOL inputs on each protocol (fuzz_peer.ALL_PROTOCOLS: gossipsub on three protocol ids,
+gets PER_PROTOCOL inputs on each protocol (fuzz_inputs.ALL_PROTOCOLS: gossipsub on three protocol ids,
 sync, witness, peer exchange, settled, Kademlia, identify and identify push, ping, and raw TCP for
 multistream-select, the Noise handshake and yamux), from fresh Ed25519 identities, one at a time, each
 followed by a ping. Passing means: the daemon never exited or stopped answering (a finding restarts it, so
@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from fuzz_peer import (
+from fuzz_cases import make_cases
+from fuzz_corpus import build_corpus
+from fuzz_inputs import (
     ALL_PROTOCOLS,
     FRAME_LIMITS,
     KILLER_RPC,
@@ -31,14 +33,12 @@ from fuzz_peer import (
     RAW_PROTOCOLS,
     STREAM_PROTOCOLS,
     Case,
-    FuzzConfig,
-    build_corpus,
     frame_attack,
-    fuzz_daemon,
     load_cases,
-    make_cases,
     mutate_msgpack,
 )
+from fuzz_peer import fuzz_daemon
+from fuzz_report import FuzzConfig
 
 from p2paudit.identity import identity_from_seed
 from p2paudit.node import wire
