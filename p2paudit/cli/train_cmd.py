@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.run.training import TrainPlan
 
 
-def _publish_with_progress(plan: TrainPlan, identity: Identity, as_json: bool, **options: object) -> PublishResult:
+def _publish_with_progress(
+    plan: TrainPlan, identity: Identity, as_json: bool = False, **options: object
+) -> PublishResult:
     """Run the publisher, its steps and the work within each step shown on stderr (cli.progress_display: bars on a
     terminal, JSON lines with --json, nothing in a pipe); returns its PublishResult."""
     from p2paudit.cli.progress_display import train_display
@@ -130,7 +132,7 @@ def train(
         click.echo(f"{cfg.model.name}: {count_parameters(cfg.model):,} parameters; {memory}")
     identity = load_identity(key_path) if key_path is not None else _node_identity()
     scratch = scratch_dir if scratch_dir is not None else home_dir() / "scratch"
-    result = _publish_with_progress(plan, identity, as_json, scratch_dir=scratch, **options)
+    result = _publish_with_progress(plan, identity, as_json=as_json, scratch_dir=scratch, **options)
     state = (
         "already complete"
         if result.already_complete

@@ -35,7 +35,7 @@ def run(tmp_path_factory) -> Path:
 
 def _verify(run: Path, home: Path, *extra: str):
     result = _invoke(["verify-range", "0-2", "--run", str(run), "--json", *extra], home)
-    return result, (json.loads(result.output) if result.output.lstrip().startswith("{") else None)
+    return result, (json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else None)
 
 
 def _timeless(doc: dict) -> list:

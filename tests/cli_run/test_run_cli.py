@@ -107,7 +107,7 @@ def test_verify_range_prints_one_line_per_step_and_a_summary(cli_run, tmp_path):
 def test_verify_range_json(cli_run, tmp_path):
     result = _invoke(["verify-range", "2", "--run", str(cli_run), "--backend", "reference", "--json"], tmp_path)
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)  # stderr holds the progress events
     assert report["summary"]["match"] == 1 and report["audits"][0]["step"] == 2
     assert report["summary"]["publisher"] == PUBLISHER.public_key.hex()
     assert set(report["audits"][0]) >= {
