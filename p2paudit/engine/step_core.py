@@ -98,9 +98,13 @@ class PairwiseTree(Generic[T_]):
         waiting: PartialSums[T_] | None = None,
         items: int | None = None,
     ) -> None:
-        if (add is None) == (waiting is None):
-            raise InternalError("PairwiseTree takes one of add and waiting")
-        self._waiting: PartialSums[T_] = waiting if waiting is not None else KeptInMemory(add)  # type: ignore[arg-type]
+        if waiting is None:
+            if add is None:
+                raise InternalError("PairwiseTree takes one of add and waiting")
+            waiting = KeptInMemory(add)
+        elif add is not None:
+            raise InternalError("PairwiseTree takes one of add and waiting, not both")
+        self._waiting: PartialSums[T_] = waiting
         self._stack: list[tuple[int, object]] = []  # (number of items summed, handle), sizes decreasing
         self._items = items
         self._total: list[T_] = []  # the sum of all `items`, once pushed
