@@ -177,6 +177,6 @@ def record_step(
 ) -> tuple[Recorded, list[bytes]]:
     """Sign and append the audits; returns what was recorded and the envelopes that are new (to gossip)."""
     m = manifest
-    done = record_audits(store, identity, m.run_id, m.num_steps, label, audits, describe_hardware(), m.public_key)
-    fresh = [store.attestation(index).encoded for index in done.indices]
-    return done, fresh
+    recorded = record_audits(store, identity, m.run_id, m.num_steps, label, audits, describe_hardware(), m.public_key)
+    fresh = [store.attestation(index).encoded for index in recorded.indices]
+    return recorded, fresh
