@@ -7,9 +7,10 @@
 #                             not marked slow (pytest -m "not slow"); docs/benchmarks.md has both timings
 #
 # The tests run in two phases: everything not marked `serial` on P2PAUDIT_TEST_WORKERS pytest-xdist
-# workers (default 4: most slow tests wait on sockets, subprocesses and timers, so 4 workers pay on 2
-# cores), grouped as tests/conftest.py says; then the `serial` tests (each holds a measured time to a
-# bound) alone in one process. Both phases run; the script fails if either does.
+# workers, grouped as tests/conftest.py says; then the `serial` tests (each holds a measured time to a
+# bound) alone in one process. Both phases run; the script fails if either does. The default number of
+# workers is what measured fastest on 2 cores (docs/benchmarks.md, "Test suite"): FULL_WORKERS for
+# everything, 2 for --fast (each worker collects the whole suite, and the fast tests keep the cores busy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -18,7 +19,8 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: scripts/test.sh [--fast]" >&2; exit 2 ;;
 esac
-workers="${P2PAUDIT_TEST_WORKERS:-4}"
+FULL_WORKERS=3
+if [ "$fast" = 1 ]; then workers="${P2PAUDIT_TEST_WORKERS:-2}"; else workers="${P2PAUDIT_TEST_WORKERS:-$FULL_WORKERS}"; fi
 case "$workers" in
   ''|*[!0-9]*) echo "error: P2PAUDIT_TEST_WORKERS must be a number of workers (0: no xdist), not '$workers'" >&2; exit 2 ;;
 esac
@@ -36,6 +38,19 @@ fi
 # Cached verdicts (tests/verdict_cache.py: the no-FMA check) are recomputed from scratch under CI.
 if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi
 if [ "$fast" = 1 ]; then only="not slow and "; else only=""; fi
+# Compile the cpu backend's numba kernels into kernels/__pycache__ once, before the workers start: from a
+# cold cache (a fresh clone, a changed kernel) every worker would compile them itself (about 60 s of CPU each).
+.venv/bin/python - <<'EOF'
+import numpy as np
+
+from p2paudit.engine.backends import single_process_step
+from p2paudit.engine.config import train_config
+from p2paudit.engine.state import init_state
+
+cfg = train_config("tiny")
+tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
+single_process_step(cfg, "cpu")(init_state(cfg), tokens.astype(np.int64))
+EOF
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "${only}not serial" tests || status=$?
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "${only}serial" tests || status=$?

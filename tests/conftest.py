@@ -1,6 +1,6 @@
 """How the suite runs in parallel (pytest-xdist): which tests share one worker, which run alone, and why.
 
-scripts/test.sh runs everything not marked `serial` on several workers (`-n 4 --dist loadgroup`), then
+scripts/test.sh runs everything not marked `serial` on several workers (`-n N --dist loadgroup`), then
 the `serial` tests alone in one process.
 
 - Groups (GROUPS below): under `--dist loadgroup` the tests of a group go to one worker, one after
