@@ -20,6 +20,7 @@ the `serial` tests alone in one process.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -50,6 +51,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return group_of(nodeid) or nodeid
 
     return PathGroupScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background by a non-interactive shell (`cmd &`, nohup, some CI runners) has
+    # SIGINT ignored, and every process it starts inherits that: the tests that interrupt a command
+    # (exit 130) would wait on a child that cannot hear them. A handler here gives children the default.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _parallel_workers() -> int:
