@@ -10,7 +10,6 @@ when the CI environment variable is set.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from p2paudit.identity import identity_from_seed, save_identity
 from p2paudit.run.publisher import TrainPlan, publish_run
-from tests.ci_gate import skip_or_fail
+from tests.small_disk import namespace_prefix
 
 PUBLISHER = identity_from_seed(b"\x5f" * 32)
 NODE = identity_from_seed(b"\x60" * 32)
@@ -56,24 +55,6 @@ sys.exit(cli.main(args, prog_name="p2paudit"))
 """
 
 
-def _namespace() -> list[str]:
-    """The prefix that enters a private mount namespace, after checking a tmpfs can be mounted there."""
-    prefixes = [["unshare", "-m"]] if os.geteuid() == 0 else []
-    prefixes.append(["unshare", "-rm"])
-    reason = "unshare is not installed (util-linux)"
-    for prefix in prefixes if shutil.which("unshare") and shutil.which("mount") else []:
-        probe = subprocess.run(
-            [*prefix, "bash", "-c", 'mount -t tmpfs -o size=65536 tmpfs "$1"', "bash", "/mnt"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if probe.returncode == 0:
-            return prefix
-        reason = f"{' '.join(prefix)} cannot mount a tmpfs here: {probe.stderr.strip()[:200]}"
-    skip_or_fail("the full-disk test", reason)
-
-
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     """tiny, 4 steps, checkpoints of states 0, 2, 4."""
@@ -86,7 +67,7 @@ def small_run(tmp_path_factory) -> Path:
 def test_a_full_disk_mid_range_says_which_attestations_were_stored(small_run, tmp_path):
     from p2paudit.attest.store import AttestationStore
 
-    prefix = _namespace()
+    prefix = namespace_prefix("the full-disk test")
     home, mount, out = tmp_path / "home", tmp_path / "disk", tmp_path / "out"
     for directory in (mount, out):
         directory.mkdir()
