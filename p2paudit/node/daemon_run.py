@@ -23,7 +23,7 @@ from p2paudit.node.announce import (
 )
 from p2paudit.node.daemon import Daemon, DaemonConfig, DaemonEvent
 from p2paudit.node.daemon_gossip import stateless_validator
-from p2paudit.node.libp2p_adapter import Node, NodeConfig, open_node, supervise
+from p2paudit.node.libp2p_adapter import Node, NodeConfig, RequestHandler, open_node, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
 from p2paudit.node.reconcile import RECONCILE_PROTOCOL
 from p2paudit.node.store_owner import StoreOwner
@@ -101,45 +101,44 @@ async def run_daemon(
         return DaemonResult(final, stopped_by[0] if stopped_by else None)
 
 
+@dataclass(frozen=True)
+class Served:
+    """The limits a request protocol is served with, and its refusal message."""
+
+    max_request: int
+    max_response: int
+    timeout: float
+    refuse: Callable[[str], bytes]
+
+
+SERVED: dict[str, Served] = {
+    wire.SYNC_PROTOCOL: Served(wire.MAX_SYNC_REQUEST_BYTES, wire.MAX_PAGE_BYTES, 10.0, wire.sync_refusal),
+    wire.WITNESS_PROTOCOL: Served(
+        wire.MAX_WITNESS_REQUEST_BYTES, wire.MAX_WITNESS_RESPONSE_BYTES, 10.0, wire.witness_refusal
+    ),
+    RECONCILE_PROTOCOL: Served(reconcile.MAX_REQUEST_BYTES, reconcile.MAX_ANSWER_BYTES, 10.0, reconcile.refusal),
+    ANNOUNCEMENTS_PROTOCOL: Served(MAX_LIST_REQUEST_BYTES, MAX_LIST_BYTES, 10.0, list_refusal),
+    wire.SETTLED_PROTOCOL: Served(0, wire.MAX_SETTLED_BYTES, 5.0, wire.settled_refusal),
+}
+
+
+def serve(node: Node, protocol: str, handler: RequestHandler) -> None:
+    """Serve `protocol` with `handler` under the daemon's limits for it (SERVED)."""
+    limits = SERVED[protocol]
+    node.set_handler(
+        protocol,
+        handler,
+        max_request=limits.max_request,
+        max_response=limits.max_response,
+        timeout=limits.timeout,
+        refuse=limits.refuse,
+    )
+
+
 def _serve(node: Node, daemon: Daemon) -> None:
     """Register the daemon's request protocols, each with its limits and its refusal message."""
-    node.set_handler(
-        wire.SYNC_PROTOCOL,
-        daemon.serve_sync,
-        max_request=wire.MAX_SYNC_REQUEST_BYTES,
-        max_response=wire.MAX_PAGE_BYTES,
-        timeout=10.0,
-        refuse=wire.sync_refusal,
-    )
-    node.set_handler(
-        wire.WITNESS_PROTOCOL,
-        daemon.serve_witness,
-        max_request=wire.MAX_WITNESS_REQUEST_BYTES,
-        max_response=wire.MAX_WITNESS_RESPONSE_BYTES,
-        timeout=10.0,
-        refuse=wire.witness_refusal,
-    )
-    node.set_handler(
-        RECONCILE_PROTOCOL,
-        daemon.serve_reconcile,
-        max_request=reconcile.MAX_REQUEST_BYTES,
-        max_response=reconcile.MAX_ANSWER_BYTES,
-        timeout=10.0,
-        refuse=reconcile.refusal,
-    )
-    node.set_handler(
-        ANNOUNCEMENTS_PROTOCOL,
-        daemon.follower.serve,
-        max_request=MAX_LIST_REQUEST_BYTES,
-        max_response=MAX_LIST_BYTES,
-        timeout=10.0,
-        refuse=list_refusal,
-    )
-    node.set_handler(
-        wire.SETTLED_PROTOCOL,
-        daemon.serve_settled,
-        max_request=0,
-        max_response=wire.MAX_SETTLED_BYTES,
-        timeout=5.0,
-        refuse=wire.settled_refusal,
-    )
+    serve(node, wire.SYNC_PROTOCOL, daemon.serve_sync)
+    serve(node, wire.WITNESS_PROTOCOL, daemon.serve_witness)
+    serve(node, RECONCILE_PROTOCOL, daemon.serve_reconcile)
+    serve(node, ANNOUNCEMENTS_PROTOCOL, daemon.follower.serve)
+    serve(node, wire.SETTLED_PROTOCOL, daemon.serve_settled)

@@ -62,6 +62,7 @@ __all__ = [
     "NodeConfig",
     "NodeEvent",
     "RequestFailed",
+    "RequestHandler",
     "RequestTimedOut",
     "check_announce",
     "PEERS_PROTOCOL",

@@ -39,6 +39,7 @@ from p2paudit.audit.replay import open_run
 from p2paudit.cli import cli
 from p2paudit.identity import ensure_node_identity, identity_from_seed, peer_id_of
 from p2paudit.node import wire
+from p2paudit.node.daemon_run import serve
 from p2paudit.node.libp2p_adapter import NodeConfig, open_node
 from p2paudit.node.localnet import LocalNet, NodeSpec, start_network, start_node, stop, wait_all, wait_listening
 from p2paudit.run.publisher import TrainPlan, publish_run
@@ -125,14 +126,7 @@ def test_hostile_peers_bad_data_is_neither_stored_nor_forwarded_and_they_are_ban
 
     async def the_liar(address: str) -> None:
         async with open_node(liar, hostile_config()) as node:
-            node.set_handler(
-                wire.SYNC_PROTOCOL,
-                liar_sync.serve,
-                max_request=wire.MAX_SYNC_REQUEST_BYTES,
-                max_response=wire.MAX_PAGE_BYTES,
-                timeout=10.0,
-                refuse=wire.sync_refusal,
-            )
+            serve(node, wire.SYNC_PROTOCOL, liar_sync.serve)  # under the daemon's own limits
             await refuse(node, [node1])
             target = await connect_on_topic(node, address, topic)
             for message, _ in flood:  # one batch past the run's end, then a flood of them
@@ -235,14 +229,7 @@ def test_an_equivocating_peer_leaves_its_evidence_with_every_honest_node(run_dir
     async def equivocate(address: str) -> None:
         with trio.fail_after(90):
             async with open_node(cheat, hostile_config()) as node:
-                node.set_handler(
-                    wire.SYNC_PROTOCOL,
-                    liar_sync.serve,
-                    max_request=wire.MAX_SYNC_REQUEST_BYTES,
-                    max_response=wire.MAX_PAGE_BYTES,
-                    timeout=10.0,
-                    refuse=wire.sync_refusal,
-                )
+                serve(node, wire.SYNC_PROTOCOL, liar_sync.serve)  # under the daemon's own limits
                 await refuse(node, [node1])  # node-1 learns all of it from node-0
                 await node.subscribe(wire.EVIDENCE_TOPIC, on_evidence)
                 await connect_on_topic(node, address, topic)

@@ -19,7 +19,7 @@ from p2paudit.identity import identity_from_seed
 from p2paudit.node import reconcile, sync, wire
 from p2paudit.node.auditor import AuditPolicy
 from p2paudit.node.daemon import DaemonConfig
-from p2paudit.node.daemon_run import run_daemon
+from p2paudit.node.daemon_run import run_daemon, serve
 from p2paudit.node.libp2p_adapter import open_node
 from p2paudit.node.libp2p_containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
 from p2paudit.node.sources import LocalSource
@@ -242,10 +242,8 @@ def test_a_peer_in_step_is_asked_for_its_checkpoint_once_a_minute_not_at_every_s
 
     async def main() -> None:
         async with open_node(peer_key, hostile_config()) as peer:
-            peer.set_handler(reconcile.RECONCILE_PROTOCOL, serve_reconcile, max_request=reconcile.MAX_REQUEST_BYTES,
-                             max_response=reconcile.MAX_ANSWER_BYTES, timeout=10.0, refuse=reconcile.refusal)  # fmt: skip
-            peer.set_handler(wire.SYNC_PROTOCOL, serve_sync, max_request=wire.MAX_SYNC_REQUEST_BYTES,
-                             max_response=wire.MAX_PAGE_BYTES, timeout=10.0, refuse=wire.sync_refusal)  # fmt: skip
+            serve(peer, reconcile.RECONCILE_PROTOCOL, serve_reconcile)
+            serve(peer, wire.SYNC_PROTOCOL, serve_sync)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(run_daemon, identity_from_seed(b"\x6c" * 32), config, lambda event: None)
                 await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
