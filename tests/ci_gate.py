@@ -5,11 +5,12 @@ never pass by skipping them."""
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 import pytest
 
 
-def skip_or_fail(what: str, reason: str) -> None:
+def skip_or_fail(what: str, reason: str) -> NoReturn:
     """Skip with `reason`, or fail when CI is set (`what` names the tests CI must run)."""
     if os.environ.get("CI"):
         pytest.fail(f"CI must run {what}: {reason}", pytrace=False)

@@ -34,7 +34,6 @@ def namespace_prefix(what: str) -> list[str]:
             return prefix
         reason = f"{' '.join(prefix)} cannot mount a tmpfs here: {probe.stderr.strip()[:200]}"
     skip_or_fail(what, reason)
-    raise AssertionError("unreachable")  # skip_or_fail raises
 
 
 def on_small_disk(
