@@ -1,0 +1,149 @@
+"""kernels/exact_fma.fma is IEEE fusedMultiplyAdd: held to exact rational arithmetic (tests/kernels/rational_fma.py).
+
+Random bit patterns cover every class of float32 (NaN, infinities, subnormals,
+zeros) in proportion to their encodings; the adversarial families aim at what an
+emulated FMA gets wrong: exact ties of the product, near-ties pushed off the
+midpoint by an addend far below float64's precision (where rounding the float64
+sum to nearest and then to float32 rounds twice and fails: the baseline below
+shows it does), cancellation down to the product's rounding error, subnormal
+and overflowing results, and signed zeros. The slow test runs millions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.exact_fma import fma
+from tests.kernels.rational_fma import fma_exact, round_dyadic, same_bits
+
+F32 = np.float32
+
+
+def _bits(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(F32)
+
+
+def _mismatches(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> list[tuple[float, float, float]]:
+    got = fma(a, b, c)
+    return [(float(x), float(y), float(z)) for x, y, z, g in zip(a, b, c, got) if not same_bits(g, fma_exact(x, y, z))][
+        :5
+    ]
+
+
+def _scaled(rng: np.random.Generator, n: int, lo: int, hi: int) -> np.ndarray:
+    """float32 values with random significands and exponents in [lo, hi), random signs."""
+    sig = rng.uniform(1.0, 2.0, n)
+    exp = rng.integers(lo, hi, n)
+    sign = rng.choice([-1.0, 1.0], n)
+    return (sign * np.ldexp(sig, exp)).astype(F32)
+
+
+def _tie_products(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs whose exact product has exactly 25 significant bits, its last one set: a float32 tie."""
+    out_a, out_b = [], []
+    while len(out_a) < n:
+        # (2^12 + i) * (2^12 + j): 25-bit products; odd i and j make the last bit 1.
+        i = rng.integers(0, 2**11, 4 * n) * 2 + 1
+        j = rng.integers(0, 2**11, 4 * n) * 2 + 1
+        prod = (2**12 + i) * (2**12 + j)
+        keep = prod < 2**25  # exactly 25 bits
+        ea = rng.integers(-60, 60, int(keep.sum()))
+        eb = rng.integers(-60, 60, int(keep.sum()))
+        out_a += list(np.ldexp((2**12 + i[keep]).astype(np.float64), ea - 12))
+        out_b += list(np.ldexp((2**12 + j[keep]).astype(np.float64), eb - 12))
+    sign = rng.choice([-1.0, 1.0], n)
+    return (np.array(out_a[:n]) * sign).astype(F32), np.array(out_b[:n]).astype(F32)
+
+
+def _adversarial(rng: np.random.Generator, n: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    ta, tb = _tie_products(rng, n)
+    tiny = np.array([F32(1e-45), F32(-1e-45), F32(2.0**-100), F32(-(2.0**-100))], F32)
+    near = rng.choice(tiny, n)
+    a, b = _scaled(rng, n, -30, 30), _scaled(rng, n, -30, 30)
+    rounded_product = (a.astype(np.float64) * b.astype(np.float64)).astype(F32)
+    sub_a, sub_b = _scaled(rng, n, -80, -60), _scaled(rng, n, -80, -60)
+    big_a, big_b = _scaled(rng, n, 60, 70), _scaled(rng, n, 60, 70)
+    zeros = np.array([0.0, -0.0], F32)
+    return [
+        ("exact ties, c = 0", ta, tb, rng.choice(zeros, n)),
+        ("ties pushed off the midpoint by a tiny addend", ta, tb, near),
+        ("cancellation: c = -round(a*b)", a, b, -rounded_product),
+        ("subnormal products and addends", sub_a, sub_b, _scaled(rng, n, -149, -120)),
+        ("products near overflow", big_a, big_b, _scaled(rng, n, 120, 128)),
+        ("signed zeros", rng.choice(zeros, n), _scaled(rng, n, -10, 10), rng.choice(zeros, n)),
+        ("zero times anything", rng.choice(zeros, n), _bits(rng, n), _bits(rng, n)),
+    ]
+
+
+def test_rational_oracle_rounds_as_ieee_does() -> None:
+    """The oracle's rounding agrees with the float32 cast on values whose float64 form is exact."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.standard_normal(20000), np.ldexp(rng.uniform(1, 2, 2000), rng.integers(-160, 130, 2000))])
+    with np.errstate(over="ignore"):  # some of x lie beyond float32: both sides must give infinity
+        expected = x.astype(F32)
+    for v, want in zip(x, expected):
+        n, d = float(v).as_integer_ratio()
+        assert same_bits(round_dyadic(n, d.bit_length() - 1), want), v
+    assert same_bits(round_dyadic(0, 0, negative_zero=True), F32(-0.0))
+    assert np.isinf(round_dyadic(2**128 - 2**103, 0))  # the midpoint above FLT_MAX rounds to infinity
+    assert round_dyadic(2**128 - 2**103 - 1, 0) == np.finfo(F32).max
+
+
+def test_random_bit_patterns() -> None:
+    rng = np.random.default_rng(1)
+    a, b, c = _bits(rng, 100_000), _bits(rng, 100_000), _bits(rng, 100_000)
+    assert _mismatches(a, b, c) == []
+
+
+def test_random_values_of_overlapping_scale() -> None:
+    """Random bit patterns rarely overlap a product with its addend; these always do."""
+    rng = np.random.default_rng(2)
+    n = 100_000
+    a, b = _scaled(rng, n, -20, 20), _scaled(rng, n, -20, 20)
+    c = _scaled(rng, n, -40, 40)
+    assert _mismatches(a, b, c) == []
+
+
+@pytest.mark.parametrize("family", range(7))
+def test_adversarial_families(family: int) -> None:
+    name, a, b, c = _adversarial(np.random.default_rng(3 + family), 20_000)[family]
+    assert _mismatches(a, b, c) == [], name
+
+
+def test_rounding_twice_fails_where_fma_must_not() -> None:
+    """The baseline: float32(f64(a) * f64(b) + f64(c)) rounds twice and is wrong on near-ties; fma is right."""
+    rng = np.random.default_rng(4)
+    a, b = _tie_products(rng, 5_000)
+    c = rng.choice(np.array([2.0**-100, -(2.0**-100)], F32), 5_000)
+    naive = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(F32)
+    wrong = sum(not same_bits(x, fma_exact(p, q, r)) for x, p, q, r in zip(naive, a, b, c))
+    assert wrong > 2_000  # about half of them: every tie whose even neighbour is on the other side
+    assert _mismatches(a, b, c) == []
+
+
+def test_a_product_in_one_rounding_differs_from_two() -> None:
+    """fma(a, b, c) is not (a * b) + c in float32: the case version 1 and version 2 part on."""
+    a = b = F32(1 + 2.0**-12)  # a * b = 1 + 2^-11 + 2^-24: a tie, which float32 rounds to 1 + 2^-11
+    c = F32(-(1 + 2.0**-11))
+    assert fma(a, b, c) == F32(2.0**-24)  # exact
+    assert (a * b) + c == F32(0.0)  # the product rounded first
+
+
+def test_broadcast_and_dtype() -> None:
+    out = fma(np.ones((3, 1), F32), np.full((1, 4), 2.0, F32), F32(0.5))
+    assert out.dtype == F32 and out.shape == (3, 4) and bool(np.all(out == F32(2.5)))
+
+
+@pytest.mark.slow
+def test_millions_of_inputs() -> None:
+    """Two million random and 1.4 million adversarial cases, every one equal to the rational result."""
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        a, b, c = _bits(rng, 100_000), _bits(rng, 100_000), _bits(rng, 100_000)
+        assert _mismatches(a, b, c) == []
+        a, b = _scaled(rng, 100_000, -20, 20), _scaled(rng, 100_000, -20, 20)
+        assert _mismatches(a, b, _scaled(rng, 100_000, -40, 40)) == []
+    for _ in range(10):
+        for name, a, b, c in _adversarial(rng, 20_000):
+            assert _mismatches(a, b, c) == [], name
