@@ -1,6 +1,8 @@
 """Canonical-order float32 arithmetic: one definition, three backends, same bits.
 
-The definition is docs/arithmetic.md (version `ARITHMETIC_VERSION`). Every
+The definition is docs/arithmetic.md, in versions 1 and 2 (kernels/versions.py:
+version 2 folds dot products with a fused multiply-add); a run's manifest names
+its version, `ARITHMETIC_VERSION` is the one new runs use. Every
 backend is a module exposing the same functions, all on float32 numpy arrays
 (C-contiguous; outputs are new arrays). Shapes use this legend:
 R rows, C columns, M/N/K matrix sizes, T sequence length, D head size,
@@ -49,14 +51,14 @@ kernels/backend_contract.py; mypy holds every backend module to it.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from exit_codes import EXIT_USAGE, CodedError
 
 if TYPE_CHECKING:  # kept out of the import itself: `import kernels` loads no numpy
     from kernels.backend_contract import Backend, HostArray
 
-ARITHMETIC_VERSION = 1
+ARITHMETIC_VERSION = 1  # what a new run uses
 BACKENDS = ("reference", "cpu", "triton")
 
 _MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
@@ -73,22 +75,25 @@ class KernelInputError(ValueError, CodedError):
 
 
 @overload
-def get_backend(name: Literal["reference", "cpu"]) -> Backend[HostArray]: ...
+def get_backend(name: Literal["reference", "cpu"], arithmetic: int = 1) -> Backend[HostArray]: ...
 
 
 @overload
-def get_backend(name: str) -> Backend[Any]: ...
+def get_backend(name: str, arithmetic: int = 1) -> Backend[Any]: ...
 
 
-def get_backend(name: str) -> Backend[Any]:
-    """Return the backend module called `name` (one of BACKENDS), typed as the contract it keeps.
+def get_backend(name: str, arithmetic: int = 1) -> Backend[Any]:
+    """Return the backend called `name` (one of BACKENDS) at arithmetic version `arithmetic`.
 
-    The numpy backends are `Backend[HostArray]`; triton's arrays are torch
-    tensors, which only kernels.triton_* may name, so a name known only at
-    run time gives `Backend[Any]`.
+    Version 1 is the backend module itself; version 2 the same module with its
+    dot-product folds fused (kernels/versions.py). The numpy backends are
+    `Backend[HostArray]`; triton's arrays are torch tensors, which only
+    kernels.triton_* may name, so a name known only at run time gives `Backend[Any]`.
     """
+    from kernels.versions import at_version, check_version
+
+    check_version(arithmetic)
     if name not in _MODULES:
         raise KernelInputError(f"unknown backend {name!r}, want one of {', '.join(BACKENDS)}")
-    # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py);
-    # importlib's ModuleType says nothing about which functions it holds.
-    return cast("Backend[Any]", importlib.import_module(_MODULES[name]))
+    # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py).
+    return at_version(importlib.import_module(_MODULES[name]), arithmetic)

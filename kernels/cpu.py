@@ -56,30 +56,30 @@ split_tokens = numpy_layout.split_tokens
 # ------------------------------------------------------------ matrix products
 
 
-def _product(a: np.ndarray, a_t: bool, b: np.ndarray, b_t: bool, m: int, n: int) -> np.ndarray:
+def _product(a: np.ndarray, a_t: bool, b: np.ndarray, b_t: bool, m: int, n: int, fused: bool) -> np.ndarray:
     """Run the batched kernel on 2-d or 3-d operands (checked by the caller); keep a's rank."""
     if a.ndim == 2:
-        product: HostArray = matmul_batched(a[None], a_t, b[None], b_t, n)[0]  # (M, N)
+        product: HostArray = matmul_batched(a[None], a_t, b[None], b_t, n, fused=fused)[0]  # (M, N)
         return product
-    return matmul_batched(a, a_t, b, b_t, n)  # (BH, M, N)
+    return matmul_batched(a, a_t, b, b_t, n, fused=fused)  # (BH, M, N)
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
     m, _, n = validate.check_matmul(a, b, "nn")
-    return _product(a, False, b, False, m, n)
+    return _product(a, False, b, False, m, n, fused)
 
 
-def matmul_nt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_nt(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched. bᵀ is formed while packing, exactly."""
     m, _, n = validate.check_matmul(a, b, "nt")
-    return _product(a, False, b, True, m, n)
+    return _product(a, False, b, True, m, n, fused)
 
 
-def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_tn(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched. aᵀ is formed while packing, exactly."""
     m, _, n = validate.check_matmul(a, b, "tn")
-    return _product(a, True, b, False, m, n)
+    return _product(a, True, b, False, m, n, fused)
 
 
 # ------------------------------------------------------------------ reductions
@@ -165,7 +165,7 @@ def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
     return mode if bool(np.isfinite(finite_operand).all()) else FULL
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fused: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T)).
 
     The causal half of the products is left out where that cannot change a bit
@@ -173,14 +173,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, 
     softmax, and P's masked +0.0 times a finite v adds nothing to the fold.
     """
     _, _, d = validate.check_attention(q, k, v)
-    s = matmul_batched(q, False, k, True, q.shape[1], COLS_UPTO_ROW)  # (BH, T, T), j > t not read
+    s = matmul_batched(q, False, k, True, q.shape[1], COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
     np.multiply(s, _attention_scale(d), out=s)  # elementwise, after the fold
     p: HostArray = softmax_causal_3d(s)  # (BH, T, T), +0.0 for j > t
-    return matmul_batched(p, False, v, False, d, _skip_if(v, K_UPTO_ROW)), p  # (BH, T, D)
+    return matmul_batched(p, False, v, False, d, _skip_if(v, K_UPTO_ROW), fused), p  # (BH, T, D)
 
 
 def attention_backward(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray, *, fused: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D).
 
@@ -190,12 +190,12 @@ def attention_backward(
     """
     _, t, d = validate.check_attention_backward(q, k, v, p, do)
     scale = _attention_scale(d)
-    dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW)  # (BH, T, T), j > t not read
+    dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
     dv_mode = _skip_if(do, K_FROM_ROW) if masked_zeros(p) else FULL
-    dv = matmul_batched(p, True, do, False, d, dv_mode)  # (BH, T, D)
+    dv = matmul_batched(p, True, do, False, d, dv_mode, fused)  # (BH, T, D)
     ds: HostArray = softmax_causal_backward_3d(p, dp)  # (BH, T, T), +0.0 for j > t
-    dq = matmul_batched(ds, False, k, False, d, _skip_if(k, K_UPTO_ROW))  # (BH, T, D)
-    dk = matmul_batched(ds, True, q, False, d, _skip_if(q, K_FROM_ROW))  # (BH, T, D)
+    dq = matmul_batched(ds, False, k, False, d, _skip_if(k, K_UPTO_ROW), fused)  # (BH, T, D)
+    dk = matmul_batched(ds, True, q, False, d, _skip_if(q, K_FROM_ROW), fused)  # (BH, T, D)
     np.multiply(dq, scale, out=dq)
     np.multiply(dk, scale, out=dk)
     return dq, dk, dv

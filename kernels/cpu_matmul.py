@@ -1,7 +1,11 @@
 """Matrix products of the `cpu` backend (docs/arithmetic.md 2.3), batched or not.
 
-c[i, j] = left fold over k = 0..K-1 of a[i, k] * b[k, j], starting from +0.0.
-Only the k order is pinned, so the kernel is free to choose everything else:
+c[i, j] = left fold over k = 0..K-1 of a[i, k] * b[k, j], starting from +0.0:
+`acc + (a * b)` per k in arithmetic version 1 (matmul_packed), `fma(a, b, acc)`
+in version 2 (matmul_packed_fused); one source, two compiled kernels, since
+`fused` is a literal each entry point hands down to kernels/cpu_tile.py and
+kernels/cpu_scalar.mac_f32. Only the k order is pinned, so the kernel is free
+to choose everything else:
 
 - B is packed into column panels of PANEL_COLS columns, each panel a
   contiguous (K, PANEL_COLS) block, so the inner loop streams unit-stride
@@ -16,9 +20,10 @@ Only the k order is pinned, so the kernel is free to choose everything else:
   micro-kernel of kernels/cpu_tile.py: 16 zmm accumulators loaded once,
   then per k two panel vectors, eight broadcasts of A, 16 vmulps and 16
   vaddps (no FMA: plain fmul then fadd, no fast-math flags), then stored
-  once. The edges of the block use a vectorised loop with the accumulators
-  in L1. Either way each output gets exactly one `acc + a[i, k] * b[k, j]`
-  per k, k increasing, from +0.0: the left fold of the document.
+  once (version 2: 16 vfmadd231ps instead of the vmulps and vaddps). The
+  edges of the block use a vectorised loop with the accumulators in L1.
+  Either way each output gets exactly one fold step per k, k increasing,
+  from +0.0: the left fold of the document.
 
 """
 
@@ -27,10 +32,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu_scalar import bits_from_f32, mac_f32
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 
 PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
 ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
+NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
 K_BLOCK = 128  # k values of A packed at a time: a tile's panel strip (16 KiB) and the packed A block (16 KiB) share L1
 
 
@@ -84,7 +91,7 @@ def _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk):
 
 
 @njit(inline="always")
-def _fold_region(ablk, i_lo, i_hi, kw, panel, k0, j_lo, j_hi, acc):
+def _fold_region(ablk, i_lo, i_hi, kw, panel, k0, j_lo, j_hi, acc, fused):
     """acc[i, j] += ablk[kk, i] * panel[k0 + kk, j] for kk = 0..kw-1 in order, i in [i_lo, i_hi), j in [j_lo, j_hi).
 
     The edge path for what the register tiles do not cover: the accumulators
@@ -97,11 +104,11 @@ def _fold_region(ablk, i_lo, i_hi, kw, panel, k0, j_lo, j_hi, acc):
             aik = arow[i]
             row = acc[i, j_lo:j_hi]  # contiguous, in L1
             for j in range(j_hi - j_lo):
-                row[j] = row[j] + aik * brow[j]
+                row[j] = mac_f32(row[j], aik, brow[j], fused)
 
 
 @njit(inline="always")
-def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
+def _fold_block(ablk, iw, kw, panel, k0, jw, acc, fused):
     """acc[i, j] += fold over kk < kw of ablk[kk, i] * panel[k0 + kk, j], for i < iw, j < jw.
 
     Whole TILE_ROWS x TILE_COLS tiles go through the register micro-kernel;
@@ -112,11 +119,11 @@ def _fold_block(ablk, iw, kw, panel, k0, jw, acc):
     jw_t = jw - jw % TILE_COLS
     for j0 in range(0, jw_t, TILE_COLS):
         for i0 in range(0, iw_t, TILE_ROWS):
-            fold_tile(ablk, panel, acc, i0, j0, k0, kw)
+            fold_tile(ablk, panel, acc, i0, j0, k0, kw, fused)
     if jw_t < jw:
-        _fold_region(ablk, 0, iw_t, kw, panel, k0, jw_t, jw, acc)
+        _fold_region(ablk, 0, iw_t, kw, panel, k0, jw_t, jw, acc, fused)
     if iw_t < iw:
-        _fold_region(ablk, iw_t, iw, kw, panel, k0, 0, jw, acc)
+        _fold_region(ablk, iw_t, iw, kw, panel, k0, 0, jw, acc, fused)
 
 
 # What a causal attention product may leave out (`causal` of matmul_packed). Each is exact only under
@@ -129,6 +136,18 @@ COLS_UPTO_ROW = 3  # column panels starting past the block's last row are not co
 
 @njit(parallel=True, cache=True)
 def matmul_packed(a, a_transposed, bp, n, causal):
+    """_matmul_packed in arithmetic version 1: acc + (a * b) per k."""
+    return _matmul_packed(a, a_transposed, bp, n, causal, False)
+
+
+@njit(parallel=True, cache=True)
+def matmul_packed_fused(a, a_transposed, bp, n, causal):
+    """_matmul_packed in arithmetic version 2: fma(a, b, acc) per k."""
+    return _matmul_packed(a, a_transposed, bp, n, causal, True)
+
+
+@njit(inline="always")
+def _matmul_packed(a, a_transposed, bp, n, causal, fused):
     """C (BH, M, N) from A (BH, M, K) (or aᵀ given as (BH, K, M)) and B panels bp (BH, NP, K, PW).
 
     A task is one (batch element, ROW_BLOCK rows, panel) block of C; it folds
@@ -141,6 +160,14 @@ def matmul_packed(a, a_transposed, bp, n, causal):
     and adding a product +-0.0 (a zero of A times a finite B) changes nothing,
     wherever in the fold it falls. The terms kept are added in the same
     increasing k order.
+
+    Version 2 (fused) differs in one place: fma(a, b, +0.0) of a negative
+    product too small for float32 rounds to -0.0, so an accumulator can be
+    -0.0 there, and a later term +0.0 (a masked +-0.0 times a finite b of the
+    same sign) would turn it into +0.0. Leading terms are still safe to leave
+    out (the accumulator is +0.0 until the first one kept), trailing ones
+    (K_UPTO_ROW) are not: an accumulator that ends -0.0 is carried through the
+    terms left out, in order (_finish_negative_zeros); they are rare.
     """
     if a_transposed:
         bh, k_count, m = a.shape
@@ -171,13 +198,32 @@ def matmul_packed(a, a_transposed, bp, n, causal):
         for k0 in range(k_lo, k_hi, K_BLOCK):
             kw = min(K_BLOCK, k_hi - k0)
             _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk)
-            _fold_block(ablk, iw, kw, panel, k0, jw, acc)
+            _fold_block(ablk, iw, kw, panel, k0, jw, acc, fused)
+        if fused and causal == K_UPTO_ROW and k_hi < k_count:
+            _finish_negative_zeros(a, a_transposed, z, i0, iw, panel, k_hi, k_count, jw, acc)
         for i in range(iw):
             dst = c[z, i0 + i, j0 : j0 + jw]  # (jw,)
             src = acc[i]
             for j in range(jw):
                 dst[j] = src[j]
     return c
+
+
+@njit(inline="always")
+def _finish_negative_zeros(a, a_transposed, z, i0, iw, panel, k_lo, k_hi, jw, acc):
+    """Version 2: fold the terms k in [k_lo, k_hi) into every accumulator of the block that is -0.0.
+
+    Every other accumulator is left as it is: those terms are +-0.0 (the
+    caller's precondition), and fma(+-0.0, b, acc) is acc unless acc is -0.0.
+    """
+    for i in range(iw):
+        for j in range(jw):
+            if bits_from_f32(acc[i, j]) == NEG_ZERO_BITS:
+                x = acc[i, j]
+                for k in range(k_lo, k_hi):
+                    aik = a[z, k, i0 + i] if a_transposed else a[z, i0 + i, k]
+                    x = mac_f32(x, aik, panel[k, j], True)
+                acc[i, j] = x
 
 
 @njit(cache=True)
@@ -194,16 +240,24 @@ def masked_zeros(p):
 
 
 def matmul_batched(
-    a: np.ndarray, a_transposed: bool, b: np.ndarray, b_transposed: bool, n: int, causal: int = FULL
+    a: np.ndarray,
+    a_transposed: bool,
+    b: np.ndarray,
+    b_transposed: bool,
+    n: int,
+    causal: int = FULL,
+    fused: bool = False,
 ) -> np.ndarray:
     """The product of two 3-d operands given in either layout; n is the output's column count.
 
     A plain B of at most PANEL_COLS columns already is one contiguous panel
-    per batch element, so it is used as it is. `causal`: see matmul_packed.
+    per batch element, so it is used as it is. `causal`: see _matmul_packed.
+    `fused`: arithmetic version 2's fold (fma) instead of version 1's.
     """
     if not b_transposed and n <= PANEL_COLS:
         bp = b.reshape(b.shape[0], 1, b.shape[1], n)  # (BH, 1, K, N), a view
     else:
         bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
-    out: np.ndarray = matmul_packed(a, a_transposed, bp, n, causal)  # (BH, M, N)
+    kernel = matmul_packed_fused if fused else matmul_packed
+    out: np.ndarray = kernel(a, a_transposed, bp, n, causal)  # (BH, M, N)
     return out

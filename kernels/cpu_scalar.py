@@ -108,6 +108,24 @@ def bits_from_f32(typingctx, x):
     return types.int32(x), codegen
 
 
+@intrinsic
+def mac_f32(typingctx, acc, a, b, fused):
+    """One step of a dot product's fold on float32: version 1 `acc + (a * b)`, two roundings (an fmul
+    and an fadd, no fast-math flags); version 2 `fma(a, b, acc)`, one rounding (`llvm.fma`, never
+    `llvm.fmuladd`). `fused` must be a literal True or False: the choice is made when compiling."""
+    if not (acc == a == b == types.float32 and isinstance(fused, types.BooleanLiteral)):
+        return None
+    one_rounding = fused.literal_value
+
+    def codegen(context, builder, signature, args):
+        x, y, z, _ = args
+        if one_rounding:
+            return builder.fma(y, z, x)
+        return builder.fadd(x, builder.fmul(y, z))
+
+    return types.float32(acc, a, b, fused), codegen
+
+
 @njit(inline="always")
 def pow2_f32(k):
     """2^k as float32, built from exponent bits. Precondition: -126 <= k <= 127."""

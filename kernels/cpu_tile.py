@@ -1,19 +1,24 @@
 """The register-blocked micro-kernel of the `cpu` matmul, written in LLVM IR.
 
-`fold_tile(ablk, panel, acc, i0, j0, k0, kw)` adds, for kk = 0, 1, ..., kw-1
-in this order, `ablk[kk, i0 + i] * panel[k0 + kk, j0 + j]` to
-`acc[i0 + i, j0 + j]` for the TILE_ROWS x TILE_COLS tile at (i0, j0).
+`fold_tile(ablk, panel, acc, i0, j0, k0, kw, fused)` adds, for kk = 0, 1, ...,
+kw-1 in this order, `ablk[kk, i0 + i] * panel[k0 + kk, j0 + j]` to
+`acc[i0 + i, j0 + j]` for the TILE_ROWS x TILE_COLS tile at (i0, j0). `fused`
+is a compile-time constant (a literal True or False at the call site): False
+is arithmetic version 1, True version 2.
 
 numba offers no way to hold a block of vector registers across a loop (a
 small array lives in memory that LLVM cannot prove unaliased), so this
 numba intrinsic emits the loop itself: the tile's TILE_ROWS * TILE_VECS
 accumulators are <16 x float> values in an alloca that LLVM promotes to
 registers (zmm with AVX-512: 16 accumulators, 2 panel vectors, 1 broadcast),
-loaded once before the k loop and stored once after it. Each step is a
-plain `fmul` then a plain `fadd` with no fast-math flags, so LLVM may
-neither fuse them into an FMA nor reorder the fold: every accumulator sees
-k in increasing order, one rounded product and one rounded sum per k, as
-docs/arithmetic.md 2.3 says. On a CPU without AVX-512 LLVM splits each
+loaded once before the k loop and stored once after it. Version 1: each
+step is a plain `fmul` then a plain `fadd` with no fast-math flags, so LLVM
+may neither fuse them into an FMA nor reorder the fold: every accumulator
+sees k in increasing order, one rounded product and one rounded sum per k, as
+docs/arithmetic.md 2.3 says. Version 2: each step is one `llvm.fma` (never
+`llvm.fmuladd`, which LLVM may split into two roundings), one rounding per k
+in the same order: vfmadd231ps with FMA3 or AVX-512, and on a processor
+without FMA a call to libm's correctly rounded fmaf per lane (slow, same bits). On a CPU without AVX-512 LLVM splits each
 16-lane vector into narrower ones; the lanes and so the bits are the same.
 """
 
@@ -44,7 +49,7 @@ def _vector_ptr(builder, elem_ptr, vec):
 
 
 @intrinsic
-def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
+def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw, fused):
     """Fold kw steps of k into one TILE_ROWS x TILE_COLS tile of acc (see the module docstring).
 
     Preconditions (unchecked, the caller's loops guarantee them): ablk (KB, RB),
@@ -55,14 +60,17 @@ def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
     for arr in (ablk, panel, acc):
         if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
             return None
-    sig = types.void(ablk, panel, acc, types.intp, types.intp, types.intp, types.intp)
+    if not isinstance(fused, types.BooleanLiteral):
+        return None  # which fold is compiled must be known when it is compiled
+    one_rounding = fused.literal_value
+    sig = types.void(ablk, panel, acc, types.intp, types.intp, types.intp, types.intp, fused)
 
     def codegen(context, builder, signature, args):
-        a_arr, p_arr, c_arr, ri0, rj0, rk0, rkw = args
+        a_arr, p_arr, c_arr, ri0, rj0, rk0, rkw, _ = args
         a_ty, p_ty, c_ty = signature.args[:3]
         intp = context.get_value_type(types.intp)
         ri0, rj0, rk0, rkw = (
-            context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:])
+            context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:7])
         )
         f32 = ir.FloatType()
         vec = ir.VectorType(f32, LANES)
@@ -80,6 +88,8 @@ def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
             for v in range(TILE_VECS):
                 builder.store(builder.load(acc_ptr(i, v), align=4), slots[i * TILE_VECS + v])
 
+        # llvm.fma on <16 x float> (llvmlite's builder.fma takes scalars only): exact, one rounding per lane.
+        vec_fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), "llvm.fma.v16f32")
         zeros = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
         undef = ir.Constant(vec, ir.Undefined)
         with cgutils.for_range(builder, rkw) as loop:  # kk = 0, 1, ..., kw - 1
@@ -96,8 +106,11 @@ def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw):
                 a_all = builder.shuffle_vector(a_one, undef, zeros)  # broadcast ablk[kk, i0 + i]
                 for v in range(TILE_VECS):
                     slot = slots[i * TILE_VECS + v]
-                    product = builder.fmul(a_all, bvecs[v])  # rounded once; no fast-math flags
-                    builder.store(builder.fadd(builder.load(slot), product), slot)  # rounded once
+                    if one_rounding:  # version 2: acc = fma(a, b, acc)
+                        builder.store(builder.call(vec_fma, [a_all, bvecs[v], builder.load(slot)]), slot)
+                    else:  # version 1: acc = acc + (a * b)
+                        product = builder.fmul(a_all, bvecs[v])  # rounded once; no fast-math flags
+                        builder.store(builder.fadd(builder.load(slot), product), slot)  # rounded once
 
         for i in range(TILE_ROWS):  # store the tile once
             for v in range(TILE_VECS):

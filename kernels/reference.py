@@ -19,6 +19,7 @@ from kernels import constants as K
 from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
+from kernels.exact_fma import fma
 
 F32 = np.float32
 
@@ -100,32 +101,43 @@ def max_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _fold(
-    col_a: Callable[[int], HostArray], row_b: Callable[[int], HostArray], k: int, shape: tuple[int, ...]
+    col_a: Callable[[int], HostArray],
+    row_b: Callable[[int], HostArray],
+    k: int,
+    shape: tuple[int, ...],
+    fused: bool,
 ) -> np.ndarray:
-    """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3)."""
+    """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3).
+
+    Version 1 (fused False): acc + (a * b), two roundings per k. Version 2
+    (fused True): fma(a, b, acc), one rounding per k (kernels/exact_fma.py).
+    """
     acc = np.zeros(shape, dtype=F32)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
         for i in range(k):
-            acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
+            if fused:
+                acc = fma(col_a(i), row_b(i), acc)  # (.., M, 1) * (.., 1, N) + acc: one rounding
+            else:
+                acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
     return acc
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
     m, k, n = validate.check_matmul(a, b, "nn")
-    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n))
+    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused)
 
 
-def matmul_nt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_nt(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched."""
     m, k, n = validate.check_matmul(a, b, "nt")
-    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., None, :, i], k, a.shape[:-2] + (m, n))
+    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., None, :, i], k, a.shape[:-2] + (m, n), fused)
 
 
-def matmul_tn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_tn(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched."""
     m, k, n = validate.check_matmul(a, b, "tn")
-    return _fold(lambda i: a[..., i, :, None], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n))
+    return _fold(lambda i: a[..., i, :, None], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused)
 
 
 # ------------------------------------------------------ elementary functions
@@ -247,27 +259,27 @@ def _attention_scale(d: int) -> np.float32:
     return scale
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fused: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
     _, _, d = validate.check_attention(q, k, v)
     with np.errstate(all="ignore"):
-        s = matmul_nt(q, k) * _attention_scale(d)  # (BH, T, T)
+        s = matmul_nt(q, k, fused=fused) * _attention_scale(d)  # (BH, T, T)
         p = softmax_causal(s)  # (BH, T, T)
-        return matmul(p, v), p  # (BH, T, D)
+        return matmul(p, v, fused=fused), p  # (BH, T, D)
 
 
 def attention_backward(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray, *, fused: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
     _, _, d = validate.check_attention_backward(q, k, v, p, do)
     scale = _attention_scale(d)
     with np.errstate(all="ignore"):
-        dp = matmul_nt(do, v)  # (BH, T, T)
-        dv = matmul_tn(p, do)  # (BH, T, D)
+        dp = matmul_nt(do, v, fused=fused)  # (BH, T, T)
+        dv = matmul_tn(p, do, fused=fused)  # (BH, T, D)
         ds = softmax_causal_backward(p, dp)  # (BH, T, T)
-        dq = matmul(ds, k) * scale  # (BH, T, D)
-        dk = matmul_tn(ds, q) * scale  # (BH, T, D)
+        dq = matmul(ds, k, fused=fused) * scale  # (BH, T, D)
+        dk = matmul_tn(ds, q, fused=fused) * scale  # (BH, T, D)
     return dq, dk, dv
 
 

@@ -92,29 +92,29 @@ def max_rows(x: Arr) -> Arr:
     return io.to_caller(L.reduce_rows(io.device_tensor(x), is_max=True), x)
 
 
-def _matmul(a: Arr, b: Arr, layout: str) -> Arr:
+def _matmul(a: Arr, b: Arr, layout: str, fused: bool) -> Arr:
     """Check, run and return the product of `layout` on 2-d or batched 3-d operands."""
     io.torch_mode(a, b)  # refuses a mix; results come back in the kind of the first array
     validate.check_matmul(io.checkable(a, "a"), io.checkable(b, "b"), layout)
     ta, tb = io.device_tensor(a), io.device_tensor(b)
     if ta.dim() == 2:
-        return io.to_caller(L.matmul(ta[None], tb[None], layout)[0], a)
-    return io.to_caller(L.matmul(ta, tb, layout), a)
+        return io.to_caller(L.matmul(ta[None], tb[None], layout, fused=fused)[0], a)
+    return io.to_caller(L.matmul(ta, tb, layout, fused=fused), a)
 
 
-def matmul(a: Arr, b: Arr) -> Arr:
+def matmul(a: Arr, b: Arr, *, fused: bool = False) -> Arr:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
-    return _matmul(a, b, "nn")
+    return _matmul(a, b, "nn", fused)
 
 
-def matmul_nt(a: Arr, b: Arr) -> Arr:
+def matmul_nt(a: Arr, b: Arr, *, fused: bool = False) -> Arr:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched."""
-    return _matmul(a, b, "nt")
+    return _matmul(a, b, "nt", fused)
 
 
-def matmul_tn(a: Arr, b: Arr) -> Arr:
+def matmul_tn(a: Arr, b: Arr, *, fused: bool = False) -> Arr:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched."""
-    return _matmul(a, b, "tn")
+    return _matmul(a, b, "tn", fused)
 
 
 # ------------------------------------------------------ elementary functions
@@ -198,29 +198,29 @@ def _attention_scale(d: int) -> torch.Tensor:
     return L.device_scalars(K.ONE / np.sqrt(F32(d)))
 
 
-def attention(q: Arr, k: Arr, v: Arr) -> tuple[Arr, Arr]:
+def attention(q: Arr, k: Arr, v: Arr, *, fused: bool = False) -> tuple[Arr, Arr]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T))."""
     io.torch_mode(q, k, v)  # refuses a mix; results come back in the kind of the first array
     _, _, d = validate.check_attention(io.checkable(q, "q"), io.checkable(k, "k"), io.checkable(v, "v"))
     tq, tk_, tv = io.device_tensor(q), io.device_tensor(k), io.device_tensor(v)
-    s = L.matmul(tq, tk_, "nt", scale=_attention_scale(d))  # (BH, T, T)
+    s = L.matmul(tq, tk_, "nt", scale=_attention_scale(d), fused=fused)  # (BH, T, T)
     p = _softmax(s)  # (BH, T, T)
-    o = L.matmul(p, tv, "nn")  # (BH, T, D)
+    o = L.matmul(p, tv, "nn", fused=fused)  # (BH, T, D)
     return io.to_caller(o, q), io.to_caller(p, q)
 
 
-def attention_backward(q: Arr, k: Arr, v: Arr, p: Arr, do: Arr) -> tuple[Arr, Arr, Arr]:
+def attention_backward(q: Arr, k: Arr, v: Arr, p: Arr, do: Arr, *, fused: bool = False) -> tuple[Arr, Arr, Arr]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D)."""
     io.torch_mode(q, k, v, p, do)  # refuses a mix; results come back in the kind of the first array
     names = ("q", "k", "v", "p", "do")
     _, _, d = validate.check_attention_backward(*(io.checkable(x, n) for x, n in zip((q, k, v, p, do), names)))
     tq, tk_, tv, tp, tdo = (io.device_tensor(x) for x in (q, k, v, p, do))
     scale = _attention_scale(d)
-    dp = L.matmul(tdo, tv, "nt")  # (BH, T, T)
-    dv = L.matmul(tp, tdo, "tn")  # (BH, T, D)
+    dp = L.matmul(tdo, tv, "nt", fused=fused)  # (BH, T, T)
+    dv = L.matmul(tp, tdo, "tn", fused=fused)  # (BH, T, D)
     ds = _softmax_backward(tp, dp)  # (BH, T, T)
-    dq = L.matmul(ds, tk_, "nn", scale=scale)  # (BH, T, D)
-    dk = L.matmul(ds, tq, "tn", scale=scale)  # (BH, T, D)
+    dq = L.matmul(ds, tk_, "nn", scale=scale, fused=fused)  # (BH, T, D)
+    dk = L.matmul(ds, tq, "tn", scale=scale, fused=fused)  # (BH, T, D)
     return io.to_caller(dq, q), io.to_caller(dk, q), io.to_caller(dv, q)
 
 

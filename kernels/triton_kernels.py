@@ -36,11 +36,14 @@ def matmul_kernel(
     BM: tl.constexpr,
     BN: tl.constexpr,
     HAS_SCALE: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
     """c[z, i, j] = dot over k of a[z, i, k] * b[z, k, j] as a left fold from +0.0 (section 2.3).
 
     Strides make the three layouts (nn, nt, tn) one kernel. With HAS_SCALE the
-    folded value is multiplied once by scale_ptr[0] afterwards.
+    folded value is multiplied once by scale_ptr[0] afterwards. FUSED: version
+    2's fold, fma(a, b, acc) (tl.fma: one fma.rn.f32 on the GPU; the interpreter
+    computes it with a correctly rounded fma too, which tests/kernels check).
     """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -53,7 +56,10 @@ def matmul_kernel(
     for k in range(0, K):
         a_k = tl.load(a_row, mask=rm < M, other=0.0)  # (BM,) = a[z, rm, k]
         b_k = tl.load(b_col, mask=rn < N, other=0.0)  # (BN,) = b[z, k, rn]
-        acc = acc + a_k[:, None] * b_k[None, :]  # one product and one sum per k, in k order
+        if FUSED:  # arithmetic version 2: one rounding per k, in k order
+            acc = tl.fma(a_k[:, None], b_k[None, :], acc)
+        else:  # version 1: one product and one sum per k, in k order
+            acc = acc + a_k[:, None] * b_k[None, :]
         a_row += sak  # pointers step in 64 bits: no k * stride overflow
         b_col += sbk
     if HAS_SCALE:

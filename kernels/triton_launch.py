@@ -155,11 +155,14 @@ def reduce_cols(x: torch.Tensor) -> torch.Tensor:
     return y.reshape(c)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | None = None) -> torch.Tensor:
+def matmul(
+    a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | None = None, fused: bool = False
+) -> torch.Tensor:
     """The product of layout "nn", "nt" or "tn" on 3-d contiguous (Z, ., .) tensors -> (Z, M, N).
 
     Precondition: shapes already checked (kernels.validate.check_matmul).
     With `scale` (a 1-element device tensor) every folded value is multiplied by it once.
+    `fused`: arithmetic version 2's fold, fma(a, b, acc), instead of version 1's.
     """
     # Both operands go k-major, (Z, K, M) and (Z, K, N), so that step k of the
     # fold loads two contiguous vectors. Transposing is an exact copy.
@@ -193,6 +196,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, layout: str, scale: torch.Tensor | 
         BM=MM_BM,
         BN=MM_BN,
         HAS_SCALE=scale is not None,
+        FUSED=fused,
     )
     return c
 

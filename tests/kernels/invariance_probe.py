@@ -3,7 +3,8 @@
 Run by test_kernels_invariance.py under different instruction-set and thread
 settings (ATEN_CPU_CAPABILITY, NUMBA_CPU_NAME, NUMBA_NUM_THREADS,
 OMP_NUM_THREADS, NPY_DISABLE_CPU_FEATURES). Prints one JSON line with a
-SHA-256 per backend and the settings as the libraries report them, so the
+SHA-256 per backend (and per backend at arithmetic version 2, over the ops
+that version changes) and the settings as the libraries report them, so the
 test can see that each setting took effect.
 """
 
@@ -17,12 +18,13 @@ import numpy as np
 from kernel_cases import OPS, as_outputs, build_cases, canonical_bits
 
 from kernels import get_backend
+from kernels.versions import FOLDS
 
 
-def digest_backend(backend, cases: dict[str, list]) -> str:
-    """SHA-256 over (op, case label, shape, canonical bits) of every output, in order."""
+def digest_backend(backend, cases: dict[str, list], ops: tuple[str, ...] = OPS) -> str:
+    """SHA-256 over (op, case label, shape, canonical bits) of every output of `ops`, in order."""
     h = hashlib.sha256()
-    for op in OPS:
+    for op in ops:
         for label, args in cases[op]:
             for out in as_outputs(getattr(backend, op)(*args)):
                 h.update(f"{op}|{label}|{np.shape(out)}|".encode())
@@ -51,6 +53,9 @@ def main() -> None:
     seed = int(sys.argv[1])
     cases = {op: build_cases(op, seed) for op in OPS}
     digests = {name: digest_backend(get_backend(name), cases) for name in ("reference", "cpu")}
+    # Arithmetic version 2 changes only the folds: digest those, on every setting (generic: libm's fmaf).
+    for name in ("reference", "cpu"):
+        digests[f"{name}@v2"] = digest_backend(get_backend(name, 2), cases, FOLDS)
     print(json.dumps({"digests": digests, "settings": library_settings()}))
 
 

@@ -114,6 +114,43 @@ def variants(rng, shape, specials: int = 2):
 # ------------------------------------------------------------------- cases
 
 
+def tie_products(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n pairs (a, b) of float32 whose exact product has 25 significant bits, the last one set: a float32 tie.
+
+    (2^12 + i) * (2^12 + j) with odd i, j is odd; those below 2^25 have 25 bits. Random exponents and signs.
+    """
+    out_a: list[float] = []
+    out_b: list[float] = []
+    while len(out_a) < n:
+        i = rng.integers(0, 2**11, 4 * n) * 2 + 1
+        j = rng.integers(0, 2**11, 4 * n) * 2 + 1
+        keep = (2**12 + i) * (2**12 + j) < 2**25
+        ea = rng.integers(-60, 60, int(keep.sum()))
+        eb = rng.integers(-60, 60, int(keep.sum()))
+        out_a += list(np.ldexp((2**12 + i[keep]).astype(np.float64), ea - 12))
+        out_b += list(np.ldexp((2**12 + j[keep]).astype(np.float64), eb - 12))
+    sign = rng.choice([-1.0, 1.0], n)
+    return (np.array(out_a[:n]) * sign).astype(F32), np.array(out_b[:n]).astype(F32)
+
+
+def near_tie_products(op, rng, z: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batched (z, 1, 2) x (z, 2, 1) operands of `op` whose fold is fma(t_a, t_b, tiny) after fma(1, tiny, 0).
+
+    The second step's exact value is a float32 tie moved off the midpoint by an addend far below float64's
+    precision: a fold that rounds the product and the sum apart (version 1), or that adds in float64 and
+    rounds again, lands elsewhere than one rounding does (version 2). Tells the versions and a wrong fma apart.
+    """
+    ta, tb = tie_products(rng, z)
+    tiny = rng.choice(np.array([2.0**-100, -(2.0**-100), 1e-45, -1e-45], F32), z)
+    a = np.stack([np.ones(z, F32), ta], axis=1)[:, None, :]  # (z, 1, 2): a[z, 0, k]
+    b = np.stack([tiny, tb], axis=1)[:, :, None]  # (z, 2, 1): b[z, k, 0]
+    if op == "matmul_nt":
+        b = np.ascontiguousarray(b.transpose(0, 2, 1))  # (z, 1, 2)
+    if op == "matmul_tn":
+        a = np.ascontiguousarray(a.transpose(0, 2, 1))  # (z, 2, 1)
+    return a, b
+
+
 def _matmul_cases(op, rng, small):
     sizes = [(1, 1, 1), (3, 7, 17), (17, 31, 3), (2, 0, 3), (7, 1, 13)]
     # (70, 5, 66) spans 2 x 2 output tiles of 64 (triton); small shapes keep the interpreter quick.
@@ -130,6 +167,7 @@ def _matmul_cases(op, rng, small):
     zeros = np.full((3, 4), -0.0, dtype=F32)  # all products -0.0: the fold starts from +0.0
     b_shape = {"matmul": (4, 3), "matmul_nt": (3, 4), "matmul_tn": (3, 2)}[op]
     yield "negative zeros", (zeros, np.ones(b_shape, dtype=F32))
+    yield "near ties", near_tie_products(op, rng, 64 if small else 512)
 
 
 def _rows_cases(op, rng, small):

@@ -8,6 +8,7 @@ import kernels.cpu_matmul as mm
 
 REF = kernels.get_backend("reference")
 CPU = kernels.get_backend("cpu")
+REF2 = kernels.get_backend("reference", 2)
 F32 = np.float32
 
 
@@ -68,3 +69,23 @@ def test_the_skips_are_taken_and_the_finiteness_check_is_what_keeps_them_exact()
     assert not np.isnan(mm.matmul_batched(a, False, b, False, d, mm.K_UPTO_ROW)[0, 0, 0])
     s = mm.matmul_batched(b[:, :, :], False, b, True, t, mm.COLS_UPTO_ROW)
     assert (s[0, :32, 128:] == 0).all()  # a block wholly past the diagonal is not computed
+
+
+@pytest.mark.parametrize("tail_sign", [1.0, -1.0])
+def test_version_2_carries_a_negative_zero_through_the_terms_it_leaves_out(tail_sign):
+    """fma(a, b, +0.0) of a tiny negative product is -0.0; a trailing masked +0.0 times a b >= 0 makes it
+    +0.0 again in the full fold, so the skipping fold must carry every -0.0 through the left-out terms."""
+    t, d = 70, 3  # the first row block (32 rows) folds k < 32 and leaves out k >= 32
+    a = np.zeros((1, t, t), F32)
+    a[0, :, 0] = F32(-(2.0**-80))  # only k = 0 is non-zero: a[i, 0] * b[0, j] = -2^-160, rounded: -0.0
+    b = np.full((1, t, d), F32(tail_sign), F32)
+    b[0, :32] = F32(-1.0)  # +0.0 x -1 = -0.0: the terms kept leave the -0.0 as it is
+    b[0, 0] = F32(2.0**-80)
+    full = mm.matmul_batched(a, False, b, False, d, mm.FULL, fused=True)
+    skipped = mm.matmul_batched(a, False, b, False, d, mm.K_UPTO_ROW, fused=True)
+    # past k = 32 the zeros' products are +0.0 x tail_sign: +0.0 turns the -0.0 into +0.0, -0.0 leaves it
+    assert (full == 0).all() and (np.signbit(full[0, :32]) == (tail_sign < 0)).all()
+    assert full.tobytes() == skipped.tobytes()
+    assert full.tobytes() == REF2.matmul(a, b).tobytes()
+    # version 1 rounds the product to -0.0 first, and +0.0 + -0.0 is +0.0: no accumulator is ever -0.0
+    assert not np.signbit(mm.matmul_batched(a, False, b, False, d, mm.K_UPTO_ROW)).any()

@@ -1,4 +1,6 @@
-"""The machine code of every `cpu` kernel holds no fused multiply-add, and matmul is vectorised.
+"""The machine code of every version 1 `cpu` kernel holds no fused multiply-add, and matmul is vectorised;
+version 2's matmul (matmul_packed_fused) folds with packed FMA instructions, or calls libm's fmaf on a
+processor without them.
 
 numba loads cached kernels without their assembly, so each kernel is compiled
 afresh here from its Python source with the same options (parallel, no
@@ -101,9 +103,29 @@ def test_kernel_has_no_fma(name, dispatcher, args):
     VERDICTS.check(name, _machine_code_key(), lambda: _assert_no_fma(name, dispatcher, args))
 
 
+# Arithmetic version 2's kernels: their folds are fused on purpose (kernels/cpu_matmul.py).
+FUSED_CALLS = [("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2])]
+PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
+
+
+def _assert_fused(name, dispatcher, args) -> None:
+    asm = _fresh_asm(dispatcher, args)
+    if llvm.get_host_cpu_features().get("fma", False):
+        assert PACKED_FMA.search(asm), f"{name}: no packed vfmadd on ymm/zmm registers"
+        assert not PACKED_MUL.search(asm), f"{name}: a packed vmulps: some fold step is not fused"
+    else:  # llvm.fma without the instruction is a call to libm's correctly rounded fmaf
+        assert re.search(r"\bfmaf\b", asm), f"{name}: neither FMA instructions nor calls to fmaf"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,dispatcher,args", FUSED_CALLS, ids=[c[0] for c in FUSED_CALLS])
+def test_version_2_kernel_folds_with_fma(name, dispatcher, args):
+    VERDICTS.check(f"{name}-fused", _machine_code_key(), lambda: _assert_fused(name, dispatcher, args))
+
+
 def test_every_kernel_is_checked():
     # A kernel added to a cpu_* module without a sample call here would escape the FMA check.
-    checked = {c[0] for c in CALLS}
+    checked = {c[0] for c in CALLS + FUSED_CALLS}
     kernels = {
         name
         for module in (ew, mm, nn, rd)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_cases import tie_products
 
 from kernels.exact_fma import fma
 from tests.kernels.rational_fma import fma_exact, round_dyadic, same_bits
@@ -39,25 +40,8 @@ def _scaled(rng: np.random.Generator, n: int, lo: int, hi: int) -> np.ndarray:
     return (sign * np.ldexp(sig, exp)).astype(F32)
 
 
-def _tie_products(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs whose exact product has exactly 25 significant bits, its last one set: a float32 tie."""
-    out_a, out_b = [], []
-    while len(out_a) < n:
-        # (2^12 + i) * (2^12 + j): 25-bit products; odd i and j make the last bit 1.
-        i = rng.integers(0, 2**11, 4 * n) * 2 + 1
-        j = rng.integers(0, 2**11, 4 * n) * 2 + 1
-        prod = (2**12 + i) * (2**12 + j)
-        keep = prod < 2**25  # exactly 25 bits
-        ea = rng.integers(-60, 60, int(keep.sum()))
-        eb = rng.integers(-60, 60, int(keep.sum()))
-        out_a += list(np.ldexp((2**12 + i[keep]).astype(np.float64), ea - 12))
-        out_b += list(np.ldexp((2**12 + j[keep]).astype(np.float64), eb - 12))
-    sign = rng.choice([-1.0, 1.0], n)
-    return (np.array(out_a[:n]) * sign).astype(F32), np.array(out_b[:n]).astype(F32)
-
-
 def _adversarial(rng: np.random.Generator, n: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
-    ta, tb = _tie_products(rng, n)
+    ta, tb = tie_products(rng, n)
     tiny = np.array([F32(1e-45), F32(-1e-45), F32(2.0**-100), F32(-(2.0**-100))], F32)
     near = rng.choice(tiny, n)
     a, b = _scaled(rng, n, -30, 30), _scaled(rng, n, -30, 30)
@@ -114,7 +98,7 @@ def test_adversarial_families(family: int) -> None:
 def test_rounding_twice_fails_where_fma_must_not() -> None:
     """The baseline: float32(f64(a) * f64(b) + f64(c)) rounds twice and is wrong on near-ties; fma is right."""
     rng = np.random.default_rng(4)
-    a, b = _tie_products(rng, 5_000)
+    a, b = tie_products(rng, 5_000)
     c = rng.choice(np.array([2.0**-100, -(2.0**-100)], F32), 5_000)
     naive = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(F32)
     wrong = sum(not same_bits(x, fma_exact(p, q, r)) for x, p, q, r in zip(naive, a, b, c))

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import IN_PROCESS_BACKENDS, OPS, SEED, check_backend, compare_outputs, describe_difference
+from kernel_cases import (
+    IN_PROCESS_BACKENDS,
+    OPS,
+    SEED,
+    build_cases,
+    check_backend,
+    compare_outputs,
+    describe_difference,
+)
 
-from kernels import get_backend
+from kernels import KernelInputError, get_backend
+from kernels.backend_contract import contract_functions
+from kernels.versions import FOLDS
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -21,6 +31,31 @@ def test_backend_matches_reference_bitwise(backend_name, op, reference):
     backend = get_backend(backend_name)
     failures = check_backend(backend, reference, op, SEED)
     assert not failures, f"{len(failures)} cases differ:\n" + "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("op", FOLDS)
+@pytest.mark.parametrize("backend_name", IN_PROCESS_BACKENDS)
+def test_backend_matches_reference_bitwise_in_version_2(backend_name, op):
+    failures = check_backend(get_backend(backend_name, 2), get_backend("reference", 2), op, SEED)
+    assert not failures, f"{len(failures)} cases differ:\n" + "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("op", FOLDS)
+def test_cases_tell_version_1_from_version_2(op):
+    """Where the versions part (every fold), the cases see it: the reference at version 1 fails v2's cases."""
+    failures = check_backend(get_backend("reference", 1), get_backend("reference", 2), op, SEED)
+    assert len(failures) >= len([c for c in build_cases(op, SEED) if "near ties" in c[0] or "x" in c[0]]) // 2
+    if op.startswith("matmul"):
+        assert any("[near ties]" in f for f in failures)
+
+
+def test_version_2_changes_only_the_folds():
+    one, two = get_backend("cpu", 1), get_backend("cpu", 2)
+    assert [name for name in contract_functions() if getattr(one, name) is not getattr(two, name)] == list(FOLDS)
+    assert get_backend("cpu", 2) is two  # one object per (backend, version)
+    for bad in (0, 3, True, "2", 2.0):
+        with pytest.raises(KernelInputError, match="arithmetic version .* is not one this build implements"):
+            get_backend("cpu", bad)
 
 
 @pytest.mark.parametrize("backend_name", IN_PROCESS_BACKENDS)
