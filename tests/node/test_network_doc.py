@@ -18,9 +18,10 @@ import types
 from pathlib import Path
 
 import trio
-from node_helpers import RUN, key, signed
+from node_helpers import RUN, key, open_store, signed
 
 from ledger.merkle import leaf_hash
+from ledger.note import Checkpoint, NoteSigner, sign_checkpoint
 from p2paudit.attest.codec import MAX_SIGNED_SIZE
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore, origin_for
@@ -29,6 +30,7 @@ from p2paudit.node import announce, daemon_run, reconcile, wire
 from p2paudit.node.follow import AnnouncementStore
 from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, open_node
 from p2paudit.node.libp2p_requests import Handler
+from p2paudit.node.witness import Witness, witness_checkpoint, witness_signer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "network.md").read_text()
@@ -223,3 +225,34 @@ def test_announcements_are_listed_in_the_order_stored_not_by_their_time():
             assert AnnouncementStore(store).held([key(1).public_key]) == [later, earlier]
         finally:
             store.close()
+
+
+# -- the witness's order of checks ----------------------------------------------------------------------------
+
+
+def test_the_witness_checks_run_in_the_order_the_doc_states(tmp_path):
+    text = " ".join(DOC.split())
+    assert "The checks run in this order, which is not quite the table's: 1, 2, 3, 4, then 6 for a checkpoint" in text
+    assert "then 5, 7 (a size the witness cosigned with another root" in text and "wins over the proof) and 6" in text
+    alice, walter = key(1), key(2)
+    log = open_store(tmp_path / "alice.db", alice)
+    log.append_many([signed(alice, step).encoded for step in range(10)])
+    held = open_store(tmp_path / "walter.db", walter)
+    try:
+        witness = Witness(held.ledger, witness_signer(walter, held.ledger.origin))
+        origin = log.ledger.origin
+
+        def ask(old_size: int, size: int, root: bytes, proof: tuple[bytes, ...] = ()) -> int:
+            note = sign_checkpoint(Checkpoint(origin, size, root), NoteSigner(origin, alice.private_key))
+            request = wire.encode_witness_request(wire.WitnessRequest(old_size, proof, note))
+            return wire.decode_witness_response(witness_checkpoint(witness, request, 1_700_000_000)).code
+
+        assert ask(0, 10, log.ledger.root(10)) == wire.WITNESS_OK  # the witness now holds size 10
+        other = b"\x07" * 32
+        assert ask(0, 0, other) == wire.WITNESS_BAD_PROOF  # 6 for a size-0 root before 5 (old size 0, not 10)
+        assert ask(3, 10, other) == wire.WITNESS_OLD_SIZE_MISMATCH  # 5 before 7
+        assert ask(10, 10, other) == wire.WITNESS_ROOT_CONFLICT  # 7
+        assert ask(10, 12, other, (b"\x00" * 32,)) == wire.WITNESS_BAD_PROOF  # 6 last
+    finally:
+        held.close()
+        log.close()
