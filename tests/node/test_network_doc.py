@@ -9,6 +9,7 @@ registers on a real node, the real reconcile handler over a real store, the vect
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -31,6 +32,8 @@ from p2paudit.node.follow import AnnouncementStore
 from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, open_node
 from p2paudit.node.libp2p_requests import Handler
 from p2paudit.node.witness import Witness, witness_checkpoint, witness_signer
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, sign_body
+from p2paudit.run.manifest_body import BODY_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "network.md").read_text()
@@ -256,3 +259,27 @@ def test_the_witness_checks_run_in_the_order_the_doc_states(tmp_path):
     finally:
         held.close()
         log.close()
+
+
+# -- the cosignature line and the manifest's names ------------------------------------------------------------
+
+
+def test_the_cosignature_line_is_as_the_doc_writes_it():
+    assert '"\\u2014 " name " " base64(key id || u64be timestamp || signature) "\\n"' in DOC
+    text = wire.decode_witness_response(_vector("witness response (cosigned)")).text
+    assert text.startswith("\u2014 p2paudit.dev/witness/") and text.endswith("\n") and text.count("\n") == 1
+    name, blob = text[2:-1].split(" ")
+    assert len(base64.b64decode(blob, validate=True)) == 4 + 8 + 64
+
+
+def test_the_manifest_names_the_doc_uses_are_the_run_formats():
+    text = " ".join(DOC.split())
+    for phrase in ('the length of the `"steps"` array of its `manifest.json`', 'not `"steps_planned"`',
+                   "`manifest.json` and `manifest.sig.json` under it", '`"run_id"` of `manifest.sig.json` as `sha256:<hex>`',
+                   '`manifest.sig.json`\'s `"public_key"` is the announcing key, with a valid `"signature"`'):  # fmt: skip
+        assert phrase in text, phrase
+    assert (MANIFEST_FILE, SIGNATURE_FILE) == ("manifest.json", "manifest.sig.json")
+    assert {"steps", "steps_planned"} <= set(BODY_KEYS)
+    body_bytes, envelope = sign_body({"steps": []}, key(1))
+    assert envelope["run_id"] == "sha256:" + hashlib.sha256(body_bytes).hexdigest()
+    assert envelope["public_key"] == key(1).public_key.hex() and len(bytes.fromhex(envelope["signature"])) == 64
