@@ -16,6 +16,14 @@ it did not dial: not the requester's IP, a request over a relayed connection
 (no IP to check), more than one dial-back per peer per minute, or busy. The
 dialled connection never joins the swarm (no protocols, no pubsub).
 
+OK and FAILED say only "reached" or "not reached", never why: every FAILED
+answer has the same reason text and is sent at the dial's deadline (the
+timeout after the dial began), whether the port was closed (a reset at once),
+filtered (no answer), unroutable, or spoke something other than Noise for the
+requester's peer id. Otherwise the requester could map which of its ports are
+open, closed or filtered from the reason or the answer's timing. The real
+cause goes to our own log at debug level.
+
 `DialbackClient` asks with the first announced address, or with 0.0.0.0 and
 the listening port; `Tally` keeps one round of answers: 2 agreeing answers
 from different peers decide PUBLIC or BEHIND_NAT. A round in which only one
@@ -58,6 +66,9 @@ MAX_CONCURRENT = 4
 WILDCARD = "0.0.0.0"
 TICK = 1.0
 ASK_AGAIN_AFTER = 65.0  # a server answers one request per peer per minute
+# The only reasons an OK or FAILED answer carries: what was dialled, never why it failed or how fast.
+REACHED = "reached"
+NOT_REACHED = "not reached"
 RequestFn = Callable[[str, str, bytes, int, float], Awaitable[bytes]]
 
 
@@ -159,20 +170,28 @@ class DialbackServer:
             self._slots.acquire_nowait()
         except trio.WouldBlock:
             return refusal(f"busy: {MAX_CONCURRENT} dial-backs running")
+        target = f"/ip4/{ip}/tcp/{port}"
+        deadline = trio.current_time() + self._timeout
         try:
             self._last[peer] = now
             self._forget_old(now)
-            target = f"/ip4/{ip}/tcp/{port}"
-            return await self._dial(target, parse_peer_id(peer))
+            reached = await self._dial(target, parse_peer_id(peer))
         finally:
-            self._slots.release()
+            self._slots.release()  # the wait below holds no connection: it takes no dial slot
+        if reached:
+            return encode_response(OK, target, REACHED)
+        # A closed port answers in microseconds, a filtered one never: answering every failure at the
+        # deadline leaves the requester nothing to tell them apart by.
+        await trio.sleep_until(deadline)
+        return encode_response(FAILED, target, NOT_REACHED)
 
     def _forget_old(self, now: float) -> None:
         if len(self._last) > 4096:
             self._last = {p: t for p, t in self._last.items() if now - t < PER_PEER_INTERVAL}
 
-    async def _dial(self, target: str, peer_id: ID) -> bytes:
-        """A TCP connection and a Noise handshake that proves `peer_id`, then closed; never joins the swarm."""
+    async def _dial(self, target: str, peer_id: ID) -> bool:
+        """Whether a TCP connection and a Noise handshake proved `peer_id` at `target` within the time-out; the
+        connection is closed at once and never joins the swarm. Why it failed is logged here, never answered."""
         swarm = self._host.get_network()
         addr = multiaddr.Multiaddr(target)
         began = time.monotonic()
@@ -181,18 +200,24 @@ class DialbackServer:
             with trio.fail_after(self._timeout):
                 transport = swarm.transport_manager.transport_for_dialing(addr)
                 if transport is None:
-                    return encode_response(FAILED, target, "no transport here dials it")
+                    logger.debug("dial-back of %s: no transport here dials it", target)
+                    return False
                 raw = await transport.dial(addr)
                 secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)
                 await secure.close()
         except trio.TooSlowError:
-            return encode_response(FAILED, target, f"no answer within {self._timeout:.0f} s")
+            logger.debug("dial-back of %s: no answer within %.0f s", target, self._timeout)
+            return False
         except NETWORK_ERRORS as error:
-            reason = f"{type(error).__name__} after {time.monotonic() - began:.2f} s: {str(error)[:120]}"
-            return encode_response(FAILED, target, reason)
+            elapsed = time.monotonic() - began
+            logger.debug(
+                "dial-back of %s: %s after %.2f s: %s", target, type(error).__name__, elapsed, str(error)[:120]
+            )
+            return False
         finally:
             await _close_quietly(raw)
-        return encode_response(OK, target, f"Noise handshake done in {time.monotonic() - began:.3f} s")
+        logger.debug("dial-back of %s: Noise handshake done in %.3f s", target, time.monotonic() - began)
+        return True
 
 
 async def _close_quietly(conn: object) -> None:

@@ -299,7 +299,7 @@ def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path)
         relays=(relay,),
         reservations=(relay,),
         links=(PeerLink(relay, "direct"), PeerLink(b, "relayed", relay)),
-        dialbacks=(f"{relay[:16]}..: failed /ip4/203.0.113.101/tcp/4001 (no answer within 5 s)",),
+        dialbacks=(f"{relay[:16]}..: failed /ip4/203.0.113.101/tcp/4001 (not reached)",),
         relay_service=RelayServiceState(0, 0, 0, 123_456),
     )
     status = Status(1, 0.0, a, "00", [], [relay, b], {"path": "l", "size": 0}, 0, 0, None, [], 0, [], {}, [])
