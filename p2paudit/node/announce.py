@@ -34,6 +34,7 @@ from p2paudit.node.wire import (
     check_int,
     check_list,
     check_text,
+    clip_text,
     pack,
     unpack_message,
 )
@@ -140,7 +141,7 @@ def encode_list(announcements: list[bytes]) -> bytes:
 
 
 def list_refusal(reason: str) -> bytes:
-    return pack([MAGIC_ANNOUNCEMENTS, VERSION, "refusal", reason[:MAX_TEXT]])
+    return pack([MAGIC_ANNOUNCEMENTS, VERSION, "refusal", clip_text(reason)])
 
 
 def decode_list(data: bytes) -> list[bytes]:

@@ -13,7 +13,7 @@ import multiaddr
 from libp2p.peer.id import ID
 
 from p2paudit.errors import InputError
-from p2paudit.node.wire import MAX_TEXT, PeerRefused
+from p2paudit.node.wire import MAX_TEXT, PeerRefused, clip_text
 
 _MAX_STRING = 512
 
@@ -23,7 +23,7 @@ def encode_peer_list(entries: list[tuple[str, list[str]]]) -> bytes:
 
 
 def encode_peer_refusal(reason: str) -> bytes:
-    return msgpack.packb(reason[:MAX_TEXT], use_bin_type=True)
+    return msgpack.packb(clip_text(reason), use_bin_type=True)
 
 
 def decode_peer_list(data: bytes, max_peers: int, max_addrs: int) -> list[tuple[str, list[str]]]:

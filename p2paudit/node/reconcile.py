@@ -47,6 +47,7 @@ from p2paudit.node.wire import (
     check_int,
     check_list,
     check_text,
+    clip_text,
     pack,
     unpack_message,
 )
@@ -135,7 +136,7 @@ def encode_answer(kind: str, items: list) -> bytes:
 
 
 def refusal(reason: str) -> bytes:
-    return pack([MAGIC, VERSION, "refusal", reason[:MAX_TEXT]])
+    return pack([MAGIC, VERSION, "refusal", clip_text(reason)])
 
 
 def decode_answer(data: bytes, want: str) -> list:

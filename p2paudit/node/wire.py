@@ -70,6 +70,7 @@ from p2paudit.node.wire_codec import check_hashes as check_hashes
 from p2paudit.node.wire_codec import check_int as check_int
 from p2paudit.node.wire_codec import check_list as check_list
 from p2paudit.node.wire_codec import check_text as check_text
+from p2paudit.node.wire_codec import clip_text as clip_text
 from p2paudit.node.wire_codec import pack as pack
 from p2paudit.node.wire_codec import unpack_message as unpack_message
 from p2paudit.node.wire_sync import Page as Page

@@ -44,7 +44,7 @@ MAX_PAGE = 256  # entries per sync page
 MAX_PROOF_HASHES = 64  # per side of a range proof, and in a consistency proof (C2SP: at most 63)
 MAX_PAGE_BYTES = MAX_PAGE * (MAX_SIGNED_SIZE + 3) + 2 * MAX_PROOF_HASHES * (HASH_SIZE + 2) + 64
 MAX_SYNC_REQUEST_BYTES = 64
-MAX_TEXT = 200  # characters of a refusal's reason
+MAX_TEXT = 200  # bytes (UTF-8) of a refusal's reason: what the decoders check
 MAX_WITNESS_REQUEST_BYTES = MAX_NOTE_BYTES + MAX_PROOF_HASHES * (HASH_SIZE + 2) + 64
 MAX_WITNESS_RESPONSE_BYTES = 1024
 
@@ -134,6 +134,18 @@ def check_bin(value: Any, what: str, low: int, high: int) -> bytes:
     if not low <= len(value) <= high:
         raise WireError(f"{what} has {len(value)} bytes, want {low}..{high}")
     return value
+
+
+def clip_text(text: str, high: int = MAX_TEXT) -> str:
+    """The longest prefix of `text` whose UTF-8 form has at most `high` bytes (never half a character).
+
+    A refusal's reason repeats request fields a peer chose; clipped by characters, a non-ASCII one would
+    pass `high` bytes and the requester's decoder (check_text) would take the honest answer for a bad one.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= high:
+        return text
+    return data[:high].decode("utf-8", errors="ignore")
 
 
 def check_text(value: Any, what: str, high: int) -> str:

@@ -35,6 +35,7 @@ from p2paudit.node.wire_codec import (
     check_int,
     check_list,
     check_text,
+    clip_text,
     pack,
     unpack_message,
 )
@@ -244,4 +245,4 @@ def witness_refusal(reason: str) -> bytes:
 
 
 def sync_refusal(reason: str) -> bytes:
-    return encode_sync_response(SyncRefusal(reason[:MAX_TEXT]))
+    return encode_sync_response(SyncRefusal(clip_text(reason)))
