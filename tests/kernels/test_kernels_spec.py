@@ -15,6 +15,8 @@ import pytest
 from kernel_cases import OPS, SEED, SPECIALS, as_outputs, build_cases, compare_outputs, sprinkle, tiny, wide
 
 from kernels import constants as K
+from kernels import get_backend
+from tests.kernels.rational_fma import fma_exact
 
 f32 = np.float32
 
@@ -312,3 +314,40 @@ def test_reference_outputs_are_float32_arrays(reference):
             for out in as_outputs(getattr(reference, op)(*args)):
                 assert isinstance(out, np.ndarray) and out.dtype == np.float32, f"{op} [{label}]: {type(out)}"
                 assert out.flags.c_contiguous, f"{op} [{label}] output is not C-contiguous"
+
+
+# ------------------------------------------------- version 2 (section 7): the fused fold
+
+
+def spec_matmul_v2(a, b) -> np.ndarray:
+    """Section 7.2 read literally: acc = fma(a[i, k], b[k, j], acc), with fma by exact rational arithmetic."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), f32)
+    for i in range(m):
+        for j in range(n):
+            acc = f32(0.0)
+            for kk in range(k):
+                acc = fma_exact(a[i, kk], b[kk, j], acc)
+            out[i, j] = acc
+    return out
+
+
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (3, 7, 5), (4, 0, 2), (5, 40, 3)])
+def test_version_2_matmuls_follow_spec(rng, mkn):
+    m, k, n = mkn
+    a, b = sprinkle(rng, wide(rng, (m, k)), 1), tiny(rng, (k, n)) * f32(2.0**60)
+    want = spec_matmul_v2(a, b)
+    for backend in (get_backend("reference", 2), get_backend("cpu", 2)):
+        assert_same(backend.matmul(a, b), want)
+        assert_same(backend.matmul_nt(a, np.ascontiguousarray(b.T)), want)
+        assert_same(backend.matmul_tn(np.ascontiguousarray(a.T), b), want)
+
+
+def test_the_documents_example_tells_the_versions_apart():
+    """Section 7.2: the fold over [1 x c, a x a] with a = 1 + 2^-12, c = -(1 + 2^-11)."""
+    a, c = f32(1 + 2.0**-12), f32(-(1 + 2.0**-11))
+    left, right = np.array([[1.0, a]], f32), np.array([[c], [a]], f32)
+    for name in ("reference", "cpu"):
+        assert_same(get_backend(name, 1).matmul(left, right), np.array([[0.0]], f32))
+        assert_same(get_backend(name, 2).matmul(left, right), np.array([[2.0**-24]], f32))
