@@ -71,7 +71,7 @@ def _bare_steps(run_dir: Path, steps: int, backend: str):
     from p2paudit.engine.state import init_state
 
     view = open_run(run_dir)
-    step = single_process_step(view.cfg, backend)
+    step = single_process_step(view.cfg, backend, view.manifest.arithmetic)
     batches = [batch_for_step(view.tokens, view.manifest.data.data_key, view.cfg, n) for n in range(steps)]
     initial = init_state(view.cfg)
 
@@ -109,7 +109,7 @@ def bench_memory(config: str, backend: str, work: Path) -> None:
     run_dir = work / "mem"
     publish_run(TrainPlan(run_dir, config, steps=2, ckpt_every=1, backend=backend), KEY)
     view = open_run(run_dir)
-    step = single_process_step(view.cfg, backend)
+    step = single_process_step(view.cfg, backend, view.manifest.arithmetic)
     state = load_checkpoint(run_dir, 1, view.manifest.state_digest(1), list(view.names))
     batch = batch_for_step(view.tokens, view.manifest.data.data_key, view.cfg, 1)
     state_bytes = sum(a.nbytes for a in state.values())

@@ -6,7 +6,7 @@ step is shrunk to a stated token count (micro_batches=1, `--batch` sequences of
 seq_len rows). Each side runs in its own child process so that its peak
 resident memory is its own:
 
-- engine: `single_process_step(cfg, "cpu")(init_state(cfg), batch)`, one
+- engine: `single_process_step(cfg, "cpu", ARITHMETIC_VERSION)(init_state(cfg), batch)`, one
   untimed warm-up step (numba compiles), then `--repeats` timed steps, then one
   more step split into micro_batch_grads and apply_update (the breakdown);
 - torch: the same model in float32 PyTorch autograd + torch.optim.AdamW
@@ -98,12 +98,13 @@ def child(args: argparse.Namespace) -> dict:
     torch.set_num_threads(threads)
     out: dict = {"side": args.child, "config": args.config, "threads": threads}
     if args.child == "engine":
+        from kernels import ARITHMETIC_VERSION
         from p2paudit.engine.backends import load_backend, single_process_step
         from p2paudit.engine.state import init_state
         from p2paudit.engine.step import apply_update, micro_batch_grads
 
         cfg = sized_config(args.config, args.seq_len, args.batch)
-        step = single_process_step(cfg, "cpu")
+        step = single_process_step(cfg, "cpu", ARITHMETIC_VERSION)
         state = init_state(cfg)
         state = step(state, random_batch(cfg, 0)).state  # warm-up: numba compiles
         reset_peak()
@@ -115,7 +116,7 @@ def child(args: argparse.Namespace) -> dict:
             state = step(state, batch).state
             times.append(time.perf_counter() - t0)
         out["peak"] = proc_status("VmHWM")
-        backend = load_backend("cpu")
+        backend = load_backend("cpu", ARITHMETIC_VERSION)
         t0 = time.perf_counter()
         grads, _ = micro_batch_grads(state, random_batch(cfg, 99)[0], cfg, backend)
         t1 = time.perf_counter()
@@ -148,12 +149,13 @@ def child(args: argparse.Namespace) -> dict:
         eng, ref = time_alternating([engine_stepper(cfg, "cpu"), torch_stepper(cfg)], batches)
         out.update(times=eng, torch_times=ref)
     elif args.child == "engine-mb":
+        from kernels import ARITHMETIC_VERSION
         from p2paudit.engine.backends import load_backend
         from p2paudit.engine.memory import estimate_memory
         from p2paudit.engine.state import init_state
         from p2paudit.engine.step import micro_batch_grads
 
-        backend = load_backend("cpu")
+        backend = load_backend("cpu", ARITHMETIC_VERSION)
         cfg = sized_config(args.config, args.seq_len, args.batch)
         # Warm-up on the same shape with one layer (same widths, tokens and head): numba compiles.
         small = dataclasses.replace(cfg.model, name="warmup", n_layer=1)

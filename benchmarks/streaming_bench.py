@@ -68,6 +68,7 @@ def prepare(args: argparse.Namespace, work: Path) -> None:
 
 
 def child(args: argparse.Namespace) -> dict:
+    from kernels import ARITHMETIC_VERSION
     from p2paudit.engine.backends import load_backend
     from p2paudit.engine.state import state_names, state_shapes
     from p2paudit.engine.step import train_step
@@ -78,7 +79,7 @@ def child(args: argparse.Namespace) -> dict:
 
     cfg = make_config(args)
     work = Path(args.workdir)
-    be = load_backend("cpu")
+    be = load_backend("cpu", ARITHMETIC_VERSION)
     batch = np.load(work / "batch.npy")
     expected = StateDigest.from_dict(json.loads((work / "state0.json").read_text()), "state0.json")
     began = time.perf_counter()

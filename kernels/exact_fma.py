@@ -28,6 +28,8 @@ Precondition: the process runs with IEEE round-to-nearest and no flush-to-zero
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from kernels.backend_contract import HostArray
@@ -49,3 +51,46 @@ def fma(a: HostArray | np.floating, b: HostArray | np.floating, c: HostArray | n
         toward = np.where(err > 0, np.inf, -np.inf)
         odd = np.where(inexact & even, np.nextafter(s, toward), s)  # s rounded to odd
         return np.asarray(odd.astype(F32))
+
+
+# Bits of a binary64 value, for fused_fold's test of where one rounding to nearest may not be fma's.
+_LOW29 = np.uint64((1 << 29) - 1)  # the significand bits binary32 drops from binary64
+_HALF29 = np.uint64(1 << 28)  # ... exactly half of binary32's last place: a binary32 midpoint
+_MAGNITUDE = np.uint64((1 << 63) - 1)
+_ONE = np.uint64(1)
+_BELOW_NORMAL = np.float64(2.0**-126).view(np.uint64) - _ONE  # |s| - 1 below this: 0 < |s| < 2^-126
+
+
+def fused_fold(
+    col_a: Callable[[int], HostArray], row_b: Callable[[int], HostArray], k: int, shape: tuple[int, ...]
+) -> HostArray:
+    """acc = fma(col_a(i), row_b(i), acc) for i = 0..k-1 from +0.0, as float32 of `shape`: fma's bits, faster.
+
+    Each step forms s = a * b + acc in binary64 (the product exact, the sum rounded to nearest) and rounds
+    s to float32. That is the correctly rounded result unless s is a binary32 midpoint: rounding to
+    nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
+    only a sum that lands exactly on one may have come from either side. Those entries, and every sum
+    below 2^-126 (where binary32's spacing is another), take fma's exact path; they are rare.
+    """
+    acc = np.zeros(shape, F64)  # (.., M, N): a float32 value, held in binary64
+    out = np.zeros(shape, F32)
+    s = np.empty(shape, F64)
+    bits = s.view(np.uint64)
+    scratch = np.empty(shape, np.uint64)
+    hard = np.empty(shape, bool)
+    tiny = np.empty(shape, bool)
+    with np.errstate(all="ignore"):  # overflow, inf - inf and inf * 0 are part of the spec
+        for i in range(k):
+            a, b = col_a(i), row_b(i)  # (.., M, 1), (.., 1, N)
+            np.multiply(a.astype(F64), b.astype(F64), out=s)  # exact
+            np.add(s, acc, out=s)  # rounded to nearest
+            np.copyto(out, s, casting="unsafe")  # rounded to nearest float32
+            np.equal(np.bitwise_and(bits, _LOW29, out=scratch), _HALF29, out=hard)
+            np.bitwise_and(bits, _MAGNITUDE, out=scratch)
+            np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
+            np.logical_or(hard, tiny, out=hard)
+            if hard.any():
+                at = np.nonzero(hard)
+                out[at] = fma(np.broadcast_to(a, shape)[at], np.broadcast_to(b, shape)[at], acc[at].astype(F32))
+            np.copyto(acc, out)
+    return out

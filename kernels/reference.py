@@ -19,7 +19,7 @@ from kernels import constants as K
 from kernels import numpy_layout, validate
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.exact_fma import fma
+from kernels.exact_fma import fused_fold
 
 F32 = np.float32
 
@@ -110,15 +110,14 @@ def _fold(
     """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3).
 
     Version 1 (fused False): acc + (a * b), two roundings per k. Version 2
-    (fused True): fma(a, b, acc), one rounding per k (kernels/exact_fma.py).
+    (fused True): fma(a, b, acc), one rounding per k (kernels/exact_fma.fused_fold).
     """
+    if fused:
+        return fused_fold(col_a, row_b, k, shape)  # fma(a, b, acc) per k, exactly
     acc = np.zeros(shape, dtype=F32)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
         for i in range(k):
-            if fused:
-                acc = fma(col_a(i), row_b(i), acc)  # (.., M, 1) * (.., 1, N) + acc: one rounding
-            else:
-                acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
+            acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
     return acc
 
 

@@ -104,15 +104,17 @@ def prepare(task: ReplayTask, world_size: int) -> tuple[RunView, StepRange]:
     check_world_size(view.cfg, world_size)
     if task.mode == "streaming" and world_size > 1:
         raise InputError(f"a streaming replay runs on one process, not {world_size}; drop --replay streaming")
-    load_backend(task.backend)
+    load_backend(task.backend, view.manifest.arithmetic)
     return view, steps
 
 
-def distributed_step_factory(rank: int, world_size: int) -> Callable[[TrainConfig, str], Callable[..., StepResult]]:
+def distributed_step_factory(
+    rank: int, world_size: int
+) -> Callable[[TrainConfig, str, int], Callable[..., StepResult]]:
     """verify_range's step_factory for one rank: its step is that rank's share of the distributed step."""
 
-    def factory(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
-        backend = load_backend(backend_name)
+    def factory(cfg: TrainConfig, backend_name: str, arithmetic: int) -> Callable[..., StepResult]:
+        backend = load_backend(backend_name, arithmetic)
 
         def step(
             state: dict[str, np.ndarray], batch: np.ndarray, *, progress: ProgressHook | None = None

@@ -33,7 +33,6 @@ from typing import Protocol
 
 import numpy as np
 
-from kernels import ARITHMETIC_VERSION
 from p2paudit.audit.diagnosis import Diagnosis, differing_names
 from p2paudit.audit.records import ERROR, INIT, MATCH, MISMATCH, StepAudit, same_loss
 from p2paudit.audit.run_view import RangeReport, RunView, StepRange
@@ -158,7 +157,7 @@ def audit_initial_state(view: RunView) -> StepAudit:
         seconds=time.perf_counter() - began,
         note=note,
         engine_version=ENGINE_VERSION,
-        arithmetic_version=ARITHMETIC_VERSION,
+        arithmetic_version=m.arithmetic,
         subject=INIT,
     )
 
@@ -177,7 +176,7 @@ def audit_base(view: RunView, n: int, backend: str) -> dict:
         backend=backend,
         seconds=0.0,
         engine_version=ENGINE_VERSION,
-        arithmetic_version=ARITHMETIC_VERSION,
+        arithmetic_version=m.arithmetic,
     )
 
 

@@ -66,7 +66,7 @@ __all__ = [
     "verify_range",
 ]
 
-StepFactory = Callable[[TrainConfig, str], Callable[..., StepResult]]
+StepFactory = Callable[[TrainConfig, str, int], Callable[..., StepResult]]
 
 
 def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[str, np.ndarray]:
@@ -89,7 +89,7 @@ def second_backend(backend: str) -> str:
 
 
 class InMemoryRunner:
-    """range_driver.StepRunner holding the whole state: step_factory(cfg, backend)(state, batch) per step;
+    """range_driver.StepRunner holding the whole state: step_factory(cfg, backend, arithmetic)(state, batch) per step;
     a state mismatch is bisected against `against` (None: not diagnosed)."""
 
     def __init__(self, view: RunView, backend: str, step_factory: StepFactory, against: str | None) -> None:
@@ -98,9 +98,10 @@ class InMemoryRunner:
         self._state: dict[str, np.ndarray] = {}
 
     def begin(self, start: int, last_state: int) -> None:
-        self._step = self._factory(self._view.cfg, self._backend)
+        arithmetic = self._view.manifest.arithmetic
+        self._step = self._factory(self._view.cfg, self._backend, arithmetic)
         if self._against is not None:
-            load_backend(self._against)
+            load_backend(self._against, arithmetic)
         self._state = check_checkpoints(self._view, start, last_state)
 
     def anchor(self, n: int) -> None:
@@ -137,7 +138,7 @@ def verify_range(
     """Check `steps` with `backend` in memory: the initial state if steps.init, then one StepAudit per step
     (audit.range_driver's rules).
 
-    Each step runs through `step_factory(cfg, backend)(state, batch)`: one process
+    Each step runs through `step_factory(cfg, backend, arithmetic)(state, batch)`: one process
     by default; audit.distributed_replay passes the step of one rank of a process
     group, and every rank then runs this same function in lock-step.
     A mismatching step is diagnosed (unless `diagnose` is false) by tracing it
@@ -175,5 +176,5 @@ def diagnose_step(
 
 def _trace_step(view: RunView, state: dict, batch: np.ndarray, backend: str) -> list[tuple[str, bytes]]:
     recorder = TraceRecorder()
-    single_process_step(view.cfg, backend)(state, batch, recorder)
+    single_process_step(view.cfg, backend, view.manifest.arithmetic)(state, batch, recorder)
     return recorder.ops

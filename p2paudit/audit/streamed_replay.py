@@ -75,7 +75,7 @@ class StreamedRunner:
 
     def begin(self, start: int, last_state: int) -> None:
         m = self._view.manifest
-        self._be = load_backend(self._backend)
+        self._be = load_backend(self._backend, m.arithmetic)
         for c in m.checkpoints:
             if start <= c <= last_state:
                 with self._view.open_state(c, check_reads=False) as reader:

@@ -56,6 +56,13 @@ def _publish_with_progress(
 @click.option("--seed", type=int, default=None, help="Run seed (default 0; a --config file sets its own).")
 @click.option("--traces", is_flag=True, help="Also publish every step's operation trace (world size 1).")
 @click.option(
+    "--arithmetic",
+    type=click.Choice(["1", "2"]),
+    default="2",
+    show_default=True,
+    help="The arithmetic version (docs/arithmetic.md): 2 folds products with a fused multiply-add; 1 does not.",
+)
+@click.option(
     "--mode",
     type=click.Choice(["auto", "in-memory", "streaming"]),
     default="auto",
@@ -94,6 +101,7 @@ def train(
     backend: str,
     seed: int | None,
     traces: bool,
+    arithmetic: str,
     mode: str,
     scratch_dir: Path | None,
     key_path: Path | None,
@@ -120,7 +128,7 @@ def train(
         micro_batches, seed = config.micro_batches, config.seed
     plan = TrainPlan(
         run_dir, config.model.name if config else config_name, steps, micro_batches, seed or 0, ckpt_every,
-        world_size, backend, traces,
+        world_size, backend, traces, int(arithmetic),
     )  # fmt: skip
     options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
     cfg = check_plan(plan, **options)

@@ -12,17 +12,19 @@ from p2paudit.engine.step import StepResult, train_step
 from p2paudit.errors import InputError
 
 
-def load_backend(name: str) -> Backend[Any]:
-    """The kernel backend module `name`; InputError if it cannot run here (e.g. triton without CUDA)."""
+def load_backend(name: str, arithmetic: int) -> Backend[Any]:
+    """The kernel backend `name` at arithmetic version `arithmetic` (the run's: its manifest names it);
+    InputError if it cannot run here (e.g. triton without CUDA)."""
     try:
-        return kernels.get_backend(name)
+        return kernels.get_backend(name, arithmetic)
     except ImportError as exc:
         raise InputError(f"backend {name} is not available here: {exc}") from None
 
 
-def single_process_step(cfg: TrainConfig, backend_name: str) -> Callable[..., StepResult]:
-    """step_fn(state, batch, trace=None, *, progress=None) -> StepResult on one process with the named backend."""
-    backend = load_backend(backend_name)
+def single_process_step(cfg: TrainConfig, backend_name: str, arithmetic: int) -> Callable[..., StepResult]:
+    """step_fn(state, batch, trace=None, *, progress=None) -> StepResult on one process with the named backend
+    at arithmetic version `arithmetic`."""
+    backend = load_backend(backend_name, arithmetic)
     return lambda state, batch, trace=None, *, progress=None: train_step(
         state, batch, cfg, backend, trace, progress=progress
     )

@@ -65,6 +65,12 @@ class Manifest:
         return self.head["config"]
 
     @property
+    def arithmetic(self) -> int:
+        """The run's arithmetic version (checked to be one this verifier implements)."""
+        version: int = self.head["arithmetic_version"]
+        return version
+
+    @property
     def num_steps(self) -> int:
         return len(self.steps)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-import kernels
+from kernels.versions import VERSIONS
 from p2paudit.engine import ENGINE_VERSION
 from p2paudit.engine.config import MAX_SCHEDULE_STEPS, TrainConfig, check_preset_name
 from p2paudit.engine.schedule import SCHEDULE_FUNCTION
@@ -185,6 +185,7 @@ class Body:
     """A checked manifest body (complete, or a publisher's progress so far)."""
 
     created_by: str
+    arithmetic: int  # the arithmetic version (docs/arithmetic.md) every state of the run is computed in
     config: TrainConfig
     steps_planned: int
     checkpoint_every: int
@@ -212,7 +213,7 @@ class Body:
         return {
             "format": RUN_FORMAT,
             "version": RUN_VERSION,
-            "arithmetic_version": kernels.ARITHMETIC_VERSION,
+            "arithmetic_version": self.arithmetic,
             "engine_version": ENGINE_VERSION,
             "created_by": self.created_by,
             "config": self.config.to_dict(),
@@ -256,11 +257,12 @@ def check_body(body: object, complete: bool = True, encoded: bytes | None = None
     body = _keys(body, BODY_KEYS, "manifest body")
     _equal(body["format"], RUN_FORMAT, "format")
     _equal(body["version"], RUN_VERSION, "version")
-    _equal(
-        body["arithmetic_version"],
-        kernels.ARITHMETIC_VERSION,
-        "arithmetic_version (the version this verifier implements)",
-    )
+    arithmetic = body["arithmetic_version"]
+    if type(arithmetic) is not int or arithmetic not in VERSIONS:
+        raise InputError(
+            f"arithmetic_version (the version this verifier implements) is {show_value(arithmetic)}, "
+            f"want {' or '.join(map(str, VERSIONS))}"
+        )
     _equal(body["engine_version"], ENGINE_VERSION, "engine_version (the version this verifier runs)")
     created_by = body["created_by"]
     if not isinstance(created_by, str) or not CREATED_BY.fullmatch(created_by):
@@ -289,7 +291,7 @@ def check_body(body: object, complete: bool = True, encoded: bytes | None = None
             f"steps has {len(steps)} records, but its last checkpoint is state {want[-1]}: "
             f"progress is saved only at a checkpoint"
         )
-    parsed = Body(created_by, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
+    parsed = Body(created_by, arithmetic, cfg, planned, every, traces, data, initial, steps, tuple(checkpoints))
     if not same_bytes(parsed.encoded_pieces(), encoded if encoded is not None else canonical_json(body)):
         raise InputError("manifest body does not re-encode to the same bytes (a value in a second encoding)")
     return parsed

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-import kernels
 from p2paudit import __version__, engine
 from p2paudit.engine.backends import load_backend, single_process_step
 from p2paudit.engine.config import TrainConfig, train_config
@@ -102,7 +101,7 @@ def check_plan(
         check_fits(estimate.streaming_replay, f"training {cfg.model.name} streaming (one process)")
     elif not ignore_memory:
         check_fits(plan.world_size * estimate.train_step, f"training {cfg.model.name} on {plan.world_size} process(es)")
-    load_backend(plan.backend)
+    load_backend(plan.backend, plan.arithmetic)
     if plan.world_size > 1:
         rank_share(cfg, 0, plan.world_size)
     _check_directory(plan.run_dir)
@@ -129,7 +128,7 @@ def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: Train
     return {
         "format": RUN_FORMAT,
         "version": RUN_VERSION,
-        "arithmetic_version": kernels.ARITHMETIC_VERSION,
+        "arithmetic_version": plan.arithmetic,
         "engine_version": engine.ENGINE_VERSION,
         "created_by": f"p2paudit {__version__}",
         "config": cfg.to_dict(),
@@ -155,6 +154,7 @@ def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: Train
 def _same_plan(head: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
     return (
         head.get("config") == json.loads(canonical_json(cfg.to_dict()))
+        and head.get("arithmetic_version") == plan.arithmetic
         and head.get("steps_planned") == plan.steps
         and head.get("checkpoint_every") == plan.ckpt_every
         and head.get("traces", False) == plan.traces
@@ -226,7 +226,7 @@ def publish_run(
         elif plan.world_size > 1:
             train_distributed(run_dir, body, tokens, state, cfg, plan, on_step, progress=progress)
         else:
-            step_fn = single_process_step(cfg, plan.backend)
+            step_fn = single_process_step(cfg, plan.backend, plan.arithmetic)
             train_steps(run_dir, body, tokens, state, cfg, plan, step_fn, on_step, progress=progress)
         run_id = write_manifest(run_dir, body, identity)
         (run_dir / PROGRESS_FILE).unlink(missing_ok=True)

@@ -44,7 +44,7 @@ class StreamedStepper:
         spill: bool,
     ) -> None:
         self._run_dir, self._cfg, self._spill = run_dir, cfg, spill
-        self._be = load_backend(plan.backend)
+        self._be = load_backend(plan.backend, plan.arithmetic)
         self._scratch_dir = scratch_dir
         self._files = ExitStack()
         self._tmp = Path()

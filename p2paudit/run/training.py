@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from kernels import ARITHMETIC_VERSION
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.schedule import batch_for_step
@@ -45,6 +46,7 @@ class TrainPlan:
     world_size: int = 1
     backend: str = "cpu"
     traces: bool = False  # also publish every step's operation trace (one process only)
+    arithmetic: int = ARITHMETIC_VERSION  # docs/arithmetic.md: 2 (fused folds) for new runs, 1 still allowed
 
 
 @dataclass(frozen=True)

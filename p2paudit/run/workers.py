@@ -37,7 +37,7 @@ def _rank_main(
     """One rank's loop; returns the finished body on rank 0, None elsewhere. Rank 0 puts each finished
     step (StepDone) and, when `watched`, the step core's events (StepProgress) on the `progress` queue."""
     cfg = TrainConfig.from_dict(cfg_dict)
-    backend = load_backend(plan.backend)
+    backend = load_backend(plan.backend, plan.arithmetic)
 
     def step_fn(s: dict, batch: np.ndarray, *, progress: ProgressHook | None = None):
         return distributed_train_step(s, batch, cfg, backend, rank, world_size, progress=progress)

@@ -145,7 +145,7 @@ def test_after_a_mismatch_without_checkpoint_later_steps_are_errors_until_reanch
     view = open_run(traced_copy)
     state0 = load_checkpoint(traced_copy, 0, view.manifest.state_digest(0), list(view.names))
     batch = batch_for_step(view.tokens, view.manifest.data.data_key, view.cfg, 0)
-    state1 = single_process_step(view.cfg, "reference")(state0, batch).state
+    state1 = single_process_step(view.cfg, "reference", view.manifest.arithmetic)(state0, batch).state
     body = _body(traced_copy)
     body["steps"][0]["output"] = digest_state(_bumped(state1)).to_dict()  # state 1 has no checkpoint
     write_manifest(traced_copy, body, audit_publisher)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernels import ARITHMETIC_VERSION
 from p2paudit.audit.records import ERROR, MISMATCH
 from p2paudit.audit.replay import StepRange, open_run, verify_range
 from p2paudit.audit.streamed_replay import NO_BISECT, verify_range_streamed
@@ -106,7 +107,7 @@ def test_a_full_scratch_disk_is_one_line_and_leaves_nothing(traced_run, tmp_path
 def test_streamed_step_is_train_step_bit_for_bit(tmp_path, micro_batches):
     """On `small` with moments already non-zero, spilled to disk and kept in memory."""
     cfg = train_config("small", micro_batches=micro_batches)
-    be = load_backend("cpu")
+    be = load_backend("cpu", ARITHMETIC_VERSION)
     rng = np.random.default_rng(micro_batches)
     shape = (micro_batches, cfg.batch_size, cfg.model.seq_len + 1)
     batch = rng.integers(0, cfg.model.vocab_size, size=shape).astype(np.int64)

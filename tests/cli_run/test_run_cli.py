@@ -264,3 +264,32 @@ def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
     result = run("train", str(tmp_path / "new"), "--backend", "triton")
     assert result.returncode == 2 and not (tmp_path / "new").exists(), result.stderr
+
+
+def test_a_publisher_that_relabels_a_version_2_run_as_version_1_is_caught(run_copy, tmp_path):
+    """The manifest's arithmetic_version is part of the claim: the states were made under version 2, so a
+    manifest re-signed to say version 1 makes every replay (at version 1) a mismatch."""
+    body = json.loads((run_copy / "manifest.json").read_bytes())
+    assert body["arithmetic_version"] == 2  # train's default
+    body["arithmetic_version"] = 1
+    from p2paudit.run.manifest import write_manifest
+
+    write_manifest(run_copy, body, PUBLISHER)
+    result = _invoke(["verify-range", "0-2", "--run", str(run_copy), "--backend", "reference"], tmp_path)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("mismatch") >= 3
+
+
+def test_train_arithmetic_1_publishes_a_version_1_run_that_verifies(tmp_path):
+    key = tmp_path / "key.pem"
+    save_identity(PUBLISHER, key)
+    args = ["train", str(tmp_path / "run"), "--steps", "2", "--backend", "reference", "--key", str(key)]
+    trained = _invoke([*args, "--arithmetic", "1"], tmp_path / "home")
+    assert trained.exit_code == 0, trained.output
+    assert json.loads((tmp_path / "run" / "manifest.json").read_bytes())["arithmetic_version"] == 1
+    checked = _invoke(["verify-range", "0-1", "--run", str(tmp_path / "run"), "--backend", "cpu"], tmp_path)
+    assert checked.exit_code == 0, checked.output
+    resumed = _invoke([*args, "--arithmetic", "2"], tmp_path / "home")  # the run exists with version 1
+    assert resumed.exit_code == 2, resumed.output
+    bad = _invoke(["train", str(tmp_path / "other"), "--arithmetic", "3"], tmp_path / "home")
+    assert bad.exit_code == 2 and "'3' is not one of '1', '2'" in bad.output

@@ -55,14 +55,14 @@ MEASURE = textwrap.dedent(
     micro = train_config("tiny", micro_batches=2)
     micro = dataclasses.replace(micro, model=dataclasses.replace(TINY, n_layer=1, n_embd=16, n_head=2, seq_len=8))
     rng = np.random.default_rng(0)
-    single_process_step(micro, "cpu")(init_state(micro), rng.integers(0, 256, (2, 4, 9)).astype(np.int64))  # compile
+    single_process_step(micro, "cpu", ARITHMETIC_VERSION)(init_state(micro), rng.integers(0, 256, (2, 4, 9)).astype(np.int64))  # compile
     batch = rng.integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1)).astype(np.int64)
     # The compile above (cold numba cache: LLVM) can peak far higher than the step: reset the
     # high-water mark so that only the step's own peak is measured.
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     base = status("VmRSS")
-    single_process_step(cfg, "cpu")(init_state(cfg), batch)
+    single_process_step(cfg, "cpu", ARITHMETIC_VERSION)(init_state(cfg), batch)
     print(status("VmHWM") - base)
     """
 )

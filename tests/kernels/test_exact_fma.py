@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from kernel_cases import tie_products
 
-from kernels.exact_fma import fma
+from kernels.exact_fma import fma, fused_fold
 from tests.kernels.rational_fma import fma_exact, round_dyadic, same_bits
 
 F32 = np.float32
@@ -131,3 +131,49 @@ def test_millions_of_inputs() -> None:
     for _ in range(10):
         for name, a, b, c in _adversarial(rng, 20_000):
             assert _mismatches(a, b, c) == [], name
+
+
+@pytest.mark.parametrize("family", range(7))
+def test_the_fast_fold_takes_the_exact_path_wherever_it_must(family):
+    """fused_fold (the reference's fold) rounds most steps once in binary64 and then to float32; on every
+    adversarial family its second step, fma(a, b, acc) after acc = fma(1, c, +0.0) (c, but +0.0 for -0.0),
+    is the rational result."""
+    name, a, b, c = _adversarial(np.random.default_rng(30 + family), 20_000)[family]
+    ones = np.ones_like(a)
+    got = fused_fold(lambda i: (ones, a)[i][:, None], lambda i: (c, b)[i][:, None], 2, (a.size, 1))[:, 0]
+    one, zero = F32(1.0), F32(0.0)
+    bad = [
+        (float(x), float(y), float(z))
+        for x, y, z, g in zip(a, b, c, got)
+        if not same_bits(g, fma_exact(x, y, fma_exact(one, z, zero)))
+    ]
+    assert bad[:5] == [], name
+
+
+def test_the_fast_fold_equals_the_plain_fold_of_fma():
+    rng = np.random.default_rng(31)
+    a, b = _scaled(rng, 40 * 30, -20, 20).reshape(40, 30), _scaled(rng, 30 * 50, -20, 20).reshape(30, 50)
+    b[3, :7] = tie_products(rng, 7)[1]  # some exact ties on the way
+    plain = np.zeros((40, 50), F32)
+    for k in range(30):
+        plain = fma(a[:, k : k + 1], b[k : k + 1, :], plain)
+    fast = fused_fold(lambda k: a[:, k : k + 1], lambda k: b[k : k + 1, :], 30, (40, 50))
+    assert fast.tobytes() == plain.tobytes()
+
+
+def test_the_fast_fold_is_exact_at_a_subnormal_midpoint():
+    """c = 2^-130 + 2^-149, a * b = 2^-150 - 2^-190: the binary64 sum rounds onto the midpoint 2^-130 + 1.5 *
+    2^-149, whose significand has no bit where a normal binary32's midpoint has one; rounding that to even
+    goes up, the exact value is below it: down. Only the test of sums below 2^-126 catches it."""
+    a, b = F32(2.0**-75 * (1 + 2.0**-20)), F32(2.0**-75 * (1 - 2.0**-20))
+    c = F32(2.0**-130 + 2.0**-149)
+    want = fma_exact(a, b, c)
+    assert want == c  # rounded down: the exact sum is below the midpoint
+    twice = F32(np.float64(a) * np.float64(b) + np.float64(c))
+    assert twice != want  # the baseline: rounding twice goes up
+    one = np.ones(1, F32)
+    got = fused_fold(
+        lambda i: (one, np.array([a]))[i][:, None], lambda i: (np.array([c]), np.array([b]))[i][:, None], 2, (1, 1)
+    )
+    assert same_bits(got[0, 0], want)
+    assert same_bits(fma(a, b, c), want)
