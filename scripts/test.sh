@@ -49,7 +49,8 @@ from p2paudit.engine.state import init_state
 
 cfg = train_config("tiny")
 tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
-single_process_step(cfg, "cpu")(init_state(cfg), tokens.astype(np.int64))
+for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul_packed_fused)
+    single_process_step(cfg, "cpu", arithmetic)(init_state(cfg), tokens.astype(np.int64))
 EOF
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "${only}not serial" tests || status=$?
