@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def write_signed_manifest(run_dir: Path, steps: int, seed: int = 0) -> int:
     """A signed manifest of `steps` steps of the tiny config in `run_dir`; its size in bytes."""
+    from kernels import ARITHMETIC_VERSION
     from p2paudit.engine.config import train_config
     from p2paudit.engine.state import state_names
     from p2paudit.identity import identity_from_seed
@@ -55,7 +56,18 @@ def write_signed_manifest(run_dir: Path, steps: int, seed: int = 0) -> int:
 
     records = tuple(StepRecord(n, rng.bytes(32), float(np.float32(rng.uniform(1, 6))), state()) for n in range(steps))
     checkpoints = tuple(expected_checkpoints(steps, steps, steps))
-    body = Body("p2paudit bench", cfg, steps, steps, False, describe_corpus(CORPUS_NAME), state(), records, checkpoints)
+    body = Body(
+        "p2paudit bench",
+        ARITHMETIC_VERSION,
+        cfg,
+        steps,
+        steps,
+        False,
+        describe_corpus(CORPUS_NAME),
+        state(),
+        records,
+        checkpoints,
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_manifest(run_dir, body.to_dict(), identity_from_seed(b"\x07" * 32))
     return (run_dir / "manifest.json").stat().st_size
