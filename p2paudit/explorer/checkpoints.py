@@ -12,6 +12,7 @@ from p2paudit.attest.queries import equivocations
 from p2paudit.attest.report import equivocations_dict, split_view_dict
 from p2paudit.attest.store import AttestationStore
 from p2paudit.explorer.db import query
+from p2paudit.explorer.times import utc_text_s
 
 MAX_CHECKPOINTS = 100
 
@@ -60,7 +61,13 @@ def own_checkpoints(store: AttestationStore, limit: int = MAX_CHECKPOINTS) -> li
     received: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for item in read_cosignatures(store.conn, "received", store.ledger.origin):
         received.setdefault((item.size, item.root.hex()), []).append(
-            {"cosigner": _signer(item.cosigner), "vkey": item.cosigner, "timestamp": item.timestamp, "line": item.line}
+            {
+                "cosigner": _signer(item.cosigner),
+                "vkey": item.cosigner,
+                "timestamp": item.timestamp,
+                "time": utc_text_s(item.timestamp),
+                "line": item.line,
+            }
         )
     made = []
     for number, row in enumerate(rows[:limit]):
@@ -98,6 +105,7 @@ def given_cosignatures(store: AttestationStore, limit: int = MAX_CHECKPOINTS) ->
             "root": item.root.hex(),
             "cosigner": _signer(item.cosigner),
             "timestamp": item.timestamp,
+            "time": utc_text_s(item.timestamp),
             "line": item.line,
         }
         for item in reversed(given)

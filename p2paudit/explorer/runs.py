@@ -12,6 +12,7 @@ from p2paudit.attest.store import AttestationStore, RunInfo
 from p2paudit.errors import InputError
 from p2paudit.explorer.coverage import Bucket, CoverageStrip, bucket_coverage
 from p2paudit.explorer.db import query
+from p2paudit.explorer.times import utc_text_ms
 
 MAX_PAGE = 500
 
@@ -53,6 +54,7 @@ class RunSummary:
             "init": asdict(self.init),
             "last_leaf": self.last_leaf,
             "last_time_ms": self.last_time_ms,
+            "last_time": utc_text_ms(self.last_time_ms),
             "ledger_size": self.ledger_size,
         }
 

@@ -194,3 +194,46 @@ def test_initial_state_ledger_node_and_disputes_pages(browser, server, artifacts
     main = open_page(browser, server, "disputes.html", artifacts, "10-disputes")
     assert main.find_element(By.ID, "dispute-count").text == "5 disputed claims"
     assert len(main.find_elements(By.CSS_SELECTOR, "#disputes > li")) == 5
+
+
+@pytest.fixture(scope="module")
+def extreme_server(tmp_path_factory):
+    from p2paudit.explorer.server import make_server, start_in_thread
+    from tests.explorer.extreme_helpers import build_extreme_ledger
+
+    made = make_server("127.0.0.1:0", build_extreme_ledger(tmp_path_factory.mktemp("extreme")))
+    start_in_thread(made)
+    yield made
+    made.shutdown()
+    made.server_close()
+
+
+def test_every_page_renders_records_at_their_limits(browser, extreme_server, artifacts):
+    """Times past JavaScript's Date and Python's datetime, NaN and infinite losses, the longest text fields,
+    the last step of a 2^32-step run: each page loads whole and shows them as text."""
+    from selenium.webdriver.common.by import By
+
+    from tests.explorer.extreme_helpers import EXTREME, HARDWARE, LABEL, LAST_STEP
+
+    run = EXTREME.hex()
+    main = open_page(browser, extreme_server, "index.html", artifacts, "20-extreme-runs")
+    assert "292278994-08-17 07:12:55.807 UTC" in main.find_element(By.ID, "runs").text
+    link = main.find_element(By.CSS_SELECTOR, "#runs a.run-link")
+    assert browser.execute_script("return arguments[0].textContent", link) == LABEL
+    assert_inert(browser, main)
+    main = open_page(browser, extreme_server, f"run.html?run={run}", artifacts, "21-extreme-run")
+    assert main.find_element(By.ID, "range").text.startswith(f"Steps 0–{LAST_STEP} of {LAST_STEP + 1}")
+    main = open_page(browser, extreme_server, f"step.html?run={run}&step={LAST_STEP}", artifacts, "22-extreme-step")
+    table = main.find_element(By.ID, "attestations").text
+    assert "292278994-08-17 07:12:55.806 UTC" in table and "1970-01-01 00:00:00 UTC" in table
+    assert HARDWARE in table and "nan" in table
+    assert_inert(browser, main)
+    main = open_page(browser, extreme_server, f"step.html?run={run}&step=0", artifacts, "23-extreme-step-0")
+    table = main.find_element(By.ID, "attestations").text
+    assert "275760-09-13 00:00:00.001 UTC" in table and "10000-01-01 00:00:00 UTC" in table
+    main = open_page(browser, extreme_server, f"step.html?run={run}&init=1", artifacts, "24-extreme-init")
+    for page in ("disputes.html", "ledger.html", "node.html"):
+        main = open_page(browser, extreme_server, page, artifacts, "25-extreme-" + page.split(".")[0])
+        assert_inert(browser, main)
+        if page == "ledger.html":  # a witness's cosignature at the largest timestamp
+            assert "292277026596-12-04 15:30:07 UTC" in main.find_element(By.ID, "checkpoints").text

@@ -49,9 +49,14 @@ function short(hex, n) {
   return text.length > (n || 16) ? text.slice(0, n || 16) + "…" : text;
 }
 
-function when(ms) {
+// A time as a date: the server's text where it gives one (times.py: exact for every time a record can sign);
+// otherwise converted here, and a number Date cannot hold (beyond ±8.64e15 ms) is shown as the number.
+function when(ms, text) {
+  if (typeof text === "string") return text;
   if (ms === null || ms === undefined) return "-";
-  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  const date = new Date(ms);
+  if (!Number.isFinite(date.getTime())) return `${ms} ms after 1970 (not a date this browser can show)`;
+  return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
 function pct(part, whole) {
@@ -115,7 +120,7 @@ async function pageRuns() {
       String(t.mismatch_steps),
       el("span", { class: t.disputed_steps ? "bad" : "" }, String(t.disputed_steps)),
       initCell(run),
-      run.last_leaf === null ? "-" : el("span", {}, when(run.last_time_ms), el("br"), "entry " + run.last_leaf),
+      run.last_leaf === null ? "-" : el("span", {}, when(run.last_time_ms, run.last_time), el("br"), "entry " + run.last_leaf),
     ];
   });
   const headers = ["Run", "Publisher key", "Steps", "Checked", "Attestations", "Steps with a mismatch", "Disputed steps", "Initial state", "Last activity"];

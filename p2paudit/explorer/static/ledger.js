@@ -13,7 +13,7 @@ function checkpointRows(items) {
     el("code", {}, short(cp.root, 24)),
     cp.signer,
     cp.recorded_at,
-    cp.cosignatures.length ? el("ul", {}, cp.cosignatures.map((c) => el("li", {}, c.cosigner, ` at ${when(c.timestamp * 1000)}`))) : "none",
+    cp.cosignatures.length ? el("ul", {}, cp.cosignatures.map((c) => el("li", {}, c.cosigner, ` at ${when(c.timestamp * 1000, c.time)}`))) : "none",
     consistency(cp.consistent_with_previous),
   ]);
 }

@@ -25,7 +25,7 @@ function attestationRow(att) {
     att.findings.length ? att.findings.join(", ") : "-",
     differenceList(att),
     el("span", { class: "machine" }, `${att.backend} on ${att.hardware || "?"}`, el("br"), el("small", {}, `${att.engine_version}, arithmetic v${att.arithmetic_version}`)),
-    when(att.time_ms),
+    when(att.time_ms, att.time),
     evidenceLinks(att),
   ];
 }
