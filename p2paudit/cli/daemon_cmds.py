@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 STATUS_FILE = "status.json"
 
@@ -140,7 +141,7 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
 @click.option(
     "--redundancy",
     type=click.IntRange(min=1),
-    default=2,
+    default=DEFAULT_REDUNDANCY,
     show_default=True,
     help="Checks per step the network aims for.",
 )

@@ -26,13 +26,14 @@ from p2paudit.errors import InputError, P2PAuditError
 from p2paudit.explorer import checkpoints, coverage, proofs, runs, steps
 from p2paudit.explorer.cache import ResultCache
 from p2paudit.explorer.node_view import node_view
-from p2paudit.explorer.overview import COLUMNS, Overviews
+from p2paudit.explorer.overview import COLUMNS, OVERVIEW_MIN, Overviews
 from p2paudit.explorer.query_text import check_names
+from p2paudit.explorer.verdicts import run_sentence
 from p2paudit.identity import parse_public_key_hex
 
 PREFIX = "/api/v1"
 DEFAULT_BUCKETS = COLUMNS
-OVERVIEW_ARGS = (None, None, COLUMNS, 1)  # from, to, buckets, min: what a run's page opens on
+OVERVIEW_ARGS = (None, None, COLUMNS, OVERVIEW_MIN)  # from, to, buckets, min: what a run's page opens on
 MAX_TRUSTED = 1000
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"}
 
@@ -223,7 +224,7 @@ class Explorer:
         strip = self.overviews.get(store, run_id)
         key = (str(self.ledger_path), strip.ledger_size, "run", run_id)
         summary = self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
-        return {**summary, **runs.publisher_view(store, run_id)}
+        return {**summary, "verdict": run_sentence(summary, OVERVIEW_MIN), **runs.publisher_view(store, run_id)}
 
     def runs(self, store: AttestationStore, request: Request) -> Answer:
         found = [self._summary(store, info.run_id) for info in store.runs()]
@@ -238,7 +239,7 @@ class Explorer:
             request.integer("from", None),
             request.integer("to", None),
             request.integer("buckets", DEFAULT_BUCKETS, 1, coverage.MAX_BUCKETS),
-            request.integer("min", 1, 1, 1_000_000),
+            request.integer("min", OVERVIEW_MIN, 1, 1_000_000),
         )
         return json_answer(self._strip(store, run_id, args, self._trusted(request)).to_dict())
 
@@ -261,7 +262,10 @@ class Explorer:
         runs.check_page(offset, limit)
         found = self._cached(store, ("disputes", run_id), lambda: runs.disputed_claims(store, run_id))
         page = [runs.claim_sides(store, claim) for claim in found[offset : offset + limit]]
-        return json_answer({"total": len(found), "offset": offset, "limit": limit, "disputes": page})
+        disputed = sum(claim.disputed for claim in found)
+        return json_answer(
+            {"total": len(found), "disputed_total": disputed, "offset": offset, "limit": limit, "disputes": page}
+        )
 
     def equivocations(self, store: AttestationStore, request: Request) -> Answer:
         return json_answer(self._cached(store, ("equivocations",), lambda: checkpoints.equivocations_view(store)))
