@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 
 def ledger_option(func: Callable) -> Callable:
@@ -154,9 +155,9 @@ def add_run(
     "--min",
     "min_count",
     type=click.IntRange(min=1),
-    default=1,
+    default=DEFAULT_REDUNDANCY,
     show_default=True,
-    help="R: report steps checked by at least R distinct keys.",
+    help="R: report steps checked by at least R distinct keys (default: the network's redundancy).",
 )
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a coverage plot.")
 @json_option

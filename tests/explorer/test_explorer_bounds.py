@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from p2paudit.explorer import connections
 from p2paudit.explorer.connections import HEAD_DEADLINE_S, WORKERS
 from tests.explorer.conftest import fetch
 from tests.explorer.explorer_helpers import SMALL
@@ -41,6 +42,38 @@ def test_200_idle_connections_start_no_thread_and_a_request_is_answered(server):
         assert threading.active_count() <= before + WORKERS, threading.active_count()
     finally:
         for sock in idle:
+            sock.close()
+
+
+@pytest.mark.serial
+def test_a_trickling_client_is_closed_at_the_head_deadline_all_the_same(server):
+    with _connect(server) as sock:
+        began = time.monotonic()
+        for byte in b"GET /api/v1/runs HTTP/1.0\r\nX-Slow: " + b"s" * 200:  # one byte every 0.1 s: 23 s in all
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:  # closed under us: what the server should do
+                break
+            if time.monotonic() - began > HEAD_DEADLINE_S + 3:
+                pytest.fail("a trickling head is still held past the deadline")
+            time.sleep(0.1)
+        sock.settimeout(5)
+        try:
+            assert sock.recv(1024) == b""  # closed, no answer
+        except ConnectionResetError:
+            pass  # closed while our bytes were in flight: the kernel answers them with a reset
+    assert time.monotonic() - began <= HEAD_DEADLINE_S + 3
+
+
+def test_connections_past_the_limit_are_refused_with_503(server, monkeypatch):
+    monkeypatch.setattr(connections, "MAX_WAITING", server.gatherer.held() + 3)
+    held = [_connect(server) for _ in range(3)]
+    try:
+        fetch(server, "/api/v1/")  # once answered, the three before it are held
+        status, body = _raw(server, b"GET /api/v1/ HTTP/1.0\r\n\r\n")
+        assert status == 503 and "as many connections" in json.loads(body)["error"]
+    finally:
+        for sock in held:
             sock.close()
 
 

@@ -4,6 +4,7 @@ a step most keys upheld is not called failed, and one redundancy default is shar
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import click
 import pytest
@@ -76,14 +77,19 @@ def test_ledger_disputes_counts_a_lone_auditors_finding(ledger_path, tmp_path):
     assert f"run {RUN[:16]}... step {LONE}: a mismatch, 1 key(s), no other outcome" in text
     found = json.loads(ledger("disputes", "--json"))
     assert [(d["step"], d["disputed"]) for d in found] == [(LONE, False), (MOSTLY, True), (AGREED, False)]
+    conn = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True)  # the SQL view, for sqlite-utils and datasette
+    rows = conn.execute("SELECT step, disputed, keys, mismatches FROM findings ORDER BY step").fetchall()
+    assert rows == [(LONE, 0, 1, 1), (MOSTLY, 1, 4, 1), (AGREED, 0, 2, 2)]
 
 
 def test_one_redundancy_default_for_init_daemon_plan_and_explorer(verdict_server, tmp_path):
     home = tmp_path / "node"
     assert CliRunner().invoke(cli, ["init"], env={"P2PAUDIT_HOME": str(home)}).exit_code == 0
     assert load_config(home / "config.json").redundancy == DEFAULT_REDUNDANCY
-    for command in ("daemon", "plan"):
-        (option,) = [p for p in cli.commands[command].params if isinstance(p, click.Option) and p.name == "redundancy"]
-        assert option.default == DEFAULT_REDUNDANCY, command
+    options = [(cli.commands[name], "redundancy") for name in ("daemon", "plan")]
+    options.append((cli.commands["ledger"].commands["coverage"], "min_count"))
+    for command, name in options:
+        (option,) = [p for p in command.params if isinstance(p, click.Option) and p.name == name]
+        assert option.default == DEFAULT_REDUNDANCY, command.name
     coverage = fetch(verdict_server, f"/api/v1/runs/{RUN}/coverage").json()
     assert coverage["min"] == DEFAULT_REDUNDANCY
