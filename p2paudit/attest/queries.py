@@ -238,6 +238,20 @@ def disputes(store: AttestationStore, run_id: bytes | None = None, findings: boo
     return found
 
 
+def finding_count(store: AttestationStore, run_id: bytes) -> int:
+    """How many claims of the run have a finding: disputed, or a key found a mismatch (disputes(findings=True)),
+    counted in SQL without reading a leaf (a run whose every step lies costs one pass, not a leaf per step)."""
+    store.check_index_current()
+    split = "(COUNT(DISTINCT key) >= 2 AND (MIN(verdict) != MAX(verdict) OR MIN(observed) != MAX(observed)))"
+    mismatch = VERDICTS.index("mismatch")
+    row = store.conn.execute(
+        f"SELECT COUNT(*) FROM (SELECT step FROM attest_index WHERE run = ? GROUP BY step "
+        f"HAVING {split} OR MAX(verdict = {mismatch}))",
+        (store.run_number(run_id),),
+    ).fetchone()
+    return int(row[0])
+
+
 def equivocations(store: AttestationStore) -> Equivocations:
     """Keys that signed two results for one step, and tree heads of one size with two roots."""
     store.check_index_current()

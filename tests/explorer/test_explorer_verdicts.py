@@ -93,3 +93,22 @@ def test_one_redundancy_default_for_init_daemon_plan_and_explorer(verdict_server
         assert option.default == DEFAULT_REDUNDANCY, command.name
     coverage = fetch(verdict_server, f"/api/v1/runs/{RUN}/coverage").json()
     assert coverage["min"] == DEFAULT_REDUNDANCY
+
+
+def test_a_daemons_status_counts_findings_beside_disputes(ledger_path, tmp_path):
+    from p2paudit.attest.queries import disputes, finding_count
+    from p2paudit.attest.store import AttestationStore
+    from tests.attest.attest_helpers import key
+    from tests.explorer.explorer_helpers import write_status
+
+    with AttestationStore.open_readonly(ledger_path) as store:  # what node.status writes for the run
+        assert (finding_count(store, VERDICT_RUN), len(disputes(store, VERDICT_RUN))) == (3, 1)
+    home = tmp_path / "home"
+    home.mkdir()
+    write_status(home / "status.json", key(1))
+    data = json.loads((home / "status.json").read_text())
+    data["runs"][0].update(findings=3, disputes=1)
+    (home / "status.json").write_text(json.dumps(data))
+    result = CliRunner().invoke(cli, ["status"], env={"P2PAUDIT_HOME": str(home)})
+    assert result.exit_code == 0, result.output
+    assert "10/20 checked 2x, 3 with a finding, 1 of them disputed" in result.output

@@ -272,9 +272,11 @@ async function pageNode() {
     ["Equivocating keys", String(s.equivocations)],
   ];
   content.appendChild(table("node", ["", ""], rows));
-  const runs = (s.runs || []).map((r) => [runLink(r.run_id, r.label), `${r.checked_once}/${r.steps}`, `${r.checked_r}/${r.steps} (${r.redundancy}x)`, String(r.disputes)]);
+  const findings = (r) => (r.findings === undefined ? "not reported by this daemon" : el("span", { class: r.findings ? "bad" : "" }, String(r.findings)));
+  const runs = (s.runs || []).map((r) => [runLink(r.run_id, r.label), `${r.checked_once}/${r.steps}`, `${r.checked_r}/${r.steps} (${r.redundancy}x)`, findings(r), String(r.disputes)]);
   content.appendChild(el("h2", {}, "Runs audited"));
-  content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Disputed"], runs));
+  content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Claims with a finding", "Disputed"], runs));
+  content.appendChild(explain("finding"));
   content.appendChild(el("h2", {}, "Recent events"));
   content.appendChild(el("ul", { id: "events" }, (s.events || []).map((line) => el("li", {}, String(line)))));
   // A running daemon's page follows it: every 2 s while it replays a step, every 5 s otherwise.
