@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
+from ledger import Checkpoint, NoteSigner, sign_checkpoint
 from ledger.cosignature import RECEIVED, CosignatureSigner, insert_cosignature, verify_cosignature
 from p2paudit.attest.codec import MAX_INT63
 from p2paudit.attest.record import sign_attestation
@@ -33,6 +34,7 @@ BACKEND = "<i>" + "B" * 25 + "</i>"  # 32
 ENGINE = "<script>window.__pwned=9</script>" + "e" * 31  # 64
 LABEL = "\u202eevil\u202c \u200bzero\u200b width \u0645\u0631\u062d\u0628\u0627 e\u0301 " + "<b>label</b> " * 20
 CHECKPOINT_TIME = MAX_INT63 - 1  # a witness's cosignature timestamp, in seconds: its largest
+PEER_SIZE = MAX_INT63 - 1  # a peer's checkpoint size: the largest SQLite holds (the format allows < 2^64)
 
 
 def _sign(n: int, step: int, verdict: str = "match", **changes) -> bytes:
@@ -82,4 +84,9 @@ def build_extreme_ledger(directory: Path) -> Path:
         cosignature = verify_cosignature(note, witness.cosign(body, CHECKPOINT_TIME), witness.verifier)
         with store.ledger.transaction() as tx:
             insert_cosignature(tx.conn, RECEIVED, cosignature, note)
+        peer = NoteSigner("peer.extreme", key(209).private_key)
+        for root in (b"\x01" * 32, b"\x02" * 32):  # two roots at the largest size: a split view
+            store.ledger.add_peer_checkpoint(
+                sign_checkpoint(Checkpoint("peer.extreme", PEER_SIZE, root), peer), peer.verifier, []
+            )
     return path

@@ -235,8 +235,9 @@ def test_every_page_renders_records_at_their_limits(browser, extreme_server, art
     for page in ("disputes.html", "ledger.html", "node.html"):
         main = open_page(browser, extreme_server, page, artifacts, "25-extreme-" + page.split(".")[0])
         assert_inert(browser, main)
-        if page == "ledger.html":  # a witness's cosignature at the largest timestamp
+        if page == "ledger.html":  # a witness's cosignature at the largest timestamp; a peer's split view
             assert "292277026596-12-04 15:30:07 UTC" in main.find_element(By.ID, "checkpoints").text
+            assert f"size {2**63 - 1}: 2 roots" in main.find_element(By.ID, "split-views").text
 
 
 # Words of every table cell outside codes (hashes, keys, machine strings) that the layout broke across lines.

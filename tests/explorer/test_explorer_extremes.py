@@ -85,5 +85,8 @@ def test_signed_times_come_with_their_dates(extreme_server):
     assert run["last_time"] == utc_text_ms(run["last_time_ms"])
     losses = {att["verifier"][:8]: (att["claimed_loss"], att["observed_loss"]) for att in step["attestations"]}
     assert ("inf", "nan") in losses.values() and ("inf", None) in losses.values()
-    cosignature = fetch(extreme_server, "/api/v1/checkpoints").json()["checkpoints"][0]["cosignatures"][0]
+    views = fetch(extreme_server, "/api/v1/checkpoints").json()
+    assert [v["size_text"] for v in views["split_views"]] == [str(2**63 - 1)]  # exact, past JSON's 2^53 in a browser
+    assert {v["size_text"] for v in views["peer_checkpoints"]} == {str(2**63 - 1)}
+    cosignature = views["checkpoints"][0]["cosignatures"][0]
     assert cosignature["time"] == utc_text_ms(CHECKPOINT_TIME * 1000)

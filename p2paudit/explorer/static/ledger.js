@@ -22,7 +22,7 @@ function equivocationList(data) {
   const keys = data.keys.map((e) => el("li", {}, "Key ", el("code", {}, short(e.verifier)), " signed ", String(e.evidence.length),
     " results for ", stepLink(e.run_id, e.subject, e.step), " of ", runLink(e.run_id), ": entries ",
     e.evidence.map((item) => item.index).join(", ")));
-  const heads = data.tree_heads.map((v) => el("li", {}, `Log ${v.origin} (key ${v.vkey.split("+")[0]}) signed ${v.roots.length} roots for size ${v.size}`));
+  const heads = data.tree_heads.map((v) => el("li", {}, `Log ${v.origin} (key ${v.vkey.split("+")[0]}) signed ${v.roots.length} roots for size ${v.size_text || v.size}`));
   return el("ul", { id: "equivocations" }, keys, heads);
 }
 
@@ -54,10 +54,10 @@ window.explorerPage = async function pageLedger() {
   content.appendChild(explain("witness"));
   content.appendChild(table("checkpoints", ["Size", "Root", "Signer", "Recorded", "Cosigned by witnesses", "With the one before"], checkpointRows(data.checkpoints)));
   content.appendChild(el("h2", {}, "Peers' checkpoints this node witnessed"));
-  const peers = data.peer_checkpoints.map((cp) => [cp.origin, String(cp.size), el("code", {}, short(cp.root, 24)), cp.status, isoText(cp.recorded_at)]);
+  const peers = data.peer_checkpoints.map((cp) => [cp.origin, cp.size_text || String(cp.size), el("code", {}, short(cp.root, 24)), cp.status, isoText(cp.recorded_at)]);
   content.appendChild(table("peer-checkpoints", ["Origin", "Size", "Root", "Status", "Recorded"], peers));
   content.appendChild(el("h2", {}, "Split views (two roots signed for one size)"));
-  const views = data.split_views.map((v) => el("li", {}, `${v.origin} size ${v.size}: ${v.roots.length} roots`, el("pre", { class: "signed" }, v.notes.join("\n"))));
+  const views = data.split_views.map((v) => el("li", {}, `${v.origin} size ${v.size_text || v.size}: ${v.roots.length} roots`, el("pre", { class: "signed" }, v.notes.join("\n"))));
   content.appendChild(explain("split view"));
   content.appendChild(el("ul", { id: "split-views" }, views.length ? views : el("li", {}, "none")));
   content.appendChild(el("h2", {}, "Equivocations"));
