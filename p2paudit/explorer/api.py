@@ -128,7 +128,8 @@ class Explorer:
             match = pattern.fullmatch(path)
             if match:
                 request = Request(match.groups(), params)
-                return self._guarded(lambda h=handler, r=request, t=takes: self._with_store(h, r, t))
+                check = (takes, PREFIX + path.rstrip("/"))
+                return self._guarded(lambda h=handler, r=request, c=check: self._with_store(h, r, c))
         malformed = malformed_path(path)
         if malformed:
             return json_answer({"error": malformed}, 400)
@@ -139,9 +140,13 @@ class Explorer:
         return json_answer(self.node(peers_only=path.startswith("/peers")))
 
     def _with_store(
-        self, handler: Callable[[AttestationStore, Request], Answer], request: Request, takes: tuple[str, ...]
+        self,
+        handler: Callable[[AttestationStore, Request], Answer],
+        request: Request,
+        check: tuple[tuple[str, ...], str],
     ) -> Answer:
-        check_names(request.params, takes, "this endpoint")
+        """`check`: the parameters the endpoint takes, and its path (for the error naming it)."""
+        check_names(request.params, *check)
         try:
             store = AttestationStore.open_readonly(self.ledger_path)
         except (AttestationError, LedgerError) as exc:
