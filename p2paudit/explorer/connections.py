@@ -8,7 +8,8 @@ process start threads without limit, and a client that sends nothing holds its t
   HEAD_DEADLINE_S after it was accepted (idle, or trickling) is closed; so is one whose head passes
   MAX_HEAD bytes (answered 431), and a new one beyond MAX_WAITING held at once (answered 503).
 - A complete head goes to a pool of WORKERS threads, which parse and answer it; at most MAX_QUEUED
-  wait for a worker (more are answered 503). Writing an answer is bounded by SEND_TIMEOUT_S per send.
+  wait for a worker (more are answered 503). Writing an answer is bounded by SEND_TIMEOUT_S per send
+  and by ANSWER_DEADLINE_S in all (server.write_by): a client that reads slowly frees its worker too.
 
 So the threads of the process are these, whatever the number of connections: the serve loop, the
 gatherer, and at most WORKERS workers.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 HEAD_DEADLINE_S = 5.0  # a whole request head within this of the connection being accepted
 SEND_TIMEOUT_S = 5.0
+ANSWER_DEADLINE_S = 30.0  # a whole answer taken by the client within this, however it trickles its reads
 MAX_HEAD = 65_536 + 16_384  # http.server's request line limit, plus headers
 MAX_WAITING = 1024  # connections held while they send their head
 WORKERS = 8

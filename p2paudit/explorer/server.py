@@ -24,6 +24,7 @@ import ipaddress
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from p2paudit.errors import InputError
+from p2paudit.explorer import connections
 from p2paudit.explorer.api import PREFIX, Answer, Explorer, json_answer
 from p2paudit.explorer.connections import Gatherer
 from p2paudit.explorer.query_text import decode_part, parse_query
@@ -231,11 +233,24 @@ class ExplorerHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(answer.body)
+            write_by(self.connection, answer.body, time.monotonic() + connections.ANSWER_DEADLINE_S)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
         if self.server.log is not None:
             self.server.log(format % args)
+
+
+def write_by(sock: socket.socket, body: bytes, deadline: float) -> None:
+    """Send `body` by `deadline` (monotonic) or raise TimeoutError: a client that reads its answer a byte at a
+    time holds a worker until the deadline, not for as long as it keeps each send making progress."""
+    view = memoryview(body)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"answer not taken within {connections.ANSWER_DEADLINE_S:.0f} s")
+        sock.settimeout(min(left, connections.SEND_TIMEOUT_S))
+        sent = sock.send(view[:65_536])
+        view = view[sent:]
 
 
 def start_in_thread(server: ExplorerServer) -> threading.Thread:

@@ -128,3 +128,30 @@ def test_a_request_http_server_refuses_is_one_line_of_json(server, capfd, head, 
     got, body = _raw(server, head)
     assert got == status and body.count(b"\n") == 0 and json.loads(body)["error"], body[:200]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_slow_reader_gets_its_answer_cut_at_the_deadline():
+    """write_by on a real socket whose peer reads 256 bytes every 50 ms: cut at its deadline, not held on."""
+    from p2paudit.explorer.server import write_by
+
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stop = threading.Event()
+
+    def read_slowly() -> None:
+        while not stop.is_set() and theirs.recv(256):
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=read_slowly, daemon=True)
+    reader.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):  # "answer not taken within", or the last send timing out at it
+            write_by(ours, b"x" * 4_000_000, time.monotonic() + 1.0)  # at 5 KB/s: 13 minutes to take it all
+        assert time.monotonic() - began < 3
+    finally:
+        stop.set()
+        ours.close()
+        reader.join(timeout=5)
+        theirs.close()
