@@ -6,7 +6,9 @@ process start threads without limit, and a client that sends nothing holds its t
 - One thread (the gatherer) holds every accepted connection in a selector and reads its request head
   without blocking, until the blank line that ends it. A connection that has not sent a whole head
   HEAD_DEADLINE_S after it was accepted (idle, or trickling) is closed; so is one whose head passes
-  MAX_HEAD bytes (answered 431), and a new one beyond MAX_WAITING held at once (answered 503).
+  MAX_HEAD bytes (answered 431), and a new one beyond MAX_WAITING held at once (answered 503). A refused
+  connection is drained for up to DRAIN_S before it is closed, so the refusal reaches the client (closing
+  with its request unread would reset the connection); past MAX_DRAINING of those, it is just closed.
 - A complete head goes to a pool of WORKERS threads, which parse and answer it; at most MAX_QUEUED
   wait for a worker (more are answered 503). Writing an answer is bounded by SEND_TIMEOUT_S per send
   and by ANSWER_DEADLINE_S in all (server.write_by): a client that reads slowly frees its worker too.
@@ -30,6 +32,8 @@ SEND_TIMEOUT_S = 5.0
 ANSWER_DEADLINE_S = 30.0  # a whole answer taken by the client within this, however it trickles its reads
 MAX_HEAD = 65_536 + 16_384  # http.server's request line limit, plus headers
 MAX_WAITING = 1024  # connections held while they send their head
+MAX_DRAINING = 256  # refused connections held open at once to deliver their refusal (beyond: just closed)
+DRAIN_S = 2.0  # how long a refused connection is drained before it is closed
 WORKERS = 8
 MAX_QUEUED = 64  # complete requests waiting for a worker
 _TICK_S = 0.25  # how often the gatherer looks for expired connections
@@ -52,15 +56,17 @@ class _Waiting:
     address: object
     deadline: float
     head: bytearray = field(default_factory=bytearray)
+    refusal: bytes | None = None  # set: answered with it, then drained until the client closes (or DRAIN_S)
 
 
-def _refuse(sock: socket.socket, answer: bytes) -> None:
+def _send_refusal(sock: socket.socket, answer: bytes) -> None:
+    """Send a refusal and end our side; the socket stays open to be drained: closing it with the client's
+    request unread would reset the connection and could destroy the answer before the client reads it."""
     try:
-        sock.setblocking(False)
-        sock.send(answer)  # best effort: a client that does not read loses the answer, never a thread
+        sock.send(answer)  # non-blocking, best effort: a client that does not read loses it, never a thread
+        sock.shutdown(socket.SHUT_WR)
     except OSError:
         pass
-    sock.close()
 
 
 class Gatherer:
@@ -77,7 +83,8 @@ class Gatherer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="explorer-worker")
         self._queued = threading.BoundedSemaphore(MAX_QUEUED + WORKERS)
-        self._held = 0
+        self._held = 0  # connections sending their head
+        self._draining = 0  # refused connections drained before they are closed
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="explorer-gatherer", daemon=True)
 
@@ -85,18 +92,29 @@ class Gatherer:
         self._thread.start()
 
     def add(self, sock: socket.socket, address: object) -> None:
-        """Take an accepted connection (from the serve loop): hold it, or refuse it when MAX_WAITING are held."""
+        """Take an accepted connection (from the serve loop): hold it; past MAX_WAITING, refuse it (503) and
+        drain it, or, past MAX_DRAINING refusals at once as well, close it."""
+        now = time.monotonic()
         with self._lock:
-            if self._closed or self._held >= MAX_WAITING:
-                full = True
-            else:
-                full = False
+            if self._closed:
+                waiting = None
+            elif self._held < MAX_WAITING:
                 self._held += 1
-                self._new.append(_Waiting(sock, address, time.monotonic() + HEAD_DEADLINE_S))
-        if full:
-            _refuse(sock, REFUSE_BUSY)
+                waiting = _Waiting(sock, address, now + HEAD_DEADLINE_S)
+            elif self._draining < MAX_DRAINING:
+                self._draining += 1
+                waiting = _Waiting(sock, address, now + DRAIN_S, refusal=REFUSE_BUSY)
+            else:
+                waiting = None
+            if waiting is not None:
+                self._new.append(waiting)
+        if waiting is None:
+            sock.close()
             return
-        self._wake_w.send(b"\0")
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # closed meanwhile: close() closes what it holds
+            pass
 
     def _run(self) -> None:
         while not self._closed:
@@ -117,16 +135,27 @@ class Gatherer:
             new, self._new = self._new, []
         for waiting in new:
             waiting.sock.setblocking(False)
+            if waiting.refusal is not None:
+                _send_refusal(waiting.sock, waiting.refusal)
             self._selector.register(waiting.sock, selectors.EVENT_READ, waiting)
 
-    def _drop(self, waiting: _Waiting, answer: bytes | None = None) -> None:
+    def _drop(self, waiting: _Waiting) -> None:
+        """Stop holding a connection and close it."""
         self._selector.unregister(waiting.sock)
         with self._lock:
+            if waiting.refusal is None:
+                self._held -= 1
+            else:
+                self._draining -= 1
+        waiting.sock.close()
+
+    def _refuse(self, waiting: _Waiting, answer: bytes) -> None:
+        """A held connection refused after all (its head too long): answered, then drained like the others."""
+        with self._lock:
             self._held -= 1
-        if answer is None:
-            waiting.sock.close()
-        else:
-            _refuse(waiting.sock, answer)
+            self._draining += 1
+        waiting.refusal, waiting.deadline = answer, time.monotonic() + DRAIN_S
+        _send_refusal(waiting.sock, answer)
 
     def _read(self, waiting: _Waiting) -> None:
         try:
@@ -135,9 +164,11 @@ class Gatherer:
             return
         except OSError:
             data = b""
-        if not data:  # the client hung up before a whole head
+        if not data:  # the client hung up (before a whole head, or after reading its refusal)
             self._drop(waiting)
             return
+        if waiting.refusal is not None:
+            return  # drained: what a refused client still sends is read and dropped
         waiting.head += data
         if b"\r\n\r\n" in waiting.head or b"\n\n" in waiting.head:
             self._selector.unregister(waiting.sock)
@@ -145,11 +176,15 @@ class Gatherer:
                 self._held -= 1
             self._dispatch(waiting)
         elif len(waiting.head) > MAX_HEAD:
-            self._drop(waiting, REFUSE_HEAD)
+            self._refuse(waiting, REFUSE_HEAD)
 
     def _dispatch(self, waiting: _Waiting) -> None:
-        if not self._queued.acquire(blocking=False):
-            _refuse(waiting.sock, REFUSE_BUSY)
+        if not self._queued.acquire(blocking=False):  # every worker busy and MAX_QUEUED waiting: refused
+            with self._lock:
+                self._draining += 1
+            waiting.refusal, waiting.deadline = REFUSE_BUSY, time.monotonic() + DRAIN_S
+            _send_refusal(waiting.sock, REFUSE_BUSY)
+            self._selector.register(waiting.sock, selectors.EVENT_READ, waiting)
             return
         waiting.sock.setblocking(True)
         waiting.sock.settimeout(SEND_TIMEOUT_S)
