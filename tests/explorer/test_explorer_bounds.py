@@ -45,6 +45,7 @@ def test_200_idle_connections_start_no_thread_and_a_request_is_answered(server):
             sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_a_trickling_client_is_closed_at_the_head_deadline_all_the_same(server):
     with _connect(server) as sock:
@@ -81,6 +82,7 @@ def test_connections_past_the_limit_are_refused_with_503(server, monkeypatch):
             sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.serial
 def test_an_idle_connection_is_closed_after_the_head_deadline(server):
     with _connect(server) as sock:
@@ -134,6 +136,7 @@ def test_a_request_http_server_refuses_is_one_line_of_json(server, capfd, head, 
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.serial
 def test_a_slow_reader_gets_its_answer_cut_at_the_deadline():
     """write_by on a real socket whose peer reads 256 bytes every 50 ms: cut at its deadline, not held on."""
     from p2paudit.explorer.server import write_by
