@@ -27,6 +27,7 @@ import nacl.exceptions as _sodium_errors
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
 from p2paudit.regular_files import read_regular
@@ -320,7 +321,9 @@ class NodeConfig:
     follow: tuple[str, ...] = ()  # publisher keys (64 hex) whose announced runs the daemon audits
 
 
-def default_config(name: str | None = None, redundancy: int = 3, home: Path | None = None) -> NodeConfig:
+def default_config(
+    name: str | None = None, redundancy: int = DEFAULT_REDUNDANCY, home: Path | None = None
+) -> NodeConfig:
     """The configuration for a fresh node under `home` (default home_dir())."""
     home = home_dir() if home is None else Path(home)
     if type(redundancy) is not int or redundancy < 1:

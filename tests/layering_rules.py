@@ -36,12 +36,14 @@ ALLOWED: dict[str, dict[str, str]] = {
     "p2paudit.__main__": {"p2paudit.cli": "`python -m p2paudit` is the CLI"},
     "p2paudit.errors": {"exit_codes": "P2PAuditError is a CodedError (the root lives below all three packages)"},
     "p2paudit.durable": {},
+    "p2paudit.defaults": {},
     "p2paudit.processes": {},
     "p2paudit.regular_files": {"p2paudit.errors": ERRORS},
     "p2paudit.identity": {
         "p2paudit.errors": ERRORS,
         "p2paudit.durable": "identity creates the node key: written atomically and fsynced",
         "p2paudit.regular_files": "identity loads the node key: a regular file, never a FIFO or a link",
+        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
     },
     "p2paudit.engine": {
         "kernels": "the design's arrow: the engine is built only on kernels",
@@ -77,6 +79,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.errors": ERRORS,
         "p2paudit.durable": "the node writes its status file atomically (DESIGN: node/ touches disk)",
         "p2paudit.regular_files": "the node reads status and announcement files as regular files",
+        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
     },
     "p2paudit.explorer": {
         "ledger": "DESIGN: web pages over a ledger",
@@ -84,6 +87,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.identity": "keys of the verifiers shown and trusted",
         "p2paudit.node": "DESIGN: and over a daemon's status (node.status)",
         "p2paudit.processes": "whether the daemon whose status is shown is still alive",
+        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
         "p2paudit.errors": ERRORS,
     },
     "p2paudit.cli": {
@@ -98,6 +102,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.errors": "DESIGN: cli maps errors to exit codes",
         "p2paudit.regular_files": "files named on the command line are read as regular files",
         "p2paudit.processes": "status: is the daemon that wrote it alive",
+        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
     },
 }
 

@@ -166,6 +166,11 @@ class Dispute:
     step: int
     sides: tuple[tuple[Evidence, ...], ...]
 
+    @property
+    def disputed(self) -> bool:
+        """Two or more keys and two or more outcomes; False for a finding no key disputes (disputes(findings=True))."""
+        return len(self.sides) >= 2 and len({item.verifier for side in self.sides for item in side}) >= 2
+
 
 @dataclass(frozen=True)
 class KeyEquivocation:
@@ -203,11 +208,12 @@ def _evidence(store: AttestationStore, where: str, params: tuple[int | bytes, ..
     ]
 
 
-def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispute]:
-    """Every disputed step (of one run, or of all runs), with the signed evidence of each side.
+def disputes(store: AttestationStore, run_id: bytes | None = None, findings: bool = False) -> list[Dispute]:
+    """Every disputed step (of one run, or of all runs), with the signed evidence of each side; with `findings`,
+    also every claim some key found a mismatch in that no key disputes (a lone auditor's finding among them).
 
     One pass over the index in primary-key order (no sort, no query per
-    step); only the leaves of disputed steps are read.
+    step); only the leaves of the steps returned are read.
     """
     store.check_index_current()
     where, params = "", tuple[int, ...]()
@@ -221,7 +227,8 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
     found = []
     for (run, step), step_rows in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
         group = list(step_rows)
-        if len({row[2] for row in group}) < 2 or len({(row[4], row[5]) for row in group}) < 2:
+        split = len({row[2] for row in group}) >= 2 and len({(row[4], row[5]) for row in group}) >= 2
+        if not split and not (findings and any(VERDICTS[row[4]] == "mismatch" for row in group)):
             continue
         sides: dict[tuple[int, bytes | None], list[Evidence]] = {}
         for _, _, key, leaf, verdict, observed in sorted(group, key=lambda row: row[3]):
@@ -229,6 +236,20 @@ def disputes(store: AttestationStore, run_id: bytes | None = None) -> list[Dispu
             sides.setdefault((verdict, observed), []).append(item)
         found.append(Dispute(run_ids[run], step, tuple(tuple(side) for side in sides.values())))
     return found
+
+
+def finding_count(store: AttestationStore, run_id: bytes) -> int:
+    """How many claims of the run have a finding: disputed, or a key found a mismatch (disputes(findings=True)),
+    counted in SQL without reading a leaf (a run whose every step lies costs one pass, not a leaf per step)."""
+    store.check_index_current()
+    split = "(COUNT(DISTINCT key) >= 2 AND (MIN(verdict) != MAX(verdict) OR MIN(observed) != MAX(observed)))"
+    mismatch = VERDICTS.index("mismatch")
+    row = store.conn.execute(
+        f"SELECT COUNT(*) FROM (SELECT step FROM attest_index WHERE run = ? GROUP BY step "
+        f"HAVING {split} OR MAX(verdict = {mismatch}))",
+        (store.run_number(run_id),),
+    ).fetchone()
+    return int(row[0])
 
 
 def equivocations(store: AttestationStore) -> Equivocations:

@@ -80,6 +80,7 @@ def dispute_dict(dispute: Dispute) -> dict[str, Any]:
     return {
         "run_id": dispute.run_id.hex(),
         **_claim(dispute.step),
+        "disputed": dispute.disputed,
         "sides": [[evidence_dict(item) for item in side] for side in dispute.sides],
     }
 

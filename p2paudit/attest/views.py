@@ -5,6 +5,9 @@
                         ("sha256:<hex>" or NULL) and the exact signed bytes
     disputes            one row per disputed claim: two or more keys and two or more outcomes
                         (verdict, observed digest), as attest.queries.disputes defines it
+    findings            one row per claim with a finding: disputed (as above), or a key found a mismatch
+                        and no key disputes it (a lone auditor's finding among them); `disputed` 1 or 0,
+                        as attest.queries.disputes(findings=True) defines it
     coverage_per_step   per run and step with any attestation: distinct keys that checked it
                         (match or mismatch), matched, found a mismatch, reported an error
     checkpoint_heads    every signed tree head the ledger holds (its own and witnessed peers'),
@@ -25,6 +28,7 @@ import sqlite3
 _VERDICT = "CASE i.verdict WHEN 0 THEN 'match' WHEN 1 THEN 'mismatch' ELSE 'error' END"
 _SUBJECT = "CASE WHEN i.step = -1 THEN 'init' ELSE 'step' END"
 _STEP = "CASE WHEN i.step = -1 THEN 0 ELSE i.step END"
+_SPLIT = "(COUNT(DISTINCT i.key) >= 2 AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed)))"
 
 VIEWS: dict[str, str] = {
     "attestations": (
@@ -41,6 +45,13 @@ VIEWS: dict[str, str] = {
         "MAX(i.leaf) AS last_leaf FROM attest_index i JOIN attest_runs r ON r.run = i.run "
         "GROUP BY i.run, i.step HAVING COUNT(DISTINCT i.key) >= 2 "
         "AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed))"
+    ),
+    "findings": (
+        f"SELECT lower(hex(r.run_id)) AS run_id, {_SUBJECT} AS subject, {_STEP} AS step, "
+        "COUNT(DISTINCT i.key) AS keys, COUNT(*) AS attestations, "
+        f"{_SPLIT} AS disputed, SUM(i.verdict = 1) AS mismatches, MIN(i.leaf) AS first_leaf, "
+        "MAX(i.leaf) AS last_leaf FROM attest_index i JOIN attest_runs r ON r.run = i.run "
+        f"GROUP BY i.run, i.step HAVING {_SPLIT} OR MAX(i.verdict = 1)"
     ),
     "coverage_per_step": (
         "SELECT lower(hex(r.run_id)) AS run_id, i.step AS step, "

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 STATUS_FILE = "status.json"
 
@@ -140,7 +141,7 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
 @click.option(
     "--redundancy",
     type=click.IntRange(min=1),
-    default=2,
+    default=DEFAULT_REDUNDANCY,
     show_default=True,
     help="Checks per step the network aims for.",
 )
@@ -278,7 +279,8 @@ def daemon(
     for run in final.runs:
         click.echo(
             f"run {run.run_id[:16]}.. ({run.label}): {run.checked_once}/{run.steps} steps checked, "
-            f"{run.checked_r}/{run.steps} checked {run.redundancy}x, {run.disputes} disputed step(s)"
+            f"{run.checked_r}/{run.steps} checked {run.redundancy}x, {run.findings} with a finding, "
+            f"{run.disputes} of them disputed"
         )
     click.echo(
         f"audited {final.audited} step(s), received {final.received} attestation(s), ledger size {final.ledger['size']}"
@@ -310,7 +312,8 @@ def status_cmd(as_json: bool) -> None:
     for run in data["runs"]:
         click.echo(
             f"run {run['run_id'][:16]}.. ({run['label']}): {run['checked_once']}/{run['steps']} steps checked, "
-            f"{run['checked_r']}/{run['steps']} checked {run['redundancy']}x, {run['disputes']} disputed"
+            f"{run['checked_r']}/{run['steps']} checked {run['redundancy']}x, "
+            f"{run.get('findings', run['disputes'])} with a finding, {run['disputes']} of them disputed"
         )
     click.echo(f"{data['equivocations']} equivocating key(s); audited {data['audited']}, received {data['received']}")
     for line in [busy_line(data, time.time()), *status_detail_lines(data)]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 
 @cli.command()
@@ -15,7 +16,7 @@ from p2paudit.cli import cli
 @click.option(
     "--redundancy",
     type=click.IntRange(min=1),
-    default=3,
+    default=DEFAULT_REDUNDANCY,
     show_default=True,
     help="How many volunteers should replay each step.",
 )

@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 
 def ledger_option(func: Callable) -> Callable:
@@ -154,9 +155,9 @@ def add_run(
     "--min",
     "min_count",
     type=click.IntRange(min=1),
-    default=1,
+    default=DEFAULT_REDUNDANCY,
     show_default=True,
-    help="R: report steps checked by at least R distinct keys.",
+    help="R: report steps checked by at least R distinct keys (default: the network's redundancy).",
 )
 @click.option("--png", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a coverage plot.")
 @json_option
@@ -233,17 +234,31 @@ def _evidence_lines(side) -> str:
 @json_option
 @ledger_option
 def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
-    """Steps on which different keys signed different outcomes, with the signed evidence."""
+    """Claims with a finding, with the signed evidence: steps (or the initial state) on which different keys
+    signed different outcomes (disputed), then those where every key that checked found a mismatch (a lone
+    auditor's finding among them). --json lists both, each with "disputed"."""
     from p2paudit.attest import queries, report
 
     with open_existing(ledger_path) as store:
-        found = queries.disputes(store, report.parse_run_id(run) if run is not None else None)
+        found = queries.disputes(store, report.parse_run_id(run) if run is not None else None, findings=True)
     if as_json:
         echo_json([report.dispute_dict(item) for item in found])
         return
-    click.echo(f"{len(found)} disputed claims (steps or the initial state)")
-    for item in found:
+    disputed = [item for item in found if item.disputed]
+    alone = [item for item in found if not item.disputed]
+    click.echo(f"{len(found)} claims with a finding: {len(disputed)} disputed between keys, {len(alone)} not disputed")
+    click.echo(f"{len(disputed)} disputed claims (steps or the initial state: keys signed different outcomes)")
+    for item in disputed:
         click.echo(f"run {item.run_id.hex()[:16]}... {_claim_name(item.step)}: {len(item.sides)} outcomes")
+        for side in item.sides:
+            click.echo(_evidence_lines(side))
+    if alone:
+        click.echo(f"{len(alone)} findings no key disputes (every key that checked reported a mismatch)")
+    for item in alone:
+        keys = len({evidence.verifier for side in item.sides for evidence in side})
+        click.echo(
+            f"run {item.run_id.hex()[:16]}... {_claim_name(item.step)}: a mismatch, {keys} key(s), no other outcome"
+        )
         for side in item.sides:
             click.echo(_evidence_lines(side))
 

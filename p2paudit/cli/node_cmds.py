@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from p2paudit.cli import cli
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 COVERAGE_TARGET = 0.99
 
@@ -65,7 +66,7 @@ def _pm(mean: float, stderr: float, scale: float = 1.0, digits: int = 1) -> str:
 @click.option("--steps", "steps", type=int, required=True, help="Steps in the run (S).")
 @click.option("--volunteers", type=int, required=True, help="Volunteers auditing it (N).")
 @click.option("--per-volunteer", type=int, required=True, help="Steps each volunteer audits (k).")
-@click.option("--redundancy", type=int, default=2, show_default=True, help="Auditors per step (r).")
+@click.option("--redundancy", type=int, default=DEFAULT_REDUNDANCY, show_default=True, help="Auditors per step (r).")
 @click.option("--churn", type=float, default=0.0, show_default=True, help="Fraction never reporting.")
 @click.option("--dishonest", type=float, default=0.0, show_default=True, help="Fraction always saying match.")
 @click.option(

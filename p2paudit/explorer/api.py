@@ -26,14 +26,28 @@ from p2paudit.errors import InputError, P2PAuditError
 from p2paudit.explorer import checkpoints, coverage, proofs, runs, steps
 from p2paudit.explorer.cache import ResultCache
 from p2paudit.explorer.node_view import node_view
-from p2paudit.explorer.overview import COLUMNS, Overviews
+from p2paudit.explorer.overview import COLUMNS, OVERVIEW_MIN, Overviews
+from p2paudit.explorer.query_text import check_names
+from p2paudit.explorer.verdicts import run_sentence
 from p2paudit.identity import parse_public_key_hex
 
 PREFIX = "/api/v1"
 DEFAULT_BUCKETS = COLUMNS
-OVERVIEW_ARGS = (None, None, COLUMNS, 1)  # from, to, buckets, min: what a run's page opens on
+OVERVIEW_ARGS = (None, None, COLUMNS, OVERVIEW_MIN)  # from, to, buckets, min: what a run's page opens on
 MAX_TRUSTED = 1000
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"}
+
+
+def malformed_path(path: str) -> str | None:
+    """Why a path under /runs/ or /entries/ that matched no route is malformed (a 400), or None (a 404)."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "runs" and len(parts) >= 2 and not re.fullmatch(r"(?:sha256:)?[0-9a-fA-F]{64}", parts[1]):
+        return f"run id {parts[1][:80]!r} is not 64 hex digits"
+    if parts[0] == "runs" and len(parts) >= 4 and parts[2] == "steps":
+        return f"step {parts[3][:40]!r} is not an integer of at most 19 digits"
+    if parts[0] == "entries" and len(parts) >= 2 and not re.fullmatch(r"[0-9]{1,19}", parts[1]):
+        return f"entry index {parts[1][:40]!r} is not an integer of at most 19 digits"
+    return None
 
 
 class NotFound(P2PAuditError):
@@ -85,21 +99,22 @@ class Explorer:
         self.status_path = status_path
         self.cache = ResultCache()
         self.overviews = Overviews(self.ledger_path, self.cache)
-        self.routes: list[tuple[re.Pattern[str], Callable[[AttestationStore, Request], Answer]]] = [
-            (re.compile(p + r"/?"), handler)
-            for p, handler in (
-                (r"", self.index),
-                (r"/runs", self.runs),
-                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})", self.run),
-                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/coverage", self.coverage),
-                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/steps/([0-9]{1,19})", self.step),
-                (r"/runs/((?:sha256:)?[0-9a-fA-F]{64})/init", self.init),
-                (r"/disputes", self.disputes),
-                (r"/equivocations", self.equivocations),
-                (r"/checkpoints", self.checkpoints),
-                (r"/entries/([0-9]{1,19})", self.entry),
-                (r"/entries/([0-9]{1,19})/raw", self.entry_raw),
-                (r"/entries/([0-9]{1,19})/proof", self.entry_proof),
+        run = r"/runs/((?:sha256:)?[0-9a-fA-F]{64})"
+        self.routes: list[tuple[re.Pattern[str], Callable[[AttestationStore, Request], Answer], tuple[str, ...]]] = [
+            (re.compile(p + r"/?"), handler, takes)
+            for p, handler, takes in (
+                (r"", self.index, ()),
+                (r"/runs", self.runs, ()),
+                (run, self.run, ()),
+                (run + r"/coverage", self.coverage, ("from", "to", "buckets", "min", "trusted")),
+                (run + r"/steps/([0-9]{1,19})", self.step, ()),
+                (run + r"/init", self.init, ()),
+                (r"/disputes", self.disputes, ("run", "offset", "limit")),
+                (r"/equivocations", self.equivocations, ()),
+                (r"/checkpoints", self.checkpoints, ()),
+                (r"/entries/([0-9]{1,19})", self.entry, ()),
+                (r"/entries/([0-9]{1,19})/raw", self.entry_raw, ()),
+                (r"/entries/([0-9]{1,19})/proof", self.entry_proof, ("download",)),
             )
         ]
 
@@ -108,15 +123,30 @@ class Explorer:
     def answer(self, path: str, params: dict[str, str]) -> Answer:
         """The answer to GET PREFIX + path; errors become JSON {"error": one line} with their HTTP status."""
         if path.rstrip("/") in ("/node", "/peers"):
-            return self._guarded(lambda: json_answer(self.node(peers_only=path.startswith("/peers"))))
-        for pattern, handler in self.routes:
+            return self._guarded(lambda: self._node_answer(path, params))
+        for pattern, handler, takes in self.routes:
             match = pattern.fullmatch(path)
             if match:
                 request = Request(match.groups(), params)
-                return self._guarded(lambda h=handler, r=request: self._with_store(h, r))
+                check = (takes, PREFIX + path.rstrip("/"))
+                return self._guarded(lambda h=handler, r=request, c=check: self._with_store(h, r, c))
+        malformed = malformed_path(path)
+        if malformed:
+            return json_answer({"error": malformed}, 400)
         return json_answer({"error": f"no API endpoint {PREFIX}{path[:200]}"}, 404)
 
-    def _with_store(self, handler: Callable[[AttestationStore, Request], Answer], request: Request) -> Answer:
+    def _node_answer(self, path: str, params: dict[str, str]) -> Answer:
+        check_names(params, (), PREFIX + path.rstrip("/"))
+        return json_answer(self.node(peers_only=path.startswith("/peers")))
+
+    def _with_store(
+        self,
+        handler: Callable[[AttestationStore, Request], Answer],
+        request: Request,
+        check: tuple[tuple[str, ...], str],
+    ) -> Answer:
+        """`check`: the parameters the endpoint takes, and its path (for the error naming it)."""
+        check_names(request.params, *check)
         try:
             store = AttestationStore.open_readonly(self.ledger_path)
         except (AttestationError, LedgerError) as exc:
@@ -199,7 +229,7 @@ class Explorer:
         strip = self.overviews.get(store, run_id)
         key = (str(self.ledger_path), strip.ledger_size, "run", run_id)
         summary = self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
-        return {**summary, **runs.publisher_view(store, run_id)}
+        return {**summary, "verdict": run_sentence(summary, OVERVIEW_MIN), **runs.publisher_view(store, run_id)}
 
     def runs(self, store: AttestationStore, request: Request) -> Answer:
         found = [self._summary(store, info.run_id) for info in store.runs()]
@@ -214,7 +244,7 @@ class Explorer:
             request.integer("from", None),
             request.integer("to", None),
             request.integer("buckets", DEFAULT_BUCKETS, 1, coverage.MAX_BUCKETS),
-            request.integer("min", 1, 1, 1_000_000),
+            request.integer("min", OVERVIEW_MIN, 1, 1_000_000),
         )
         return json_answer(self._strip(store, run_id, args, self._trusted(request)).to_dict())
 
@@ -237,7 +267,10 @@ class Explorer:
         runs.check_page(offset, limit)
         found = self._cached(store, ("disputes", run_id), lambda: runs.disputed_claims(store, run_id))
         page = [runs.claim_sides(store, claim) for claim in found[offset : offset + limit]]
-        return json_answer({"total": len(found), "offset": offset, "limit": limit, "disputes": page})
+        disputed = sum(claim.disputed for claim in found)
+        return json_answer(
+            {"total": len(found), "disputed_total": disputed, "offset": offset, "limit": limit, "disputes": page}
+        )
 
     def equivocations(self, store: AttestationStore, request: Request) -> Answer:
         return json_answer(self._cached(store, ("equivocations",), lambda: checkpoints.equivocations_view(store)))

@@ -12,6 +12,7 @@ from p2paudit.attest.queries import equivocations
 from p2paudit.attest.report import equivocations_dict, split_view_dict
 from p2paudit.attest.store import AttestationStore
 from p2paudit.explorer.db import query
+from p2paudit.explorer.times import utc_text_s
 
 MAX_CHECKPOINTS = 100
 
@@ -60,7 +61,13 @@ def own_checkpoints(store: AttestationStore, limit: int = MAX_CHECKPOINTS) -> li
     received: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for item in read_cosignatures(store.conn, "received", store.ledger.origin):
         received.setdefault((item.size, item.root.hex()), []).append(
-            {"cosigner": _signer(item.cosigner), "vkey": item.cosigner, "timestamp": item.timestamp, "line": item.line}
+            {
+                "cosigner": _signer(item.cosigner),
+                "vkey": item.cosigner,
+                "timestamp": item.timestamp,
+                "time": utc_text_s(item.timestamp),
+                "line": item.line,
+            }
         )
     made = []
     for number, row in enumerate(rows[:limit]):
@@ -85,7 +92,7 @@ def peer_checkpoints(store: AttestationStore, limit: int = MAX_CHECKPOINTS) -> l
         "WHERE kind = 'peer' ORDER BY id DESC LIMIT :limit",
         {"limit": limit},
     )
-    return [{**row, "signer": _signer(row["vkey"])} for row in rows]
+    return [{**row, "size_text": str(row["size"]), "signer": _signer(row["vkey"])} for row in rows]
 
 
 def given_cosignatures(store: AttestationStore, limit: int = MAX_CHECKPOINTS) -> list[dict[str, Any]]:
@@ -98,6 +105,7 @@ def given_cosignatures(store: AttestationStore, limit: int = MAX_CHECKPOINTS) ->
             "root": item.root.hex(),
             "cosigner": _signer(item.cosigner),
             "timestamp": item.timestamp,
+            "time": utc_text_s(item.timestamp),
             "line": item.line,
         }
         for item in reversed(given)
@@ -111,10 +119,17 @@ def ledger_view(store: AttestationStore) -> dict[str, Any]:
         "checkpoints": own_checkpoints(store),
         "peer_checkpoints": peer_checkpoints(store),
         "given_cosignatures": given_cosignatures(store),
-        "split_views": [split_view_dict(view) for view in store.ledger.split_views()],
+        "split_views": [_with_size_text(split_view_dict(view)) for view in store.ledger.split_views()],
     }
 
 
 def equivocations_view(store: AttestationStore) -> dict[str, Any]:
     """Keys that signed two results for one claim (with the signed evidence) and split views of tree heads."""
-    return equivocations_dict(equivocations(store))
+    found = equivocations_dict(equivocations(store))
+    return {**found, "tree_heads": [_with_size_text(view) for view in found["tree_heads"]]}
+
+
+def _with_size_text(view: dict[str, Any]) -> dict[str, Any]:
+    """A peer's tree size as decimal text too: a peer signs any size below 2^63 (what SQLite holds), and a
+    browser's JSON numbers lose the digits past 2^53, so the pages show the text."""
+    return {**view, "size_text": str(view["size"])}

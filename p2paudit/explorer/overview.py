@@ -23,10 +23,12 @@ from typing import Any
 from ledger import LedgerError
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.store import AttestationStore
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.explorer.cache import ResultCache
 from p2paudit.explorer.coverage import CoverageStrip, bucket_coverage, strip_from_dict
 
 COLUMNS = 1000  # = the page's strip
+OVERVIEW_MIN = DEFAULT_REDUNDANCY  # "checked R times" on the runs list and a run's first view: the network's R
 SAVED_FORMAT = "p2paudit-explorer-overviews"
 SAVED_VERSION = 1
 _REFRESH_ERRORS = (AttestationError, LedgerError, sqlite3.Error)  # a ledger that cannot be read now: next request
@@ -43,7 +45,9 @@ class Overviews:
     def compute(self, store: AttestationStore, run_id: bytes) -> CoverageStrip:
         """The run's overview at the store's current size (computed once per size, whoever asks)."""
         key = (str(self.ledger_path), store.ledger.size, "overview", run_id)
-        strip = self.cache.get_or_compute(key, lambda: bucket_coverage(store, run_id, buckets=COLUMNS))
+        strip = self.cache.get_or_compute(
+            key, lambda: bucket_coverage(store, run_id, buckets=COLUMNS, min_count=OVERVIEW_MIN)
+        )
         with self._lock:
             held = self._latest.get(run_id)
             if held is None or held.ledger_size < strip.ledger_size:
@@ -144,7 +148,7 @@ class Overviews:
             run = store.run_info(bytes.fromhex(item["run_id"]))
             strip = strip_from_dict(item, run)
             whole = (strip.start, strip.stop, strip.min_count, strip.trusted_keys, len(strip.buckets))
-            if whole != (0, run.steps, 1, None, min(COLUMNS, run.steps)):
+            if whole != (0, run.steps, OVERVIEW_MIN, None, min(COLUMNS, run.steps)):
                 return None  # not an overview (another range, filter or width)
             if not 0 < strip.ledger_size <= store.ledger.size:
                 return None

@@ -9,17 +9,23 @@ from p2paudit.attest.record import VERDICTS, decode_signed
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.report import digest_text
 from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InputError
 from p2paudit.explorer.coverage import Bucket, CoverageStrip, bucket_coverage
 from p2paudit.explorer.db import query
+from p2paudit.explorer.times import utc_text_ms
 
 MAX_PAGE = 500
 
+# A claim with a finding: disputed (two or more keys, two or more outcomes), or any key's mismatch (a lone
+# auditor that caught a lie is a finding, not "0 disputes").
+_MISMATCH = VERDICTS.index("mismatch")
+_SPLIT = "(COUNT(DISTINCT i.key) >= 2 AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed)))"
 _DISPUTED = (
     "SELECT r.run_id AS run_id, i.run AS run, i.step AS step, COUNT(DISTINCT i.key) AS keys, "
-    "COUNT(*) AS attestations FROM attest_index i JOIN attest_runs r ON r.run = i.run {where}"
-    "GROUP BY i.run, i.step HAVING COUNT(DISTINCT i.key) >= 2 "
-    "AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed)) ORDER BY i.run, i.step"
+    f"COUNT(*) AS attestations, {_SPLIT} AS disputed FROM attest_index i JOIN attest_runs r ON r.run = i.run "
+    "{where}"
+    f"GROUP BY i.run, i.step HAVING {_SPLIT} OR MAX(i.verdict = {_MISMATCH}) ORDER BY i.run, i.step"
 )
 
 
@@ -53,6 +59,7 @@ class RunSummary:
             "init": asdict(self.init),
             "last_leaf": self.last_leaf,
             "last_time_ms": self.last_time_ms,
+            "last_time": utc_text_ms(self.last_time_ms),
             "ledger_size": self.ledger_size,
         }
 
@@ -71,7 +78,7 @@ def run_summary(store: AttestationStore, run_id: bytes, strip: CoverageStrip | N
     """One run: coverage totals over all its steps (from `strip`, the run's coverage over every step and every
     key, when the caller holds it), its init attestations, its newest entry."""
     if strip is None or (strip.start, strip.stop, strip.trusted_keys) != (0, strip.run.steps, None):
-        strip = bucket_coverage(store, run_id, buckets=1)
+        strip = bucket_coverage(store, run_id, buckets=1, min_count=DEFAULT_REDUNDANCY)
     init = init_summary(store, run_id, strip.ledger_size)  # as of the strip's size, so the counts agree
     last = strip.last_leaf
     init_last = store.conn.execute(
@@ -98,16 +105,18 @@ class DisputedClaim:
     step: int  # the index's step: -1 is the initial state
     keys: int
     attestations: int
+    disputed: bool  # keys disagree; otherwise every key that checked reported the same mismatch
 
 
 def disputed_claims(store: AttestationStore, run_id: bytes | None = None) -> list[DisputedClaim]:
-    """Every disputed claim (of one run, or all): one pass over the index, no leaf read."""
+    """Every claim with a finding (of one run, or all): disputed, or a mismatch no key disputes; one pass over
+    the index, no leaf read."""
     store.check_index_current()
     where, params = "", {}
     if run_id is not None:
         where, params = "WHERE i.run = :run ", {"run": store.run_number(run_id)}
     rows = query(store, _DISPUTED.format(where=where), params)
-    return [DisputedClaim(**row) for row in rows]
+    return [DisputedClaim(**{**row, "disputed": bool(row["disputed"])}) for row in rows]
 
 
 def check_page(offset: int, limit: int) -> None:
@@ -136,5 +145,6 @@ def claim_sides(store: AttestationStore, claim: DisputedClaim) -> dict[str, Any]
         "step": 0 if init else claim.step,
         "keys": claim.keys,
         "attestations": claim.attestations,
+        "disputed": claim.disputed,
         "sides": list(sides.values()),
     }

@@ -10,23 +10,33 @@
   styles and fetches (no inline script, no eval, no frames), nosniff, no referrer.
 - When listening on loopback, a request whose Host header names another host
   is refused (421): a web page elsewhere cannot reach the API by DNS rebinding.
+- Bounded (explorer.connections): a connection waits for its request head without a thread and is
+  closed if the head is not whole within a few seconds; a fixed pool of threads answers complete requests.
+- Every refusal is one line of JSON with its status: a malformed path or query is 400 (query_text), and
+  http.server's own refusals (a request line too long, a bad version) are JSON too, never an HTML page.
+  An error of ours is one line in the log (500), never a traceback per request.
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from p2paudit.errors import InputError
+from p2paudit.explorer import connections
 from p2paudit.explorer.api import PREFIX, Answer, Explorer, json_answer
+from p2paudit.explorer.connections import Gatherer
+from p2paudit.explorer.query_text import decode_part, parse_query
 
 DEFAULT_LISTEN = "127.0.0.1:8321"
 CONTENT_TYPES = {
@@ -80,10 +90,11 @@ def is_loopback(host: str) -> bool:
     return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
-class ExplorerServer(ThreadingHTTPServer):
-    """A threading HTTP server holding the API (`explorer`) and the static files."""
+class ExplorerServer(HTTPServer):
+    """An HTTP server holding the API (`explorer`) and the static files, serving through a Gatherer:
+    a bounded number of threads whatever the number of connections (explorer.connections)."""
 
-    daemon_threads = True
+    request_queue_size = 128  # the listen backlog
 
     def __init__(self, address: tuple[str, int], explorer: Explorer, log: Callable[[str], None] | None = None) -> None:
         self.address_family = _family(address[0])
@@ -93,16 +104,37 @@ class ExplorerServer(ThreadingHTTPServer):
         self.log = log
         self.loopback = is_loopback(address[0])
         self.warming: threading.Thread | None = None
+        self.gatherer = Gatherer(self._serve)
+        self.gatherer.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """The serve loop hands each accepted connection to the gatherer (no thread of its own)."""
+        self.gatherer.add(request, client_address)
+
+    def _serve(self, sock: socket.socket, client_address: Any, head: bytes) -> None:
+        """On a worker: answer the request whose head was gathered, then close the connection."""
+        try:
+            ExplorerHandler(sock, client_address, self, head)
+        except Exception:
+            self.handle_error(sock, client_address)
+        finally:
+            self.shutdown_request(sock)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.gatherer.close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away mid-answer is no error of ours; anything else goes to the log, if any."""
+        """A client that went away mid-answer is no error of ours; anything else is one line in the log
+        (or on stderr without one), never a traceback per request."""
         error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
+        if isinstance(error, (ConnectionError, TimeoutError)):
             return
+        line = f"error answering {client_address}: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
         if self.log is not None:
-            self.log(f"error answering {client_address}: {type(error).__name__}: {error}")
+            self.log(line)
         else:
-            super().handle_error(request, client_address)  # a bug of ours: its traceback on stderr
+            sys.stderr.write(line + "\n")
 
     @property
     def url(self) -> str:
@@ -129,25 +161,46 @@ def _family(host: str) -> socket.AddressFamily:
 
 
 class ExplorerHandler(BaseHTTPRequestHandler):
+    """Answers one request whose head the gatherer already read (`head`): it parses that, not the socket."""
+
     server: ExplorerServer
     server_version = "p2paudit-explorer"
     sys_version = ""
+    default_request_version = "HTTP/1.0"  # every answer has a status line and headers, even to HTTP/0.9 or junk
+
+    def __init__(self, request: Any, client_address: Any, server: ExplorerServer, head: bytes = b"") -> None:
+        self.head = head
+        super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BytesIO(self.head)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (request line too long, bad syntax or version) as one line of JSON."""
+        self.close_connection = True
+        text = message or self.responses.get(code, ("refused",))[0]
+        self._send(json_answer({"error": " ".join(str(text).split())[:200]}, code))
 
     def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
         try:
             self._get()
         except Exception as exc:
             self._send(json_answer({"error": f"internal error (a bug in p2paudit): {type(exc).__name__}"}, 500))
-            raise  # to handle_error: the traceback
+            raise  # to handle_error: one line in the log
 
     def _get(self) -> None:
         if not self.server.allowed_host(self.headers.get("Host")):
             self._send(json_answer({"error": "this explorer answers only requests addressed to loopback"}, 421))
             return
         parts = urllib.parse.urlsplit(self.path)
-        path = urllib.parse.unquote(parts.path)
+        try:
+            path = decode_part(parts.path, "path")
+            params = parse_query(parts.query)
+        except InputError as exc:
+            self._send(json_answer({"error": str(exc)}, 400))
+            return
         if path == PREFIX or path.startswith(PREFIX + "/"):
-            params = {k: v[0] for k, v in urllib.parse.parse_qs(parts.query, max_num_fields=50).items()}
             self._send(self.server.explorer.answer(path[len(PREFIX) :], params), api=True)
             return
         found = self.server.static.get(path)
@@ -180,11 +233,24 @@ class ExplorerHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(answer.body)
+            write_by(self.connection, answer.body, time.monotonic() + connections.ANSWER_DEADLINE_S)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
         if self.server.log is not None:
             self.server.log(format % args)
+
+
+def write_by(sock: socket.socket, body: bytes, deadline: float) -> None:
+    """Send `body` by `deadline` (monotonic) or raise TimeoutError: a client that reads its answer a byte at a
+    time holds a worker until the deadline, not for as long as it keeps each send making progress."""
+    view = memoryview(body)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"answer not taken within {connections.ANSWER_DEADLINE_S:.0f} s")
+        sock.settimeout(min(left, connections.SEND_TIMEOUT_S))
+        sent = sock.send(view[:65_536])
+        view = view[sent:]
 
 
 def start_in_thread(server: ExplorerServer) -> threading.Thread:

@@ -17,6 +17,8 @@ from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError
 from p2paudit.explorer.diagnosis_view import claim_diagnosis, loss_value, ulps_between
+from p2paudit.explorer.times import utc_text_ms
+from p2paudit.explorer.verdicts import claim_verdict
 from p2paudit.identity import peer_id_of
 
 # (finding, claimed field, observed field) of a v2 record's JSON view
@@ -51,6 +53,7 @@ def attestation_view(index: int, signed: SignedAttestation) -> dict[str, Any]:
     return {
         "index": index,
         **view,
+        "time": utc_text_ms(signed.attestation.time_ms),  # the signed time as a date (times.py: any int)
         "peer_id": peer_id_of(signed.attestation.verifier),
         "claimed_loss": loss_value(view.get("claimed_loss_bits")),
         "observed_loss": loss_value(view.get("observed_loss_bits")),
@@ -108,6 +111,7 @@ def claim_detail(store: AttestationStore, run_id: bytes, step: int) -> dict[str,
         "claims": claims,
         "outcomes": outcomes,
         "disputed": len(keys) >= 2 and len(outcomes) >= 2,
+        "verdict": claim_verdict("init" if init else "step", 0 if init else step, views),  # sentence and tone
         "equivocating_keys": _equivocating(pairs),
         "diagnosis": claim_diagnosis("init" if init else "step", claims, views, outcomes),
         "attestations": views,

@@ -48,11 +48,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
+from p2paudit.defaults import DEFAULT_REDUNDANCY  # noqa: F401 (re-exported: plan and tests import it here)
 from p2paudit.errors import InputError
 
 ASSIGN_DOMAIN = b"p2paudit/assign/v1\x00"
 PICK_DOMAIN = b"p2paudit/pick/v1\x00"
-DEFAULT_REDUNDANCY = 2
 MAX_STEP = 2**64 - 1
 _MAX_FIELD = 2**16 - 1
 

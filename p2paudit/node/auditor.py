@@ -28,6 +28,7 @@ from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import MISMATCH, StepAudit
 from p2paudit.audit.replay import RunView, StepRange, verify_range
 from p2paudit.audit.streamed_replay import verify_range_planned
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.identity import Identity
 from p2paudit.node.assignment import pick_value, steps_for
 from p2paudit.node.replays import REPLAYS
@@ -43,7 +44,7 @@ class AuditPolicy:
     hides the flag and names it for what it does).
     """
 
-    redundancy: int = 2
+    redundancy: int = DEFAULT_REDUNDANCY
     trusted: frozenset[bytes] | None = None
     lie_about_step: int | None = None
     scratch_dir: Path | None = None  # where a streaming replay keeps its files; None: in memory always

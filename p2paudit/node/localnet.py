@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InternalError
 from p2paudit.node.status import read_status
 
@@ -109,7 +110,7 @@ def start_network(
     specs: tuple[NodeSpec, ...],
     run_dir: Path,
     backend: str = "reference",
-    redundancy: int = 2,
+    redundancy: int = DEFAULT_REDUNDANCY,
     extra: tuple[str, ...] = (),
 ) -> LocalNet:
     """Start node 0, wait for its address, then every other node with only that address."""

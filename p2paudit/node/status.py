@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p2paudit.attest.queries import coverage, disputes, equivocations
+from p2paudit.attest.queries import coverage, disputes, equivocations, finding_count
 from p2paudit.attest.store import AttestationStore
 from p2paudit.durable import write_atomically
 from p2paudit.errors import InputError
@@ -58,6 +58,7 @@ class RunStatus:
     checked_r: int
     redundancy: int
     disputes: int
+    findings: int = 0  # claims with a finding: the disputes and every mismatch no key disputes (a lone auditor's)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def snapshot(
                 sum(1 for s in cov.per_step if s.checked >= r),
                 r,
                 len(disputes(store, m.run_id)),
+                finding_count(store, m.run_id),
             )
         )
     busy = live["busy"]

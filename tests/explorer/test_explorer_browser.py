@@ -143,7 +143,7 @@ def test_coverage_of_a_100000_step_run_loads_fast_and_zooms_to_a_step(browser, s
     width = canvas.size["width"]
 
     def click_column(index: int, columns: int) -> None:
-        offset = int((index + 0.5) * width / columns - width / 2)
+        offset = round((index + 0.5) * width / columns - width / 2)  # round: int() fell a column short at odd widths
         ActionChains(browser).move_to_element_with_offset(canvas, offset, 0).click().perform()
 
     browser.execute_script("document.body.dataset.ready = null")
@@ -194,3 +194,131 @@ def test_initial_state_ledger_node_and_disputes_pages(browser, server, artifacts
     main = open_page(browser, server, "disputes.html", artifacts, "10-disputes")
     assert main.find_element(By.ID, "dispute-count").text == "5 disputed claims"
     assert len(main.find_elements(By.CSS_SELECTOR, "#disputes > li")) == 5
+
+
+@pytest.fixture(scope="module")
+def extreme_server(tmp_path_factory):
+    from p2paudit.explorer.server import make_server, start_in_thread
+    from tests.explorer.extreme_helpers import build_extreme_ledger
+
+    made = make_server("127.0.0.1:0", build_extreme_ledger(tmp_path_factory.mktemp("extreme")))
+    start_in_thread(made)
+    yield made
+    made.shutdown()
+    made.server_close()
+
+
+def test_every_page_renders_records_at_their_limits(browser, extreme_server, artifacts):
+    """Times past JavaScript's Date and Python's datetime, NaN and infinite losses, the longest text fields,
+    the last step of a 2^32-step run: each page loads whole and shows them as text."""
+    from selenium.webdriver.common.by import By
+
+    from tests.explorer.extreme_helpers import EXTREME, HARDWARE, LABEL, LAST_STEP
+
+    run = EXTREME.hex()
+    main = open_page(browser, extreme_server, "index.html", artifacts, "20-extreme-runs")
+    assert "292278994-08-17 07:12:55.807 UTC" in main.find_element(By.ID, "runs").text
+    link = main.find_element(By.CSS_SELECTOR, "#runs a.run-link")
+    assert browser.execute_script("return arguments[0].textContent", link) == LABEL
+    assert_inert(browser, main)
+    main = open_page(browser, extreme_server, f"run.html?run={run}", artifacts, "21-extreme-run")
+    assert main.find_element(By.ID, "range").text.startswith(f"Steps 0–{LAST_STEP} of {LAST_STEP + 1}")
+    main = open_page(browser, extreme_server, f"step.html?run={run}&step={LAST_STEP}", artifacts, "22-extreme-step")
+    table = main.find_element(By.ID, "attestations").text
+    assert "292278994-08-17 07:12:55.806 UTC" in table and "1970-01-01 00:00:00 UTC" in table
+    assert HARDWARE in table and "nan" in table
+    assert_inert(browser, main)
+    main = open_page(browser, extreme_server, f"step.html?run={run}&step=0", artifacts, "23-extreme-step-0")
+    table = main.find_element(By.ID, "attestations").text
+    assert "275760-09-13 00:00:00.001 UTC" in table and "10000-01-01 00:00:00 UTC" in table
+    main = open_page(browser, extreme_server, f"step.html?run={run}&init=1", artifacts, "24-extreme-init")
+    for page in ("disputes.html", "ledger.html", "node.html"):
+        main = open_page(browser, extreme_server, page, artifacts, "25-extreme-" + page.split(".")[0])
+        assert_inert(browser, main)
+        if page == "ledger.html":  # a witness's cosignature at the largest timestamp; a peer's split view
+            assert "292277026596-12-04 15:30:07 UTC" in main.find_element(By.ID, "checkpoints").text
+            assert f"size {2**63 - 1}: 2 roots" in main.find_element(By.ID, "split-views").text
+
+
+# Words of every table cell outside codes (hashes, keys, machine strings) that the layout broke across lines.
+BROKEN_WORDS = """
+const broken = [];
+for (const cell of document.querySelectorAll("table.grid td, table.grid th")) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("code, small, .machine, pre")) continue;
+    const words = /\\S{2,}/g;
+    let m;
+    while ((m = words.exec(node.data))) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      if (new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size > 1) broken.push(m[0]);
+    }
+  }
+}
+return broken;
+"""
+RED, GREEN = "rgb(179, 21, 27)", "rgb(46, 139, 58)"
+
+
+@pytest.fixture(scope="module")
+def verdict_server(tmp_path_factory):
+    from p2paudit.explorer.server import make_server, start_in_thread
+    from tests.explorer.verdict_helpers import build_verdict_ledger
+
+    made = make_server("127.0.0.1:0", build_verdict_ledger(tmp_path_factory.mktemp("verdicts")))
+    start_in_thread(made)
+    yield made
+    made.shutdown()
+    made.server_close()
+
+
+def _border(browser, element_id: str) -> str:
+    return browser.execute_script(f"return getComputedStyle(document.getElementById('{element_id}')).borderLeftColor")
+
+
+def test_the_verdict_in_words_and_colours_that_agree(browser, verdict_server, artifacts):
+    from selenium.webdriver.common.by import By
+
+    from tests.explorer.verdict_helpers import LONE, MOSTLY, UPHELD, VERDICT_RUN
+
+    run = VERDICT_RUN.hex()
+    main = open_page(browser, verdict_server, f"step.html?run={run}&step={LONE}", artifacts, "30-lone-finding")
+    first = main.find_element(By.CSS_SELECTOR, "#content > p")
+    assert first.get_attribute("id") == "verdict-sentence" and "1 key reported a different state" in first.text
+    banner = main.find_element(By.ID, "dispute-banner")
+    assert not banner.text.startswith("Not disputed") and banner.text.startswith("A finding")
+    assert _border(browser, "dispute-banner") == RED and _border(browser, "verdict-sentence") == RED
+    main = open_page(browser, verdict_server, f"step.html?run={run}&step={MOSTLY}", artifacts, "31-mostly-upheld")
+    assert main.find_element(By.ID, "verdict-sentence").text.startswith(
+        "3 of 4 independent checks reproduced step 1 exactly; 1 key reported a different state"
+    )
+    assert main.find_element(By.ID, "dispute-banner").text.startswith("Disputed: 2 outcomes from 4 keys")
+    assert _border(browser, "dispute-banner") not in (RED, GREEN)  # amber: neither faked nor clean
+    assert main.find_element(By.CSS_SELECTOR, "p.explain[data-term=disputed]").text.startswith("Disputed: two or more")
+    main = open_page(browser, verdict_server, f"step.html?run={run}&step={UPHELD}", artifacts, "32-upheld")
+    assert _border(browser, "dispute-banner") == GREEN
+    main = open_page(browser, verdict_server, f"run.html?run={run}", artifacts, "33-verdict-run")
+    assert main.find_element(By.ID, "verdict-sentence").text.startswith("The publisher claims 10 training steps")
+    assert "R, the redundancy" in main.find_element(By.ID, "run-glossary").text
+    main = open_page(browser, verdict_server, "disputes.html", artifacts, "34-findings")
+    assert main.find_element(By.ID, "dispute-count").text == "1 disputed claims"
+    assert len(main.find_elements(By.CSS_SELECTOR, "#findings > li")) == 2
+
+
+def test_jargon_explained_dates_shown_and_no_word_broken_in_a_cell(browser, server, artifacts):
+    from selenium.webdriver.common.by import By
+
+    browser.set_window_size(1000, 1000)
+    try:
+        main = open_page(browser, server, "ledger.html", artifacts, "35-ledger-glossary")
+        for term in ("split view", "equivocation", "witness", "inclusion proof"):
+            assert main.find_elements(By.CSS_SELECTOR, f'p.explain[data-term="{term}"]'), term
+        recorded = main.find_elements(By.CSS_SELECTOR, "#checkpoints tbody tr td:nth-child(4)")
+        assert recorded and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", c.text) for c in recorded)
+        for page, shot in (("index.html", "36-runs-narrow"), (f"step.html?run={SMALL.hex()}&step=3", "37-step-narrow")):
+            open_page(browser, server, page, artifacts, shot)
+            assert browser.execute_script(BROKEN_WORDS) == [], page
+    finally:
+        browser.set_window_size(1400, 1000)

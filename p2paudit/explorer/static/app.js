@@ -49,9 +49,41 @@ function short(hex, n) {
   return text.length > (n || 16) ? text.slice(0, n || 16) + "…" : text;
 }
 
-function when(ms) {
+// A time as a date: the server's text where it gives one (times.py: exact for every time a record can sign);
+// otherwise converted here, and a number Date cannot hold (beyond ±8.64e15 ms) is shown as the number.
+function when(ms, text) {
+  if (typeof text === "string") return text;
   if (ms === null || ms === undefined) return "-";
-  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  const date = new Date(ms);
+  if (!Number.isFinite(date.getTime())) return `${ms} ms after 1970 (not a date this browser can show)`;
+  return date.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+// A date in a table cell: never broken at its hyphens.
+function dateEl(ms, text) {
+  return el("span", { class: "time" }, when(ms, text));
+}
+
+// One line that says what a word of the trade means, beside where it is used (GLOSSARY's terms only).
+const GLOSSARY = {
+  "split view": "A split view: the log's key signed two different trees of the same size, so it showed two readers two different histories; an honest log never does.",
+  equivocation: "An equivocation: one key signed two different results for the same claim; an honest verifier signs one, so the key is wrong at least once.",
+  disputed: "Disputed: two or more keys checked the same claim and signed different results, so at least one of them is wrong.",
+  finding: "A finding: a key replayed the claim and got a different result (a mismatch), whether or not any other key checked it.",
+  witness: "A witness: another node that checked this log's checkpoint extends every one it saw before, and signed it (a cosignature).",
+  checkpoint: "A checkpoint: the log's key signing the size and root hash of its tree; a later one must contain every earlier entry (consistent).",
+  "inclusion proof": "An inclusion proof: the few hashes that show an entry is in the signed tree, checkable without the rest of the log.",
+  redundancy: "R, the redundancy: how many different keys should check each step; the network aims for it (the default of init and daemon).",
+  ulp: "An ulp (unit in the last place): the gap between two neighbouring floating-point numbers; 1 ulp apart is the smallest difference there is.",
+};
+
+function explain(term) {
+  return el("p", { class: "explain", "data-term": term }, GLOSSARY[term]);
+}
+
+// A time the ledger recorded on this node's clock (ISO 8601 in UTC) in the pages' form.
+function isoText(text) {
+  return typeof text === "string" ? text.replace("T", " ").replace(/(\+00:00|Z)$/, " UTC") : "-";
 }
 
 function pct(part, whole) {
@@ -112,14 +144,17 @@ async function pageRuns() {
       String(run.steps),
       el("span", {}, bar(t.checked_steps / run.steps), " " + pct(t.checked_steps, run.steps)),
       String(t.attestations),
-      String(t.mismatch_steps),
+      el("span", { class: t.mismatch_steps ? "bad" : "" }, String(t.mismatch_steps)),
       el("span", { class: t.disputed_steps ? "bad" : "" }, String(t.disputed_steps)),
       initCell(run),
-      run.last_leaf === null ? "-" : el("span", {}, when(run.last_time_ms), el("br"), "entry " + run.last_leaf),
+      run.last_leaf === null ? "-" : el("span", {}, dateEl(run.last_time_ms, run.last_time), el("br"), "entry " + run.last_leaf),
     ];
   });
-  const headers = ["Run", "Publisher key", "Steps", "Checked", "Attestations", "Steps with a mismatch", "Disputed steps", "Initial state", "Last activity"];
-  clear(document.getElementById("content")).appendChild(table("runs", headers, rows));
+  const headers = ["Run", "Publisher key", "Steps", "Checked", "Attestations", "Steps with a finding", "Disputed steps", "Initial state", "Last activity"];
+  const content = clear(document.getElementById("content"));
+  content.appendChild(table("runs", headers, rows));
+  content.appendChild(explain("finding"));
+  content.appendChild(explain("disputed"));
 }
 
 function publisherCell(run) {
@@ -150,8 +185,13 @@ async function pageDisputes() {
   const run = query().get("run");
   const data = await getJSON(`/disputes?offset=${offset}&limit=100` + (run ? "&run=" + encodeURIComponent(run) : ""));
   const content = clear(document.getElementById("content"));
-  content.appendChild(el("p", { id: "dispute-count" }, `${data.total} disputed claims`));
-  content.appendChild(el("ul", { id: "disputes" }, data.disputes.map(disputeItem)));
+  const disputed = data.disputes.filter((d) => d.disputed), alone = data.disputes.filter((d) => !d.disputed);
+  content.appendChild(el("p", { id: "dispute-count" }, `${data.disputed_total} disputed claims`));
+  content.appendChild(explain("disputed"));
+  content.appendChild(el("ul", { id: "disputes" }, disputed.map(disputeItem)));
+  content.appendChild(el("p", { id: "finding-count" }, `${data.total - data.disputed_total} more claims with a finding no key disputes (every key that checked reported a difference, often one key alone)`));
+  content.appendChild(explain("finding"));
+  content.appendChild(el("ul", { id: "findings" }, alone.map(disputeItem)));
   if (offset + data.limit < data.total) content.appendChild(el("a", { href: `disputes.html?offset=${offset + data.limit}` }, "next page"));
 }
 
@@ -232,9 +272,11 @@ async function pageNode() {
     ["Equivocating keys", String(s.equivocations)],
   ];
   content.appendChild(table("node", ["", ""], rows));
-  const runs = (s.runs || []).map((r) => [runLink(r.run_id, r.label), `${r.checked_once}/${r.steps}`, `${r.checked_r}/${r.steps} (${r.redundancy}x)`, String(r.disputes)]);
+  const findings = (r) => (r.findings === undefined ? "not reported by this daemon" : el("span", { class: r.findings ? "bad" : "" }, String(r.findings)));
+  const runs = (s.runs || []).map((r) => [runLink(r.run_id, r.label), `${r.checked_once}/${r.steps}`, `${r.checked_r}/${r.steps} (${r.redundancy}x)`, findings(r), String(r.disputes)]);
   content.appendChild(el("h2", {}, "Runs audited"));
-  content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Disputed"], runs));
+  content.appendChild(table("node-runs", ["Run", "Checked", "Checked R times", "Claims with a finding", "Disputed"], runs));
+  content.appendChild(explain("finding"));
   content.appendChild(el("h2", {}, "Recent events"));
   content.appendChild(el("ul", { id: "events" }, (s.events || []).map((line) => el("li", {}, String(line)))));
   // A running daemon's page follows it: every 2 s while it replays a step, every 5 s otherwise.

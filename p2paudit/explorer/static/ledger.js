@@ -12,8 +12,8 @@ function checkpointRows(items) {
     String(cp.size),
     el("code", {}, short(cp.root, 24)),
     cp.signer,
-    cp.recorded_at,
-    cp.cosignatures.length ? el("ul", {}, cp.cosignatures.map((c) => el("li", {}, c.cosigner, ` at ${when(c.timestamp * 1000)}`))) : "none",
+    el("span", { class: "time" }, isoText(cp.recorded_at)),
+    cp.cosignatures.length ? el("ul", {}, cp.cosignatures.map((c) => el("li", {}, c.cosigner, " at ", dateEl(c.timestamp * 1000, c.time)))) : "none",
     consistency(cp.consistent_with_previous),
   ]);
 }
@@ -22,7 +22,7 @@ function equivocationList(data) {
   const keys = data.keys.map((e) => el("li", {}, "Key ", el("code", {}, short(e.verifier)), " signed ", String(e.evidence.length),
     " results for ", stepLink(e.run_id, e.subject, e.step), " of ", runLink(e.run_id), ": entries ",
     e.evidence.map((item) => item.index).join(", ")));
-  const heads = data.tree_heads.map((v) => el("li", {}, `Log ${v.origin} (key ${v.vkey.split("+")[0]}) signed ${v.roots.length} roots for size ${v.size}`));
+  const heads = data.tree_heads.map((v) => el("li", {}, `Log ${v.origin} (key ${v.vkey.split("+")[0]}) signed ${v.roots.length} roots for size ${v.size_text || v.size}`));
   return el("ul", { id: "equivocations" }, keys, heads);
 }
 
@@ -45,17 +45,22 @@ window.explorerPage = async function pageLedger() {
   const content = clear(document.getElementById("content"));
   content.appendChild(el("p", { id: "head" }, `Log ${head.origin}: ${head.size} entries, root ${head.root}`));
   content.appendChild(el("h2", {}, "Inclusion proof of an entry"));
+  content.appendChild(explain("inclusion proof"));
   content.appendChild(el("form", { id: "proof-form" }, el("label", {}, "Entry index ", el("input", { id: "proof-index", type: "text", size: 10 })), el("button", { type: "submit" }, "Prove")));
   content.appendChild(el("div", { id: "proof-out" }));
   document.getElementById("proof-form").addEventListener("submit", (e) => showProof(e).catch(showError));
   content.appendChild(el("h2", {}, `Signed checkpoints (${data.checkpoints.length} newest)`));
+  content.appendChild(explain("checkpoint"));
+  content.appendChild(explain("witness"));
   content.appendChild(table("checkpoints", ["Size", "Root", "Signer", "Recorded", "Cosigned by witnesses", "With the one before"], checkpointRows(data.checkpoints)));
   content.appendChild(el("h2", {}, "Peers' checkpoints this node witnessed"));
-  const peers = data.peer_checkpoints.map((cp) => [cp.origin, String(cp.size), el("code", {}, short(cp.root, 24)), cp.status, cp.recorded_at]);
+  const peers = data.peer_checkpoints.map((cp) => [cp.origin, cp.size_text || String(cp.size), el("code", {}, short(cp.root, 24)), cp.status, isoText(cp.recorded_at)]);
   content.appendChild(table("peer-checkpoints", ["Origin", "Size", "Root", "Status", "Recorded"], peers));
   content.appendChild(el("h2", {}, "Split views (two roots signed for one size)"));
-  const views = data.split_views.map((v) => el("li", {}, `${v.origin} size ${v.size}: ${v.roots.length} roots`, el("pre", { class: "signed" }, v.notes.join("\n"))));
+  const views = data.split_views.map((v) => el("li", {}, `${v.origin} size ${v.size_text || v.size}: ${v.roots.length} roots`, el("pre", { class: "signed" }, v.notes.join("\n"))));
+  content.appendChild(explain("split view"));
   content.appendChild(el("ul", { id: "split-views" }, views.length ? views : el("li", {}, "none")));
   content.appendChild(el("h2", {}, "Equivocations"));
+  content.appendChild(explain("equivocation"));
   content.appendChild(equivocationList(equivocations));
 };

@@ -85,12 +85,17 @@ async function loadCoverage() {
   drawStrip(document.getElementById("strip"), data);
   clear(document.getElementById("steps-in-view")).appendChild(stepTable(runId, data));
   for (const name of ["from", "to", "min", "trusted"]) document.getElementById("f-" + name).value = params.get(name) || "";
+  const glossary = clear(document.getElementById("run-glossary"));
+  for (const term of ["redundancy", "finding", "disputed"]) glossary.appendChild(explain(term));
 }
 
 async function loadRunSummary(runId) {
   const run = await getJSON(`/runs/${runId}`);
   document.getElementById("title").textContent = `Run ${run.label || short(run.run_id)}`;
   document.getElementById("run-id").textContent = run.run_id;
+  const sentence = document.getElementById("verdict-sentence");
+  sentence.textContent = run.verdict.sentence;
+  sentence.className = "sentence " + run.verdict.tone;
   const init = run.init;
   const initText = init.attestations ? `${init.match} match, ${init.mismatch} mismatch, ${init.error} error` : "not attested yet";
   clear(document.getElementById("init")).appendChild(el("span", { class: init.mismatch ? "bad" : "" }, "Initial state: ", stepLink(runId, "init", 0, initText)));
@@ -100,8 +105,11 @@ async function loadRunSummary(runId) {
 async function loadRunDisputes(runId) {
   const disputes = await getJSON(`/disputes?run=${runId}&limit=50`);
   const list = clear(document.getElementById("run-disputes"));
-  list.appendChild(el("p", {}, `${disputes.total} disputed claims`));
-  list.appendChild(el("ul", { id: "dispute-links" }, disputes.disputes.map((d) => el("li", {}, stepLink(runId, d.subject, d.step), `: ${d.keys} keys, ${d.sides.length} outcomes`))));
+  const item = (d) => el("li", {}, stepLink(runId, d.subject, d.step), `: ${d.keys} keys, ${d.sides.length} outcomes`);
+  list.appendChild(el("p", {}, `${disputes.disputed_total} disputed claims`));
+  list.appendChild(el("ul", { id: "dispute-links" }, disputes.disputes.filter((d) => d.disputed).map(item)));
+  list.appendChild(el("p", { id: "run-finding-count" }, `${disputes.total - disputes.disputed_total} more claims with a finding no key disputes`));
+  list.appendChild(el("ul", { id: "finding-links" }, disputes.disputes.filter((d) => !d.disputed).map(item)));
 }
 
 function wireControls(runId) {

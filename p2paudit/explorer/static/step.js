@@ -25,7 +25,7 @@ function attestationRow(att) {
     att.findings.length ? att.findings.join(", ") : "-",
     differenceList(att),
     el("span", { class: "machine" }, `${att.backend} on ${att.hardware || "?"}`, el("br"), el("small", {}, `${att.engine_version}, arithmetic v${att.arithmetic_version}`)),
-    when(att.time_ms),
+    dateEl(att.time_ms, att.time),
     evidenceLinks(att),
   ];
 }
@@ -62,7 +62,16 @@ function diagnosisCell(part, value, n) {
   return el("span", { class: value === part.claimed ? "" : "bad" }, String(shown), ulps);
 }
 
-function diagnosisSection(d) {
+function bannerText(data) {
+  const keys = new Set(data.attestations.map((a) => a.verifier)).size;
+  const v = data.verdict;
+  if (data.disputed) return `Disputed: ${data.outcomes.length} outcomes from ${keys} keys (disputed: keys that checked this claim signed different results)`;
+  if (v.mismatch_keys) return `A finding, not disputed: every key that checked this claim (${v.mismatch_keys}) reported a result other than the claim`;
+  if (v.match_keys) return `Not disputed: every key signed the same outcome, the claimed one`;
+  return data.attestations.length ? "Not checked: every attestation of this claim is an error (the key could not replay it)" : "No attestation of this claim yet";
+}
+
+function diagnosisSection(d, tone) {
   const headers = ["Part", "Claimed", ...d.sides.map((s) => `Outcome ${s.outcome}: ${s.verdict} (${s.keys} key${s.keys === 1 ? "" : "s"})`)];
   const rows = d.parts.map((part) => [
     el("span", { class: part.agree ? "good" : "bad" }, part.part + (part.agree ? ": agree" : ": differ")),
@@ -74,7 +83,7 @@ function diagnosisSection(d) {
     ? `First departure: ${d.first_departure}, in ${d.stage}.`
     : "The outcomes and the claim agree on every value the records observe.";
   return el("div", { id: "diagnosis" },
-    el("p", { id: "diagnosis-summary", class: "banner bad" }, first,
+    el("p", { id: "diagnosis-summary", class: "banner " + tone }, first,
       loss && loss.max_ulps_between_outcomes ? ` The outcomes' losses are up to ${loss.max_ulps_between_outcomes} ulps apart.` : ""),
     table("diagnosis-parts", headers, rows),
     el("p", { id: "diagnosis-missing", class: "note" }, "Not in the ledger: " + d.missing + "."));
@@ -91,14 +100,19 @@ window.explorerPage = async function pageStep() {
   const content = clear(document.getElementById("content"));
   content.appendChild(el("p", {}, "Run ", runLink(runId, data.label || short(runId)), ` (${data.steps} steps)`,
     init ? ": state 0 rebuilt from the recipe (config, seed, arithmetic version)" : `: state ${data.step} → state ${data.step + 1}`));
-  const banner = data.disputed
-    ? el("p", { id: "dispute-banner", class: "banner bad" }, `Disputed: ${data.outcomes.length} outcomes from ${new Set(data.attestations.map((a) => a.verifier)).size} keys`)
-    : el("p", { id: "dispute-banner", class: "banner" }, data.attestations.length ? "Not disputed: every key signed the same outcome" : "No attestation of this claim yet");
-  content.appendChild(banner);
-  if (data.equivocating_keys.length) content.appendChild(el("p", { id: "equivocation-banner", class: "banner bad" }, "Equivocation: these keys signed two results: ", data.equivocating_keys.map((k) => el("code", {}, short(k) + " "))));
+  // The sentence first (what was claimed, who checked, what they found, what follows), then the banner; both
+  // coloured by the verdict's tone (verdicts.py), so a colour never says more, or less, than the words.
+  const verdict = data.verdict;
+  content.insertBefore(el("p", { id: "verdict-sentence", class: "sentence " + verdict.tone }, verdict.sentence), content.firstChild);
+  content.appendChild(el("p", { id: "dispute-banner", class: "banner " + verdict.tone }, bannerText(data)));
+  if (data.equivocating_keys.length) content.appendChild(el("p", { id: "equivocation-banner", class: "banner failed" }, "Equivocation: these keys signed two different results for this one claim (a key that contradicts itself is wrong at least once): ", data.equivocating_keys.map((k) => el("code", {}, short(k) + " "))));
+  if (data.disputed) content.appendChild(explain("disputed"));
+  else if (data.verdict.mismatch_keys) content.appendChild(explain("finding"));
+  if (data.equivocating_keys.length) content.appendChild(explain("equivocation"));
+  if (data.attestations.some((a) => a.differences.some((d) => d.finding === "loss"))) content.appendChild(explain("ulp"));
   if (data.diagnosis) {
     content.appendChild(el("h2", {}, "Diagnosis from the evidence"));
-    content.appendChild(diagnosisSection(data.diagnosis));
+    content.appendChild(diagnosisSection(data.diagnosis, data.verdict.tone));
   }
   content.appendChild(el("h2", {}, "Claimed"));
   content.appendChild(claimTable(data));
