@@ -98,6 +98,10 @@ def test_the_daemons_log_takes_py_libp2ps_noise_and_stray_tracebacks_off_the_ter
     logging.getLogger("libp2p.network.swarm").error("fail to upgrade mux for peer %s", "12D3KooWPeer")
     logging.getLogger("libp2p.host.basic_host").error("Failed to open stream:\n  Error: protocols not supported")
     logging.getLogger("p2paudit.node.test").info("our own record")
+    try:
+        raise OSError("connection reset\nby peer")
+    except OSError:
+        logging.getLogger("libp2p.stream_muxer.yamux").exception("Error in stream %s", 3)
 
     def fail() -> None:
         raise RuntimeError("a bug in a thread")
@@ -113,6 +117,8 @@ def test_the_daemons_log_takes_py_libp2ps_noise_and_stray_tracebacks_off_the_ter
     assert "DEBUG libp2p.network.swarm: (error) fail to upgrade mux for peer 12D3KooWPeer\n" in text
     assert "DEBUG libp2p.host.basic_host: (error) Failed to open stream: Error: protocols not supported\n" in text
     assert "INFO p2paudit.node.test: our own record" in text
+    assert "DEBUG libp2p.stream_muxer.yamux: (error) Error in stream 3 [OSError: connection reset by peer]\n" in text
+    assert text.count("Traceback") == 1  # the thread's, below: ours to fix; the library's exception is one line
     assert "uncaught exception in thread worker" in text and "RuntimeError: a bug in a thread" in text
 
 

@@ -77,9 +77,10 @@ def _one_line(record: logging.LogRecord) -> str:
 
 
 class LibraryNoise(logging.Handler):
-    """Writes a library's records to `target` at DEBUG, one line each, at most LIBRARY_LINES_PER_WINDOW per
-    logger per LIBRARY_WINDOW_S; then one line saying how many were dropped (before that logger's next record
-    after the window, or when the handler closes)."""
+    """Writes a library's records to `target` at DEBUG, one line each (an exception's type and message at its
+    end, not its traceback), at most LIBRARY_LINES_PER_WINDOW per logger per LIBRARY_WINDOW_S; then one line
+    saying how many were dropped (before that logger's next record after the window, or when the handler
+    closes)."""
 
     def __init__(self, target: logging.Handler, clock=time.monotonic) -> None:
         super().__init__(logging.DEBUG)
@@ -101,7 +102,11 @@ class LibraryNoise(logging.Handler):
         line = _one_line(record)
         if record.levelno > logging.DEBUG:
             line = f"({record.levelname.lower()}) {line}"
-        demoted = logging.makeLogRecord({**record.__dict__, "msg": line, "args": None})
+        if record.exc_info and record.exc_info[1] is not None:  # the exception in the line, not its traceback
+            error = record.exc_info[1]
+            line += f" [{type(error).__name__}: {' '.join(str(error).split())[:300]}]"
+        fields = {**record.__dict__, "msg": line, "args": None, "exc_info": None, "exc_text": None, "stack_info": None}
+        demoted = logging.makeLogRecord(fields)
         demoted.levelno, demoted.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
         self._target.handle(demoted)
 
