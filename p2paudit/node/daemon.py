@@ -161,7 +161,7 @@ class Daemon(GossipWork, PeerSync):
         self._report("peer", f"{event.kind} {peer}{(' ' + event.detail) if event.detail else ''}")
         if event.kind in BAN_EVENTS:  # penalize is async: ban_loop does it
             self._ban_send.send_nowait((event.peer, f"bad gossip: {event.detail}"))
-        if event.kind == "disconnected" and self.node is not None and not self.node.is_bootstrap(event.peer):
+        if event.kind == "disconnected" and self.node is not None and not self.kept_peer(event.peer):
             self.forget_peer(event.peer)  # it left, and nothing redials it
 
     async def ban_loop(self) -> None:

@@ -66,8 +66,13 @@ class PeerSync:
         self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
 
     def _gone(self, peer: str) -> bool:
-        """`peer` is no longer connected and is not a bootstrap peer: nothing of ours dials it again."""
-        return self.node is not None and not self.node.is_bootstrap(peer) and peer not in self.node.connected_peers()
+        """`peer` left and is not kept (kept_peer): nothing of ours dials it again."""
+        return self.node is not None and not self.kept_peer(peer) and peer not in self.node.connected_peers()
+
+    def kept_peer(self, peer: str) -> bool:
+        """A peer whose sync record stays while it is not connected: a bootstrap peer (redialled), or a banned one
+        (the record is part of why; shown until the ban ends)."""
+        return self.node is not None and (self.node.is_bootstrap(peer) or self.node.is_banned(peer))
 
     async def _bad_peer(self, what: str, peer: str, exc: InputError) -> None:
         """The peer sent bad data (the evidence is the message): refuse it for the ban period."""
@@ -116,7 +121,7 @@ class PeerSync:
             del self.sync_history[next(iter(self.sync_history))]
 
     def forget_peer(self, peer: str) -> None:
-        """A peer that left and is not a bootstrap peer (nothing redials it): drop its back-offs, and its sync
+        """A peer that left and is not kept (kept_peer: nothing redials it): drop its back-offs, and its sync
         record unless a sync with it once worked (kept for the final status, and in case it comes back). So the
         `announce` command's node, which serves no sync and leaves after seconds, is not shown failing."""
         if self.sync_history.get(peer, (None, None))[0] is None:
@@ -126,14 +131,14 @@ class PeerSync:
             self._retry.pop((what, peer), None)
 
     def sync_states(self) -> list[dict[str, Any]]:
-        """Per peer we sync with: while the node runs, the connected peers and the bootstrap peers (redialled)
-        synced with before; once it stopped (the final status), every peer still remembered (forget_peer). For
-        each: ok, backing-off or never; when it last worked, when it is tried next (while backing off) and the
-        last error, times in unix seconds. A peer that left and is not a bootstrap peer is never tried again,
-        so it is not listed as failing while the node runs."""
+        """Per peer we sync with: while the node runs, the connected peers and the kept ones (bootstrap or
+        banned) synced with before; once it stopped (the final status), every peer still remembered
+        (forget_peer). For each: ok, backing-off or never; when it last worked, when it is tried next (while
+        backing off) and the last error, times in unix seconds. A peer that left and is not kept is never tried
+        again, so it is not listed as failing while the node runs."""
         connected = self.node.connected_peers() if self.node is not None else []
         banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()} if self.node is not None else {}
-        kept = {peer for peer in self.sync_history if self.node is None or self.node.is_bootstrap(peer)}
+        kept = {peer for peer in self.sync_history if self.node is None or self.kept_peer(peer)}
         now, wall, states = time.monotonic(), time.time(), []
         for peer in sorted(set(connected) | kept):
             last_ok, error = self.sync_history.get(peer, (None, None))

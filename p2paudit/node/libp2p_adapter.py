@@ -174,12 +174,13 @@ class Node(PeerKeeping, PeerDiscovery):
 
     def _forget_departed(self, peer_id: ID) -> None:
         """A peer that left and is not ours for good (not a bootstrap peer: the `announce` command's node, a
-        volunteer that stopped, a relay whose reservation the reach half voids on the same disconnect) is forgotten: out of the DHT's routing table and
-        out of the peerstore. Otherwise py-libp2p 0.8.1's DHT keeps sending it every provider record we
-        announce (its lookup falls back to every peer the peerstore holds while the table is small): a failed
-        dial per run every DISCOVERY_INTERVAL, for good (measured after `announce` exited). Nothing of ours
-        dials a peer that is not connected unless it is a bootstrap peer; one that comes back is found again
-        (peer exchange, provider records) and re-learnt on connect (Noise, identify)."""
+        volunteer that stopped, a relay, whose reservation the reach half voids on the same disconnect) is
+        forgotten: out of the DHT's routing table and out of the peerstore. Otherwise py-libp2p 0.8.1's DHT
+        keeps sending it every provider record we announce (its lookup falls back to every peer the
+        peerstore holds while the table is small): a failed dial per run every DISCOVERY_INTERVAL, for good
+        (measured after `announce` exited). Nothing of ours dials a peer that is not connected unless it is
+        a bootstrap peer; one that comes back is found again (peer exchange, provider records) and re-learnt
+        on connect (Noise, identify)."""
         try:
             self.dht.routing_table.remove_peer(peer_id)
             self.host.get_peerstore().clear_peerdata(peer_id)
