@@ -8,6 +8,8 @@ import click
 
 from p2paudit.cli import cli
 
+ANNOUNCE_LOG = "announce.log"  # not node.log: a daemon of the same home may be writing (and rotating) that
+
 
 @cli.command()
 @click.argument("url")
@@ -37,10 +39,12 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
 
     import trio
 
+    from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.errors import InputError
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config
     from p2paudit.node.announce import sign_announcement
+    from p2paudit.node.libp2p_adapter import LIBRARY_LOGGERS
     from p2paudit.run.cache import BlobCache
     from p2paudit.run.remote import RemoteRun
 
@@ -58,6 +62,7 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
             f"{identity.public_key.hex()}: only its publisher can announce it"
         )
     data = sign_announcement(identity, manifest.run_id, [url, *mirrors], time.time_ns() // 1_000_000)
+    open_log_file(home, ANNOUNCE_LOG, LIBRARY_LOGGERS)  # py-libp2p's noise: there, never on the terminal
     reached = trio.run(_publish, identity, peers, data, wait)
     click.echo(f"announced run sha256:{manifest.run_id.hex()} at {url} to {reached} peer(s)")
 
@@ -70,7 +75,9 @@ async def _publish(identity, peers: tuple[str, ...], data: bytes, wait: float) -
     from p2paudit.node.announce import RUNS_TOPIC
     from p2paudit.node.libp2p_adapter import NodeConfig, open_node
 
-    async with open_node(identity, NodeConfig(bootstrap=peers, peer_exchange_interval=3600.0)) as node:
+    # A node for seconds: a DHT client (no peer's routing table takes in a node about to leave), no peer exchange.
+    config = NodeConfig(bootstrap=peers, peer_exchange_interval=3600.0, dht_server=False)
+    async with open_node(identity, config) as node:
         await node.subscribe(RUNS_TOPIC, lambda origin, message: None)
         with trio.move_on_after(wait):
             while not node.gossip_peers(RUNS_TOPIC):

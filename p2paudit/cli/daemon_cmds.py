@@ -215,11 +215,12 @@ def daemon(
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.run_cmds import _node_identity
+    from p2paudit.cli.status_lines import one_line
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
     from p2paudit.node.daemon import DaemonConfig
     from p2paudit.node.daemon_run import run_daemon
-    from p2paudit.node.libp2p_adapter import ReachConfig
+    from p2paudit.node.libp2p_adapter import LIBRARY_LOGGERS, ReachConfig
     from p2paudit.node.loop_monitor import LoopMonitor
 
     identity = _node_identity()
@@ -257,10 +258,11 @@ def daemon(
     started = time.monotonic()
 
     def show(event) -> None:
+        # One line per event, whatever a peer's text in it holds (a refusal reason, an error message).
         if not quiet:
-            click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {event.text}")
+            click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {one_line(event.text)}")
 
-    log_path = open_log_file(home)
+    log_path = open_log_file(home, libraries=LIBRARY_LOGGERS)  # py-libp2p's noise: the log file, never here
     click.echo(
         f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); "
         f"status in {config.status_path}, log in {log_path}"
@@ -295,7 +297,7 @@ def daemon(
 def status_cmd(as_json: bool) -> None:
     """Show the node's daemon: peers, coverage of each run, disputes, recent events."""
     from p2paudit.cli.progress_display import busy_line
-    from p2paudit.cli.status_lines import status_detail_lines
+    from p2paudit.cli.status_lines import one_line, status_detail_lines
     from p2paudit.identity import home_dir
     from p2paudit.node.status import read_status
     from p2paudit.processes import process_alive
@@ -333,7 +335,7 @@ def status_cmd(as_json: bool) -> None:
             f"({health.get('longest_stall_last_60s_ms', 0):.1f} ms in the last 60 s)"
         )
     for line in data["events"]:
-        click.echo(f"  {line}")
+        click.echo("  " + one_line(line))
 
 
 def show_reach(reach: dict) -> None:

@@ -7,6 +7,16 @@ from typing import Any
 
 from p2paudit.cli.progress_display import format_seconds
 
+MAX_LINE = 400
+
+
+def one_line(text: Any, limit: int = MAX_LINE) -> str:
+    """`text` as one terminal line: whitespace runs (newlines too) become one space, other control characters
+    (a peer's refusal reason may carry terminal escapes) become "?", and it ends at `limit` characters."""
+    flat = " ".join(str(text).split())
+    safe = "".join(c if c.isprintable() else "?" for c in flat)
+    return safe if len(safe) <= limit else safe[: limit - 3] + "..."
+
 
 def ban_lines(bans: list[dict[str, Any]], now: float) -> list[str]:
     """One line per banned peer: who, why, for how much longer."""
@@ -14,7 +24,7 @@ def ban_lines(bans: list[dict[str, Any]], now: float) -> list[str]:
     for ban in bans[:50]:
         until = ban.get("until")
         left = format_seconds(max(0.0, until - now)) if isinstance(until, (int, float)) else "?"
-        lines.append(f"  banned {ban.get('peer')}: {ban.get('reason')} ({left} left)")
+        lines.append("  " + one_line(f"banned {ban.get('peer')}: {ban.get('reason')} ({left} left)"))
     return lines
 
 
@@ -29,12 +39,12 @@ def sync_lines(sync: list[dict[str, Any]], now: float) -> list[str]:
     """One line per known peer: its sync state, when it last worked, when it is tried next and the last error."""
     lines = []
     for item in sync[:50]:
-        line = f"  sync {item.get('peer')}: {item.get('state')}, last ok {_when(item.get('last_ok'), now)}"
+        line = f"sync {item.get('peer')}: {item.get('state')}, last ok {_when(item.get('last_ok'), now)}"
         if item.get("next_try") is not None:
             line += f", next try {_when(item.get('next_try'), now)}"
         if item.get("error"):
             line += f" ({item['error']})"
-        lines.append(line)
+        lines.append("  " + one_line(line))
     return lines
 
 

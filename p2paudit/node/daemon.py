@@ -157,9 +157,12 @@ class Daemon(GossipWork, PeerSync):
         self.emit(DaemonEvent(kind, text))
 
     def on_node_event(self, event: NodeEvent) -> None:
-        self._report("peer", f"{event.kind} {event.peer[:16]}..{(' ' + event.detail) if event.detail else ''}")
+        peer = f"{event.peer[:16]}.." if len(event.peer) > 16 else event.peer  # "-": the node itself
+        self._report("peer", f"{event.kind} {peer}{(' ' + event.detail) if event.detail else ''}")
         if event.kind in BAN_EVENTS:  # penalize is async: ban_loop does it
             self._ban_send.send_nowait((event.peer, f"bad gossip: {event.detail}"))
+        if event.kind == "disconnected" and self.node is not None and not self.kept_peer(event.peer):
+            self.forget_peer(event.peer)  # it left, and nothing redials it
 
     async def ban_loop(self) -> None:
         async for peer, reason in self._ban_receive:

@@ -56,10 +56,23 @@ class PeerSync:
         return self._retry.get((what, peer), (0.0, 0.0))[0] <= time.monotonic()
 
     def _unreachable(self, what: str, peer: str, exc: NetworkError) -> None:
-        """Back off from `peer` for `what`: unreachable, too slow or declined is nobody's proven fault."""
+        """Back off from `peer` for `what`: unreachable, too slow or declined is nobody's proven fault. A peer
+        that has left meanwhile, and that nothing redials, is not tried again: no back-off to wait out."""
+        if self._gone(peer):
+            self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; it left")
+            return
         delay = min(self._retry.get((what, peer), (0.0, RETRY_MIN / 2))[1] * 2, RETRY_MAX)
         self._retry[(what, peer)] = (time.monotonic() + delay, delay)
         self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
+
+    def _gone(self, peer: str) -> bool:
+        """`peer` left and is not kept (kept_peer): nothing of ours dials it again."""
+        return self.node is not None and not self.kept_peer(peer) and peer not in self.node.connected_peers()
+
+    def kept_peer(self, peer: str) -> bool:
+        """A peer whose sync record stays while it is not connected: a bootstrap peer (redialled), or a banned one
+        (the record is part of why; shown until the ban ends)."""
+        return self.node is not None and (self.node.is_bootstrap(peer) or self.node.is_banned(peer))
 
     async def _bad_peer(self, what: str, peer: str, exc: InputError) -> None:
         """The peer sent bad data (the evidence is the message): refuse it for the ban period."""
@@ -100,18 +113,34 @@ class PeerSync:
     def _sync_tried(self, peer: str, error: str | None) -> None:
         """Remember how the last sync with `peer` went (error None: it worked, now), for the status file."""
         last_ok = time.time() if error is None else self.sync_history.get(peer, (None, None))[0]
+        if last_ok is None and self._gone(peer):  # it left while we asked: forgotten (forget_peer), not failing
+            return
         self.sync_history.pop(peer, None)
         self.sync_history[peer] = (last_ok, None if error is None else error[:200])
         if len(self.sync_history) > MAX_SYNC_HISTORY:
             del self.sync_history[next(iter(self.sync_history))]
 
+    def forget_peer(self, peer: str) -> None:
+        """A peer that left and is not kept (kept_peer: nothing redials it): drop its back-offs, and its sync
+        record unless a sync with it once worked (kept for the final status, and in case it comes back). So the
+        `announce` command's node, which serves no sync and leaves after seconds, is not shown failing."""
+        if self.sync_history.get(peer, (None, None))[0] is None:
+            self.sync_history.pop(peer, None)
+        self.checkpoint_asked.pop(peer, None)
+        for what in ("sync", "witness"):
+            self._retry.pop((what, peer), None)
+
     def sync_states(self) -> list[dict[str, Any]]:
-        """Per known peer (connected, or synced with before): ok, backing-off or never; when it last worked,
-        when it is tried next (while backing off) and the last error, times in unix seconds."""
+        """Per peer we sync with: while the node runs, the connected peers and the kept ones (bootstrap or
+        banned) synced with before; once it stopped (the final status), every peer still remembered
+        (forget_peer). For each: ok, backing-off or never; when it last worked, when it is tried next (while
+        backing off) and the last error, times in unix seconds. A peer that left and is not kept is never tried
+        again, so it is not listed as failing while the node runs."""
         connected = self.node.connected_peers() if self.node is not None else []
         banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()} if self.node is not None else {}
+        kept = {peer for peer in self.sync_history if self.node is None or self.kept_peer(peer)}
         now, wall, states = time.monotonic(), time.time(), []
-        for peer in sorted(set(connected) | set(self.sync_history)):
+        for peer in sorted(set(connected) | kept):
             last_ok, error = self.sync_history.get(peer, (None, None))
             not_before = self._retry.get(("sync", peer), (now, 0.0))[0]
             # The last try failed: the next waits out its back-off (or is due now, when that has passed).

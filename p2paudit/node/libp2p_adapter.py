@@ -57,6 +57,7 @@ from p2paudit.node.libp2p_requests import (
 
 __all__ = [
     "IGNORE",
+    "LIBRARY_LOGGERS",
     "BadResponse",
     "Node",
     "NodeConfig",
@@ -75,6 +76,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# The loggers of the libraries behind this adapter (py-libp2p and its multiaddr): their warnings are the
+# network's weather (a DHT read that failed, a protocol a peer does not speak), for the log file, not the
+# terminal (cli/log_file.py). py-libp2p sets its loggers up when imported, as this module does.
+LIBRARY_LOGGERS = ("libp2p", "multiaddr")
 
 
 class Node(PeerKeeping, PeerDiscovery):
@@ -107,8 +113,11 @@ class Node(PeerKeeping, PeerDiscovery):
         self.requests = Requests(
             self.host, config.max_request, config.max_requests_per_peer, self.is_banned, self._emit
         )
-        # Provider records only. The per-subnet cap would admit two loopback peers at most.
-        self.dht = KadDHT(self.host, DHTMode.SERVER, enable_values=False, max_peers_per_subnet=0)
+        # Provider records only. The per-subnet cap would admit two loopback peers at most. A short-lived node
+        # (config.dht_server False: `announce`) is a client: it serves no DHT requests, so no peer's routing
+        # table takes it in (py-libp2p admits only peers whose identify lists the DHT protocol).
+        mode = DHTMode.SERVER if config.dht_server else DHTMode.CLIENT
+        self.dht = KadDHT(self.host, mode, enable_values=False, max_peers_per_subnet=0)
         self.host.get_network().register_notifee(Notifee(self._on_connected, self._on_disconnected))
         self.reach.attach(self.host, self.requests.request, lambda peer: peer in self._bootstrap)
 
@@ -150,12 +159,33 @@ class Node(PeerKeeping, PeerDiscovery):
             if self._nursery is not None:
                 self._nursery.start_soon(self._add_dht_peer, peer_id)
 
+    def is_bootstrap(self, peer: str) -> bool:
+        """Whether `peer` is one of ours for good (--peer, config.json): redialled while we run."""
+        return peer in self._bootstrap
+
     def _on_disconnected(self, peer_id: ID) -> None:
         peer = str(peer_id)
         if peer in self._connected and not self.host.get_network().get_connections(peer_id):
             self._connected.discard(peer)
             self.requests.forget_peer(peer)
+            if peer not in self._bootstrap:
+                self._forget_departed(peer_id)
             self._emit("disconnected", peer)
+
+    def _forget_departed(self, peer_id: ID) -> None:
+        """A peer that left and is not ours for good (not a bootstrap peer: the `announce` command's node, a
+        volunteer that stopped, a relay, whose reservation the reach half voids on the same disconnect) is
+        forgotten: out of the DHT's routing table and out of the peerstore. Otherwise py-libp2p 0.8.1's DHT
+        keeps sending it every provider record we announce (its lookup falls back to every peer the
+        peerstore holds while the table is small): a failed dial per run every DISCOVERY_INTERVAL, for good
+        (measured after `announce` exited). Nothing of ours dials a peer that is not connected unless it is
+        a bootstrap peer; one that comes back is found again (peer exchange, provider records) and re-learnt
+        on connect (Noise, identify)."""
+        try:
+            self.dht.routing_table.remove_peer(peer_id)
+            self.host.get_peerstore().clear_peerdata(peer_id)
+        except Exception as error:  # noqa: BLE001 (the library's tables: a failure here must not break the network)
+            logger.debug("forgetting %s: %s", peer_id, error)
 
     async def _maintain(self) -> None:
         last_clear = time.monotonic()

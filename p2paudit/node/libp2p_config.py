@@ -93,6 +93,8 @@ class NodeConfig:
     ban_seconds: float = 600.0
     # mDNS discovery on the local network (multicast on the real interface: never in tests).
     mdns: bool = False
+    # Serve the DHT (provider records). False for a node that lives for seconds (`p2paudit announce`).
+    dht_server: bool = True
     # Gossip. The library default heartbeat is 120 s; ~1 s keeps the mesh fresh.
     heartbeat_interval: int = 1
     mesh_degree: int = 4

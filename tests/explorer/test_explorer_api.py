@@ -220,8 +220,12 @@ def test_node_and_peers(server):
     assert node["running"] is True and node["age_seconds"] >= 0
     now = node["progress"]  # aged by the status's age: more elapsed, less left, the same share
     assert now["fraction"] == 0.4 and now["counts"] == BUSY_PROGRESS["counts"]
-    assert 2400.0 <= now["elapsed"] < 2500.0 and 3500.0 < now["eta_seconds"] <= 3600.0
-    assert now["elapsed"] + now["eta_seconds"] == pytest.approx(6000.0, abs=0.01)
+    # The status file is the session's, written when this worker first needed it: under xdist that may be
+    # minutes ago (the browser group runs first, then this test comes round on its worker), so the progress
+    # is held to the age the same answer reports (one clock reading; age_seconds is rounded to 0.1 s).
+    age = node["age_seconds"]
+    assert now["elapsed"] == pytest.approx(BUSY_PROGRESS["elapsed"] + age, abs=0.06)
+    assert now["eta_seconds"] == pytest.approx(max(0.0, BUSY_PROGRESS["eta_seconds"] - age), abs=0.06)
     peers = fetch(server, "/api/v1/peers").json()
     assert peers["peers"][1] == MARKUP and peers["bans"][0]["reason"] == MARKUP
     assert [s["state"] for s in peers["sync"]] == ["ok", "backing-off"] and peers["sync"][1]["error"] == MARKUP
