@@ -301,26 +301,6 @@ def peer_id_of(public_key: bytes) -> str:
     return _base58btc(multihash)
 
 
-def public_key_of_peer_id(peer_id: str) -> bytes | None:
-    """The Ed25519 public key a peer id carries inline, or None when `peer_id` is not one `peer_id_of` writes.
-
-    An Ed25519 peer id is the key itself (identity multihash), so a name that
-    holds a peer id, such as a ledger's origin, names exactly one key.
-    """
-    if not isinstance(peer_id, str) or not 0 < len(peer_id) <= 64 or not peer_id.isascii():
-        return None
-    number = 0
-    for char in peer_id.encode("ascii"):
-        digit = _BASE58_ALPHABET.find(bytes([char]))
-        if digit < 0:
-            return None
-        number = number * 58 + digit
-    raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
-    key = raw[-PUBLIC_KEY_SIZE:]
-    # Only the one canonical spelling counts: re-encoding the key must give the same text.
-    return key if len(key) == PUBLIC_KEY_SIZE and peer_id_of(key) == peer_id else None
-
-
 CONFIG_FILE_NAME = "config.json"
 CONFIG_FORMAT = "p2paudit-config"
 CONFIG_VERSION = 1

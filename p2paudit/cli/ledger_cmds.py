@@ -269,8 +269,29 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
         )
     for view in found.tree_heads:
         click.echo(
-            f"log {view.origin} key {view.vkey.split('+')[0]}: size {view.size} signed with {len(view.roots)} roots"
+            f"log {view.origin} key {_vkey_key(view.vkey)}: size {view.size} signed with {len(view.roots)} roots"
         )
+
+
+def _vkey_key(vkey: str) -> str:
+    """The key (not the name, which is the signer's to choose) whose signatures of a split view were verified."""
+    from ledger import CheckpointError, NoteVerifier
+
+    try:
+        return NoteVerifier.from_vkey(vkey).public_key.hex()[:16] + "..."
+    except CheckpointError:
+        return "(unreadable key)"
+
+
+def claimed_time(time_ms: int) -> str:
+    """A signer's own time, which nothing checks: labelled as its claim, as a UTC date."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromtimestamp(time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a signed u64 may lie outside any calendar
+        when = f"{time_ms} ms since 1970"
+    return f"claims time {when} (the signer's word, not checked)"
 
 
 class ClaimStep(click.ParamType):
@@ -317,7 +338,7 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
         observed = a.observed_output_digest.hex()[:16] + "..." if a.observed_output_digest else "none"
         click.echo(
             f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
-            f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms"
+            f"{a.backend} on {a.hardware or '?'}, {claimed_time(a.time_ms)}"
         )
     if initial is not None:  # state 0 has two claims: the recipe's initial state, and step 0's input
         click.echo(f"{_initial_state_line(initial)}: ledger show --step init")

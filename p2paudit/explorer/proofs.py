@@ -28,7 +28,7 @@ from ledger import Checkpoint, CheckpointError, NoteVerifier, ProofError, leaf_h
 from ledger.note import Note, parse_note
 from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError, MismatchError
-from p2paudit.identity import public_key_of_peer_id
+from p2paudit.node.wire import WireError, origin_public_key
 
 FORMAT = "p2paudit-inclusion-proof"
 VERSION = 1
@@ -115,10 +115,17 @@ def _entry_hash(data: dict[str, Any], claimed: bytes) -> bool:
 
 
 def origin_key(origin: str) -> bytes | None:
-    """The key a p2paudit origin names ("p2paudit.dev/ledger/<peer id>" carries the key), else None."""
+    """The key a p2paudit origin names ("p2paudit.dev/ledger/<peer id>" carries the key); None for another log's.
+
+    An origin in the p2paudit form that names no key (not the canonical form of
+    an Ed25519 peer id) is a MismatchError: it would read as a node's log.
+    """
     if not origin.startswith(ORIGIN_PREFIX):
         return None
-    return public_key_of_peer_id(origin[len(ORIGIN_PREFIX) :])
+    try:
+        return origin_public_key(origin)
+    except WireError as exc:
+        raise MismatchError(f"checkpoint {exc}") from None
 
 
 @dataclass(frozen=True)

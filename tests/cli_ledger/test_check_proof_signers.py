@@ -167,6 +167,12 @@ def test_a_foreign_origin_is_checked_only_with_its_key(proof, tmp_path):
 
 def test_the_files_origin_must_be_its_checkpoints(proof, tmp_path):
     assert "its checkpoint" in one_line_error(check(tmp_path, dict(proof, origin=FOREIGN_ORIGIN)), 1)
+    # An origin in the node form that is not the canonical spelling of a key: read as no node's log.
+    lookalike = proof["origin"] + "1"
+    note = signed_for(lookalike, EVIL, proof["size"], proof["root"])
+    forged = dict(proof, origin=lookalike, checkpoint=note)
+    assert "peer id" in one_line_error(check(tmp_path, forged), 1)
+    assert "peer id" in one_line_error(check(tmp_path, forged, "--key", EVIL.public_key.hex()), 1)
 
 
 def test_a_checkpoint_that_is_not_a_note_is_bad_input(proof, tmp_path):
