@@ -96,15 +96,19 @@ def echo_json(value: Any) -> None:
 
 
 def _pick_run(store, run: str | None) -> bytes:
-    from p2paudit.attest.report import parse_run_id
+    """The run --run names (a whole id or a unique prefix), or the ledger's only run."""
+    from p2paudit.attest.runs import resolve_run_id
     from p2paudit.errors import InputError
 
-    if run is not None:
-        return parse_run_id(run)
     runs = store.runs()
+    if run is not None:
+        return resolve_run_id(runs, run)
     if len(runs) != 1:
-        raise InputError(f"the ledger knows {len(runs)} runs; name one with --run RUN_ID")
+        raise InputError(f"the ledger knows {len(runs)} runs; name one with --run RUN_ID (p2paudit ledger runs)")
     return runs[0].run_id
+
+
+RUN_OPTION_HELP = "Run id (hex) or a unique prefix of one; needed when the ledger knows several runs."
 
 
 @cli.group()
@@ -143,7 +147,47 @@ def add_run(
 
 
 @ledger.command()
-@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
+@json_option
+@ledger_option
+def runs(as_json: bool, ledger_path: Path | None) -> None:
+    """The runs the ledger knows: id, label, steps, and how much of each every key has checked."""
+    from p2paudit.attest import queries
+
+    with open_existing(ledger_path) as store:
+        found = [(info, queries.coverage(store, info.run_id), store.publishers(info.run_id)) for info in store.runs()]
+    if as_json:
+        echo_json([_run_dict(info, cov, publishers) for info, cov, publishers in found])
+        return
+    if not found:
+        click.echo("the ledger knows no runs: p2paudit ledger add-run RUN_DIR (or a daemon's --run) adds one")
+        return
+    click.echo(f"{len(found)} runs (coverage by all keys, untrusted; ledger coverage --run ID --trusted FILE)")
+    for info, cov, _ in found:
+        click.echo(
+            f"{info.run_id.hex()}  {info.label or '-'!r}  {info.steps} steps, {cov.keys} keys: checked "
+            f"{cov.checked_once} steps ({cov.percent(cov.checked_once):.1f}%), "
+            f"{cov.with_mismatch} with a mismatch; initial state "
+            f"{'checked by ' + str(cov.initial_state.checked) + ' keys' if cov.initial_state else 'not checked'}"
+        )
+
+
+def _run_dict(info, cov, publishers) -> dict[str, Any]:
+    initial = cov.initial_state
+    return {
+        "run_id": info.run_id.hex(),
+        "label": info.label,
+        "steps": info.steps,
+        "publishers": [key.hex() for key in publishers],
+        "keys": cov.keys,
+        "checked_at_least_once": cov.checked_once,
+        "percent_at_least_once": round(cov.percent(cov.checked_once), 3),
+        "steps_with_mismatch": cov.with_mismatch,
+        "initial_state_checked_by": initial.checked if initial is not None else 0,
+    }
+
+
+@ledger.command()
+@click.option("--run", "run", default=None, help=RUN_OPTION_HELP)
 @click.option(
     "--trusted",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -229,7 +273,7 @@ def _evidence_lines(side) -> str:
 
 
 @ledger.command()
-@click.option("--run", "run", default=None, help="Only this run (hex id).")
+@click.option("--run", "run", default=None, help="Only this run (hex id or a unique prefix).")
 @json_option
 @ledger_option
 def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
@@ -237,7 +281,7 @@ def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
     from p2paudit.attest import queries, report
 
     with open_existing(ledger_path) as store:
-        found = queries.disputes(store, report.parse_run_id(run) if run is not None else None)
+        found = queries.disputes(store, _pick_run(store, run) if run is not None else None)
     if as_json:
         echo_json([report.dispute_dict(item) for item in found])
         return
@@ -311,7 +355,7 @@ class ClaimStep(click.ParamType):
 
 @ledger.command()
 @click.option("--step", type=ClaimStep(), required=True, help="A step, or 'init' for the initial state (state 0).")
-@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
+@click.option("--run", "run", default=None, help=RUN_OPTION_HELP)
 @json_option
 @ledger_option
 def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) -> None:
