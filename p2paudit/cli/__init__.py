@@ -7,7 +7,9 @@ purpose, p2paudit's, ledger's and kernels' alike, derives from
 that exit status, so click's test runner sees exactly what a user sees. Anything else
 that escapes a command is the verifier's own failure: one line and exit 3
 (EXIT_INTERNAL), never 1, which means "the claim did not match"; `--debug`
-shows its traceback. Command modules import heavy libraries (torch, numba,
+shows its traceback. A closed pipe on stdout (`| head -1`) ends the command
+silently with 141, as SIGPIPE ends a Unix tool (Python ignores SIGPIPE, and
+restoring it would let a peer's closed socket kill the daemon). Command modules import heavy libraries (torch, numba,
 libp2p) inside their functions so that `--help` and `--version` stay fast.
 """
 
@@ -105,7 +107,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Exit codes: 0 every check matched; 1 a claim did not match; 2 bad usage or
     unreadable input; 3 the verifier itself failed (please report it);
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C); 141 stdout's reader closed it (| head).
     """
     ctx.meta["p2paudit.debug"] = debug
 

@@ -213,6 +213,7 @@ def daemon(
 
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
+    from p2paudit.cli.progress_display import telling_compiles
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.auditor import AuditPolicy
@@ -269,6 +270,7 @@ def daemon(
     # The event loop shares the GIL with the store's thread and the validators' threads (signature checks):
     # a shorter switch interval (5 ms by default) hands it back sooner, so no peer waits on a busy store.
     sys.setswitchinterval(0.001)
+    click.get_current_context().with_resource(telling_compiles(False))  # the first replay's one-time compile, told
     try:
         result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
     finally:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import kernels
@@ -26,3 +27,16 @@ def single_process_step(cfg: TrainConfig, backend_name: str) -> Callable[..., St
     return lambda state, batch, trace=None, *, progress=None: train_step(
         state, batch, cfg, backend, trace, progress=progress
     )
+
+
+@contextmanager
+def compile_notice(tell: Callable[[], None]) -> Iterator[None]:
+    """Within the block, call `tell()` once if a cpu kernel is compiled rather than loaded from numba's cache.
+
+    The first run on a machine compiles the cpu kernels (about a minute of CPU); later runs load them.
+    """
+    previous = kernels.set_compile_notice(tell)
+    try:
+        yield
+    finally:
+        kernels.set_compile_notice(previous)
