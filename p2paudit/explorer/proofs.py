@@ -177,10 +177,10 @@ def _check_checkpoint(data: dict[str, Any], size: int, root: bytes, key: bytes |
         raise MismatchError(f"checkpoint origin {origin[:80]!r} is not a key name, so no signature is for it") from None
     own = [sig for sig in parsed.signatures if (sig.name, sig.key_id) == (origin, verifier.key_id)]
     if not own:
-        names = ", ".join(sorted({sig.name[:60] for sig in parsed.signatures}))
+        names = ", ".join(sorted({sig.name[:60] for sig in parsed.signatures}))  # up to 100 lines: cut below
         raise MismatchError(
             f"the checkpoint has no signature by key {checked.hex()[:16]}.. for its origin {origin[:80]!r} "
-            f"(its signature lines name {names})"
+            f"(its {len(parsed.signatures)} signature line(s) name {names[:200]})"
         )
     body = parsed.text.encode("utf-8")
     if not all(verifier.verify(body, sig.signature) for sig in own):
