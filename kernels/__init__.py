@@ -49,7 +49,6 @@ kernels/backend_contract.py; mypy holds every backend module to it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from exit_codes import EXIT_USAGE, CodedError
@@ -93,25 +92,3 @@ def get_backend(name: str) -> Backend[Any]:
     # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py);
     # importlib's ModuleType says nothing about which functions it holds.
     return cast("Backend[Any]", importlib.import_module(_MODULES[name]))
-
-
-# Who to tell when a cpu kernel is really being compiled (numba found no cached machine code for it); see
-# kernels/cpu_compile_notice.py. A compile takes about a minute of CPU the first time, then never again, and a
-# user who is not told waits in silence. One slot, told once, then emptied: kernels never print.
-_compile_notice: Callable[[], None] | None = None
-
-
-def set_compile_notice(tell: Callable[[], None] | None) -> Callable[[], None] | None:
-    """Call `tell()` (once) when a cpu kernel is next compiled rather than loaded from numba's cache; returns the
-    notice it replaces. `tell` runs on the compiling thread, before the compile, and must not raise."""
-    global _compile_notice
-    previous, _compile_notice = _compile_notice, tell
-    return previous
-
-
-def compiling_now() -> None:
-    """Called by the cpu backend as numba starts a compile (a cache miss): tells the notice set, once."""
-    global _compile_notice
-    tell, _compile_notice = _compile_notice, None
-    if tell is not None:
-        tell()

@@ -1,4 +1,4 @@
-"""A cache miss of the cpu kernels, made known: numba's "numba:compile" event, passed to kernels.compiling_now.
+"""A cache miss of the cpu kernels, made known: numba's "numba:compile" event, passed to compile_notice.compiling_now.
 
 numba fires "numba:compile" only when it compiles a function: a function it
 loads from its on-disk cache (every kernel is @njit(cache=True)) fires
@@ -13,12 +13,12 @@ from typing import Any
 
 from numba.core import event
 
-import kernels
+from kernels import compile_notice
 
 
 class _CompileListener(event.Listener):
     def on_start(self, ev: Any) -> None:
-        kernels.compiling_now()
+        compile_notice.compiling_now()
 
     def on_end(self, ev: Any) -> None:
         pass

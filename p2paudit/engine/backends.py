@@ -8,6 +8,7 @@ from typing import Any
 
 import kernels
 from kernels.backend_contract import Backend
+from kernels.compile_notice import set_compile_notice
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.step import StepResult, train_step
 from p2paudit.errors import InputError
@@ -35,8 +36,8 @@ def compile_notice(tell: Callable[[], None]) -> Iterator[None]:
 
     The first run on a machine compiles the cpu kernels (about a minute of CPU); later runs load them.
     """
-    previous = kernels.set_compile_notice(tell)
+    previous = set_compile_notice(tell)
     try:
         yield
     finally:
-        kernels.set_compile_notice(previous)
+        set_compile_notice(previous)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-import kernels
+from kernels.compile_notice import compiling_now
 from p2paudit.cli.progress_display import COMPILING, telling_compiles
 
 NOTICE = "compiling the cpu kernels once (about a minute"
@@ -40,8 +40,8 @@ def test_the_compile_is_told_once_when_it_happens_and_never_when_cached(tmp_path
 
 def test_with_json_the_compile_is_one_event_line(capsys):
     with telling_compiles(True):
-        kernels.compiling_now()
-        kernels.compiling_now()  # told once
-    kernels.compiling_now()  # after the command: nobody is told
+        compiling_now()
+        compiling_now()  # told once
+    compiling_now()  # after the command: nobody is told
     (line,) = capsys.readouterr().err.splitlines()
     assert json.loads(line) == {"event": "compiling", "backend": "cpu", "text": COMPILING}
