@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kernels import constants as K
-from kernels import numpy_layout, validate
+from kernels import (
+    cpu_compile_notice,  # noqa: F401  (before any kernel is called: a compile is told)
+    numpy_layout,
+    validate,
+)
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
 from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat

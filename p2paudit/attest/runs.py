@@ -9,10 +9,12 @@ signed its manifest, are recorded beside it (attest_publishers).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.tables import has_table
+from p2paudit.errors import InputError
 
 # A run has at most 2^32 steps (= run.manifest.MAX_STEPS: the schedule counts steps below 2^32; attest
 # does not import run, and tests/attest hold the two equal). A larger count would make coverage allocate per step.
@@ -92,3 +94,31 @@ def find_run(conn: sqlite3.Connection, run_id: bytes) -> RunInfo:
     if row is None:
         raise AttestationError(f"run {run_id.hex()} is not known to this ledger")
     return RunInfo(*row)
+
+
+MAX_CANDIDATES_SHOWN = 8
+
+
+def resolve_run_id(known: Sequence[RunInfo], text: str) -> bytes:
+    """The one known run whose hex id starts with `text` (a whole id or a prefix, optionally "sha256:").
+
+    The one resolver of run ids the CLI takes: an unknown or ambiguous prefix
+    is an InputError (exit 2) that lists the candidates.
+    """
+    prefix = text.strip().removeprefix("sha256:").lower()
+    if not prefix or len(prefix) > 64 or any(c not in "0123456789abcdef" for c in prefix):
+        raise InputError(f"run id {text[:80]!r} is not hex (a run id, or a prefix of one, up to 64 hex digits)")
+    found = [run for run in known if run.run_id.hex().startswith(prefix)]
+    if len(found) == 1:
+        return found[0].run_id
+    if not found:
+        if not known:
+            raise InputError(f"run {prefix[:16]} is not known: the ledger knows no runs (p2paudit ledger add-run)")
+        raise InputError(f"run {prefix[:16]} is not known (no run id starts with it); known: {_candidates(known)}")
+    raise InputError(f"run id prefix {prefix} names {len(found)} runs: {_candidates(found)}; give more digits")
+
+
+def _candidates(runs: Sequence[RunInfo]) -> str:
+    shown = ", ".join(f"{run.run_id.hex()[:16]} ({run.label or 'no label'})" for run in runs[:MAX_CANDIDATES_SHOWN])
+    more = len(runs) - MAX_CANDIDATES_SHOWN
+    return shown + (f" and {more} more (p2paudit ledger runs)" if more > 0 else "")

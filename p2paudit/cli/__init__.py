@@ -7,12 +7,17 @@ purpose, p2paudit's, ledger's and kernels' alike, derives from
 that exit status, so click's test runner sees exactly what a user sees. Anything else
 that escapes a command is the verifier's own failure: one line and exit 3
 (EXIT_INTERNAL), never 1, which means "the claim did not match"; `--debug`
-shows its traceback. Command modules import heavy libraries (torch, numba,
+shows its traceback. A closed pipe on stdout (`| head -1`) ends the command
+silently with 141, as SIGPIPE ends a Unix tool (Python ignores SIGPIPE, and
+restoring it would let a peer's closed socket kill the daemon). Command modules import heavy libraries (torch, numba,
 libp2p) inside their functions so that `--help` and `--version` stay fast.
 """
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import sys
 import traceback
 
@@ -37,6 +42,31 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split()) or "(no message)"
 
 
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell reports for a tool a closed pipe stopped
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe nobody reads any more (`p2paudit ... | head -1` after head exits)."""
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else -1
+        poller = select.poll()
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test runner's), or no poll on this system
+        return False
+    if fd < 0:
+        return False
+    poller.register(fd, 0)  # POLLERR and POLLHUP are always reported: the write end of a pipe with no reader
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered is dropped silently at exit (no 'Exception ignored')."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.__stdout__.fileno())
+    finally:
+        os.close(devnull)
+
+
 class AuditGroup(click.Group):
     """A click group that maps library errors, OS errors and crashes to one-line failures."""
 
@@ -48,6 +78,11 @@ class AuditGroup(click.Group):
             raise LibraryError("interrupted", EXIT_INTERRUPTED) from None
         except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
+        except BrokenPipeError as exc:
+            if not _stdout_closed():  # a socket or another pipe: an OS error like any other
+                raise LibraryError(_one_line(f"{exc.strerror or exc}"), EXIT_USAGE) from exc
+            _quiet_stdout()
+            raise SystemExit(EXIT_CLOSED_PIPE) from None
         except OSError as exc:  # full disk, permission denied, missing file
             where = f" ({exc.filename})" if exc.filename else ""
             raise LibraryError(_one_line(f"{exc.strerror or exc}{where}"), EXIT_USAGE) from exc
@@ -72,7 +107,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Exit codes: 0 every check matched; 1 a claim did not match; 2 bad usage or
     unreadable input; 3 the verifier itself failed (please report it);
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C); 141 stdout's reader closed it (| head).
     """
     ctx.meta["p2paudit.debug"] = debug
 

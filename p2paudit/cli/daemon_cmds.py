@@ -214,6 +214,7 @@ def daemon(
 
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
+    from p2paudit.cli.progress_display import telling_compiles
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.cli.status_lines import one_line
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
@@ -272,6 +273,7 @@ def daemon(
     # The event loop shares the GIL with the store's thread and the validators' threads (signature checks):
     # a shorter switch interval (5 ms by default) hands it back sooner, so no peer waits on a busy store.
     sys.setswitchinterval(0.001)
+    click.get_current_context().with_resource(telling_compiles(False))  # the first replay's one-time compile, told
     try:
         result = trio.run(run_daemon, identity, config, show, monitor, instruments=[monitor])
     finally:
@@ -292,6 +294,12 @@ def daemon(
         raise SystemExit(128 + result.signal)
 
 
+START_HINT = (
+    "start one with: p2paudit daemon --run RUN_DIR|URL (or --follow LAB_KEY --peer MULTIADDR); "
+    "p2paudit demo runs five on this machine"
+)
+
+
 @cli.command("status")
 @click.option("--json", "as_json", is_flag=True, help="The raw status snapshot.")
 def status_cmd(as_json: bool) -> None:
@@ -302,13 +310,20 @@ def status_cmd(as_json: bool) -> None:
     from p2paudit.node.status import read_status
     from p2paudit.processes import process_alive
 
-    data = read_status(home_dir() / STATUS_FILE)
+    path = home_dir() / STATUS_FILE
+    if not path.exists() and not path.is_symlink():  # never started here: say how to start one, not "file missing"
+        from p2paudit.errors import InputError
+
+        raise InputError(f"no daemon has run in {home_dir()} (no daemon status file {path.name}): {START_HINT}")
+    data = read_status(path)
     if as_json:
         click.echo(json.dumps(data, indent=1))
         return
     alive = process_alive(data["pid"])
     age = time.time() - data["written_at"]
     click.echo(f"node {data['peer_id']} ({'running' if alive else 'not running'}, status {age:.0f}s old)")
+    if not alive:
+        click.echo(f"no daemon is running in this home; the last one's status follows. {START_HINT}")
     click.echo(f"listening on {', '.join(data['listen']) or '-'}")
     click.echo(f"{len(data['peers'])} peer(s) connected; ledger {data['ledger']['path']} size {data['ledger']['size']}")
     for run in data["runs"]:

@@ -1,6 +1,7 @@
 """`p2paudit demo`: publish the built-in tiny run and audit it with a network of volunteers on this machine.
 
-Five daemons on loopback, each a process with its own home under DIR/nodes;
+Five daemons on loopback, each a process with its own home under DIR/nodes
+(the publisher's home is DIR/home: the demo never writes the user's own);
 one of them dishonest (it signs a false mismatch for one step). They split
 the steps without coordination, gossip and sync their attestations, witness
 each other's ledgers and stop once every step is checked twice in every
@@ -11,6 +12,9 @@ the golden digest.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -48,16 +52,49 @@ DEMO_TIMEOUT = 240.0
     help="Volunteer nodes (the last one is dishonest).",
 )
 def demo(demo_dir: Path, backend: str, nodes: int) -> None:
-    """Publish the tiny run, let a network of volunteers (one dishonest) audit it, show who lied."""
+    """Publish the tiny run, let a network of volunteers (one dishonest) audit it, show who lied.
+
+    Everything it writes is under DIR: the run, the publisher's home (DIR/home,
+    its key), the nodes' homes (DIR/nodes), the picture; never ~/.p2paudit or $P2PAUDIT_HOME.
+    """
+    from p2paudit.errors import InputError
+
+    if demo_dir.exists() and not demo_dir.is_dir():
+        raise InputError(f"demo directory {demo_dir} is a file")
+    with own_home(demo_dir / "home"):
+        _demo(demo_dir, backend, nodes)
+
+
+@contextmanager
+def own_home(home: Path) -> Iterator[None]:
+    """Run with `home` as $P2PAUDIT_HOME (the publisher's key, its scratch) and matplotlib's config and cache.
+
+    The demo is a show on this machine: it must not leave a key or a ledger in
+    the user's real ~/.p2paudit or $P2PAUDIT_HOME, nor caches under ~. The
+    nodes' own homes are under DIR/nodes, set per process by node.localnet.
+    """
+    saved = {name: os.environ.get(name) for name in ("P2PAUDIT_HOME", "MPLCONFIGDIR")}
+    os.environ["P2PAUDIT_HOME"] = str(home.absolute())
+    if saved["MPLCONFIGDIR"] is None:  # the user's own choice of matplotlib's directory stands
+        os.environ["MPLCONFIGDIR"] = str((home / "matplotlib").absolute())
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _demo(demo_dir: Path, backend: str, nodes: int) -> None:
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.cli.train_cmd import _publish_with_progress
-    from p2paudit.errors import InputError, InternalError
+    from p2paudit.errors import InternalError
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
     from p2paudit.run.publisher import check_plan
     from p2paudit.run.training import TrainPlan
 
-    if demo_dir.exists() and not demo_dir.is_dir():
-        raise InputError(f"demo directory {demo_dir} is a file")
     run_dir = demo_dir / "run"
     plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
     check_plan(plan)

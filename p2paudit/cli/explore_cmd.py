@@ -146,11 +146,21 @@ def explore(listen: str, ledger_path: Path | None, status_path: Path | None) -> 
 
 @ledger.command("check-proof")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--key", "key_hex", default=None, help="The log's public key (hex): the checkpoint must be signed by it.")
+@click.option(
+    "--key",
+    "key_hex",
+    default=None,
+    help="The log's public key (hex): the checkpoint must be signed by it for its origin.",
+)
 def check_proof_cmd(file: Path, key_hex: str | None) -> None:
     """Check an inclusion proof file offline: the entry's hash, the RFC 9162 proof, the signed checkpoint.
 
-    Exit 0 when it holds, 1 when anything does not verify, 2 for a file that is not a proof.
+    The signer named is only a key whose signature verified for the checkpoint's
+    origin: the key given, or the one a p2paudit.dev/ledger/<peer id> origin names.
+    Exit 0 when everything the file holds verified (a file with no checkpoint: the
+    root is not signed, and the output says so); 1 when anything does not verify;
+    2 for a file that is not a proof, or a checkpoint whose signature could not be
+    checked (another origin and no --key).
     """
     from p2paudit.errors import InputError
     from p2paudit.explorer.proofs import check_proof
@@ -164,9 +174,16 @@ def check_proof_cmd(file: Path, key_hex: str | None) -> None:
         raise InputError(f"proof file {file} is not JSON: {str(exc)[:100]}") from None
     found = check_proof(data, key)
     entry = "entry bytes hash to the leaf" if found.entry_checked else "entry bytes not included"
-    signed = (
-        f"signed by {found.signed_by}" if found.signed_by else "root NOT signed: compare it with a checkpoint you trust"
-    )
-    click.echo(
-        f"ok: entry {found.index} is in the tree of size {found.size}, root {found.root.hex()} ({entry}); {signed}"
-    )
+    proven = f"entry {found.index} is in the tree of size {found.size}, root {found.root.hex()} ({entry})"
+    others = f"; {found.unchecked_signatures} other signature line(s) not checked" if found.unchecked_signatures else ""
+    if found.origin is None:
+        click.echo(f"ok: {proven}; root NOT signed: compare it with a checkpoint you trust")
+    elif found.signer_key is None:
+        click.echo(f"proven: {proven}; the checkpoint is of origin {found.origin[:200]!r}")
+        raise InputError(
+            "the checkpoint's signature was not checked: pass --key HEX, the public key of that log "
+            "(its origin names no key)"
+        )
+    else:
+        whose = "the key given" if found.key_given else "the key its origin names"
+        click.echo(f"ok: {proven}; signed by {found.origin} (key {found.signer_key.hex()}, {whose}){others}")

@@ -97,15 +97,19 @@ def echo_json(value: Any) -> None:
 
 
 def _pick_run(store, run: str | None) -> bytes:
-    from p2paudit.attest.report import parse_run_id
+    """The run --run names (a whole id or a unique prefix), or the ledger's only run."""
+    from p2paudit.attest.runs import resolve_run_id
     from p2paudit.errors import InputError
 
-    if run is not None:
-        return parse_run_id(run)
     runs = store.runs()
+    if run is not None:
+        return resolve_run_id(runs, run)
     if len(runs) != 1:
-        raise InputError(f"the ledger knows {len(runs)} runs; name one with --run RUN_ID")
+        raise InputError(f"the ledger knows {len(runs)} runs; name one with --run RUN_ID (p2paudit ledger runs)")
     return runs[0].run_id
+
+
+RUN_OPTION_HELP = "Run id (hex) or a unique prefix of one; needed when the ledger knows several runs."
 
 
 @cli.group()
@@ -144,7 +148,47 @@ def add_run(
 
 
 @ledger.command()
-@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
+@json_option
+@ledger_option
+def runs(as_json: bool, ledger_path: Path | None) -> None:
+    """The runs the ledger knows: id, label, steps, and how much of each every key has checked."""
+    from p2paudit.attest import queries
+
+    with open_existing(ledger_path) as store:
+        found = [(info, queries.coverage(store, info.run_id), store.publishers(info.run_id)) for info in store.runs()]
+    if as_json:
+        echo_json([_run_dict(info, cov, publishers) for info, cov, publishers in found])
+        return
+    if not found:
+        click.echo("the ledger knows no runs: p2paudit ledger add-run RUN_DIR (or a daemon's --run) adds one")
+        return
+    click.echo(f"{len(found)} runs (coverage by all keys, untrusted; ledger coverage --run ID --trusted FILE)")
+    for info, cov, _ in found:
+        click.echo(
+            f"{info.run_id.hex()}  {info.label or '-'!r}  {info.steps} steps, {cov.keys} keys: checked "
+            f"{cov.checked_once} steps ({cov.percent(cov.checked_once):.1f}%), "
+            f"{cov.with_mismatch} with a mismatch; initial state "
+            f"{'checked by ' + str(cov.initial_state.checked) + ' keys' if cov.initial_state else 'not checked'}"
+        )
+
+
+def _run_dict(info, cov, publishers) -> dict[str, Any]:
+    initial = cov.initial_state
+    return {
+        "run_id": info.run_id.hex(),
+        "label": info.label,
+        "steps": info.steps,
+        "publishers": [key.hex() for key in publishers],
+        "keys": cov.keys,
+        "checked_at_least_once": cov.checked_once,
+        "percent_at_least_once": round(cov.percent(cov.checked_once), 3),
+        "steps_with_mismatch": cov.with_mismatch,
+        "initial_state_checked_by": initial.checked if initial is not None else 0,
+    }
+
+
+@ledger.command()
+@click.option("--run", "run", default=None, help=RUN_OPTION_HELP)
 @click.option(
     "--trusted",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -230,7 +274,7 @@ def _evidence_lines(side) -> str:
 
 
 @ledger.command()
-@click.option("--run", "run", default=None, help="Only this run (hex id).")
+@click.option("--run", "run", default=None, help="Only this run (hex id or a unique prefix).")
 @json_option
 @ledger_option
 def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
@@ -240,7 +284,7 @@ def disputes(run: str | None, as_json: bool, ledger_path: Path | None) -> None:
     from p2paudit.attest import queries, report
 
     with open_existing(ledger_path) as store:
-        found = queries.disputes(store, report.parse_run_id(run) if run is not None else None, findings=True)
+        found = queries.disputes(store, _pick_run(store, run) if run is not None else None, findings=True)
     if as_json:
         echo_json([report.dispute_dict(item) for item in found])
         return
@@ -284,8 +328,29 @@ def equivocations(as_json: bool, ledger_path: Path | None) -> None:
         )
     for view in found.tree_heads:
         click.echo(
-            f"log {view.origin} key {view.vkey.split('+')[0]}: size {view.size} signed with {len(view.roots)} roots"
+            f"log {view.origin} key {_vkey_key(view.vkey)}: size {view.size} signed with {len(view.roots)} roots"
         )
+
+
+def _vkey_key(vkey: str) -> str:
+    """The key (not the name, which is the signer's to choose) whose signatures of a split view were verified."""
+    from ledger import CheckpointError, NoteVerifier
+
+    try:
+        return NoteVerifier.from_vkey(vkey).public_key.hex()[:16] + "..."
+    except CheckpointError:
+        return "(unreadable key)"
+
+
+def claimed_time(time_ms: int) -> str:
+    """A signer's own time, which nothing checks: labelled as its claim, as a UTC date."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromtimestamp(time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a signed u64 may lie outside any calendar
+        when = f"{time_ms} ms since 1970"
+    return f"claims time {when} (the signer's word, not checked)"
 
 
 class ClaimStep(click.ParamType):
@@ -305,7 +370,7 @@ class ClaimStep(click.ParamType):
 
 @ledger.command()
 @click.option("--step", type=ClaimStep(), required=True, help="A step, or 'init' for the initial state (state 0).")
-@click.option("--run", "run", default=None, help="Run id (hex); needed when the ledger knows several runs.")
+@click.option("--run", "run", default=None, help=RUN_OPTION_HELP)
 @json_option
 @ledger_option
 def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) -> None:
@@ -332,7 +397,7 @@ def show(step: int, run: str | None, as_json: bool, ledger_path: Path | None) ->
         observed = a.observed_output_digest.hex()[:16] + "..." if a.observed_output_digest else "none"
         click.echo(
             f"  [{index}] {a.verdict:<8} observed {observed} by {a.verifier.hex()[:16]}... "
-            f"{a.backend} on {a.hardware or '?'} at {a.time_ms} ms"
+            f"{a.backend} on {a.hardware or '?'}, {claimed_time(a.time_ms)}"
         )
     if initial is not None:  # state 0 has two claims: the recipe's initial state, and step 0's input
         click.echo(f"{_initial_state_line(initial)}: ledger show --step init")

@@ -11,6 +11,11 @@ draw what run.progress_meter makes of its events:
   micro-batch and layer, or parameters updated, elapsed, time left);
 - else (a pipe, a file): nothing.
 
+Both also say, once, when the cpu kernels are being compiled (numba found
+no cached code: the first run on a machine, about a minute): a line on
+stderr, above the bar, or with --json `{"event": "compiling", "backend":
+"cpu", "text"}`; a run that loads them from the cache says nothing.
+
 `p2paudit status` uses `busy_line` for a daemon's replay (its status file's busy.progress).
 """
 
@@ -129,19 +134,46 @@ def terminal_bar(console: Console | None = None) -> Iterator[StepDisplay]:
         yield StepDisplay(_within_step(bar), echo_line(bar))
 
 
+COMPILING = "compiling the cpu kernels once (about a minute; later runs load them from numba's cache)..."
+
+
+def _tell_compiling(as_json: bool, bar: Progress | None) -> Callable[[], None]:
+    """How the one-time kernel compile is told on stderr: a JSON event with --json, a line above the bar, or a line."""
+
+    def tell() -> None:
+        if as_json:
+            _write_line(sys.stderr, json.dumps({"event": "compiling", "backend": "cpu", "text": COMPILING}))
+        elif bar is not None:
+            bar.console.print(COMPILING, markup=False, highlight=False, soft_wrap=True)
+        else:
+            _write_line(sys.stderr, COMPILING)
+
+    return tell
+
+
+@contextmanager
+def telling_compiles(as_json: bool, bar: Progress | None = None) -> Iterator[None]:
+    """Say on stderr, once, when the cpu kernels are compiled (numba's cache missed), never when they are loaded."""
+    from p2paudit.engine.backends import compile_notice
+
+    with compile_notice(_tell_compiling(as_json, bar)):
+        yield
+
+
 @contextmanager
 def step_progress(as_json: bool) -> Iterator[StepDisplay]:
     """This command's display: JSON lines with --json, a bar on a terminal's stderr, else no hook."""
     import click
 
     if as_json:
-        with json_events() as hook:
+        with json_events() as hook, telling_compiles(True):
             yield StepDisplay(hook, click.echo)
     elif sys.stderr.isatty():
-        with terminal_bar() as display:
-            yield display
+        with _bar(None) as bar, telling_compiles(False, bar):
+            yield StepDisplay(_within_step(bar), echo_line(bar))
     else:
-        yield StepDisplay(None, click.echo)
+        with telling_compiles(False):
+            yield StepDisplay(None, click.echo)
 
 
 StepHook = Callable[["StepDone"], None]
@@ -160,7 +192,7 @@ def train_display(
         return (done.step + 1 - done.resumed_from) / max(time.perf_counter() - started, 1e-9)
 
     if as_json:
-        with json_events() as hook:
+        with json_events() as hook, telling_compiles(True):
 
             def on_step_json(done: StepDone) -> None:
                 line = {"event": "step", "step": done.step, "loss": done.loss, "steps_per_second": round(rate(done), 4)}
@@ -169,9 +201,10 @@ def train_display(
             yield on_step_json, hook
         return
     if console is None and not sys.stderr.isatty():
-        yield (lambda done: None), None
+        with telling_compiles(False):
+            yield (lambda done: None), None
         return
-    with _bar(console) as bar:
+    with _bar(console) as bar, telling_compiles(False, bar):
         run_task = bar.add_task("train", total=total, info="")
 
         def on_step(done: StepDone) -> None:

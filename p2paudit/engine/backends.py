@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import kernels
 from kernels.backend_contract import Backend
+from kernels.compile_notice import set_compile_notice
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.step import StepResult, train_step
 from p2paudit.errors import InputError
@@ -28,3 +30,16 @@ def single_process_step(cfg: TrainConfig, backend_name: str, arithmetic: int) ->
     return lambda state, batch, trace=None, *, progress=None: train_step(
         state, batch, cfg, backend, trace, progress=progress
     )
+
+
+@contextmanager
+def compile_notice(tell: Callable[[], None]) -> Iterator[None]:
+    """Within the block, call `tell()` once if a cpu kernel is compiled rather than loaded from numba's cache.
+
+    The first run on a machine compiles the cpu kernels (about a minute of CPU); later runs load them.
+    """
+    previous = set_compile_notice(tell)
+    try:
+        yield
+    finally:
+        set_compile_notice(previous)

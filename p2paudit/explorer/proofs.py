@@ -10,8 +10,11 @@ A proof file is JSON, a superset of what `p2paudit ledger proof --json` prints:
 
 `p2paudit ledger check-proof FILE [--key HEX]` runs `check_proof`: the leaf
 hash of the entry, the RFC 9162 proof against the root, and the checkpoint's
-signature, size and root; a checkpoint signed under the p2paudit origin form
-must name the key that signed it (the origin carries the key's peer id).
+size, root and signature. The file is the adversary's to write, so nothing in
+it names a signer: the key checked is the one given (--key) or the one a
+p2paudit origin names ("p2paudit.dev/ledger/<peer id>" carries the key), and
+only a signature line for the checkpoint's own origin by that key counts.
+With neither, the signature is not checked, and the result says so.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import CheckpointError, NoteVerifier, ProofError, leaf_hash, open_checkpoint, verify_inclusion
-from p2paudit.attest.store import AttestationStore, origin_for
+from ledger import Checkpoint, CheckpointError, NoteVerifier, ProofError, leaf_hash, verify_inclusion
+from ledger.note import Note, parse_note
+from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError, MismatchError
+from p2paudit.node.wire import WireError, origin_public_key
 
 FORMAT = "p2paudit-inclusion-proof"
 VERSION = 1
@@ -63,13 +68,21 @@ def build_proof(store: AttestationStore, index: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ProofCheck:
-    """What a proof file was found to show."""
+    """What a proof file was found to show, and no more."""
 
     index: int
     size: int
     root: bytes
     entry_checked: bool  # the entry's bytes came with it and hash to its leaf hash
-    signed_by: str | None  # the checkpoint's signer (origin), None when the root is not signed
+    origin: str | None  # the origin line of the file's checkpoint; None when the file holds none
+    signer_key: bytes | None  # the key whose signature for `origin` verified; None when none was checked
+    key_given: bool  # signer_key is the key given (--key), not the one the origin names
+    unchecked_signatures: int  # the checkpoint's other signature lines (other names or keys, cosignatures): unread
+
+    @property
+    def signed_by(self) -> str | None:
+        """The origin whose key's signature was verified, or None when no signature was (unsigned, or unchecked)."""
+        return self.origin if self.signer_key is not None else None
 
 
 def _hex(value: Any, what: str, length: int = 32) -> bytes:
@@ -101,26 +114,80 @@ def _entry_hash(data: dict[str, Any], claimed: bytes) -> bool:
     return True
 
 
-def _check_checkpoint(data: dict[str, Any], size: int, root: bytes, key: bytes | None) -> str | None:
+def origin_key(origin: str) -> bytes | None:
+    """The key a p2paudit origin names ("p2paudit.dev/ledger/<peer id>" carries the key); None for another log's.
+
+    An origin in the p2paudit form that names no key (not the canonical form of
+    an Ed25519 peer id) is a MismatchError: it would read as a node's log.
+    """
+    if not origin.startswith(ORIGIN_PREFIX):
+        return None
+    try:
+        return origin_public_key(origin)
+    except WireError as exc:
+        raise MismatchError(f"checkpoint {exc}") from None
+
+
+@dataclass(frozen=True)
+class _Signed:
+    origin: str | None
+    key: bytes | None
+    key_given: bool
+    unchecked: int
+
+
+def _parse_checkpoint(note: Any) -> tuple[Note, Checkpoint]:
+    if not isinstance(note, str):
+        raise InputError(f"proof file: checkpoint is {type(note).__name__}, want a signed note (text)")
+    try:
+        parsed = parse_note(note)
+        return parsed, Checkpoint.from_body(parsed.text)
+    except CheckpointError as exc:
+        raise InputError(f"proof file: checkpoint is not a signed checkpoint note: {exc}") from None
+
+
+def _check_checkpoint(data: dict[str, Any], size: int, root: bytes, key: bytes | None) -> _Signed:
+    """Which key signed the checkpoint for the origin it names; the file's own "vkey" is never trusted.
+
+    The key checked is `key` (--key) or, without one, the key a p2paudit origin
+    names. A signature counts only when its line names the checkpoint's origin
+    and that key's id and verifies: a line for another name (a witness's
+    cosignature, another log) or another key is read as nothing.
+    """
     note = data.get("checkpoint")
     if note is None:
         if key is not None:
             raise MismatchError("proof file holds no signed checkpoint, so nothing is signed by the key given")
-        return None
-    try:
-        verifier = NoteVerifier.from_vkey(str(data.get("vkey")))
-        if key is not None and verifier.public_key != key:
-            raise MismatchError(
-                f"the checkpoint is signed by key {verifier.public_key.hex()[:16]}.., not the key given"
-            )
-        if verifier.name.startswith(ORIGIN_PREFIX) and verifier.name != origin_for(verifier.public_key):
-            raise MismatchError(f"checkpoint origin {verifier.name[:80]!r} does not name the key that signed it")
-        cp = open_checkpoint(str(note), verifier)
-    except CheckpointError as exc:
-        raise MismatchError(f"proof file: checkpoint does not verify: {exc}") from None
+        return _Signed(None, None, False, 0)
+    parsed, cp = _parse_checkpoint(note)
+    origin = cp.origin
+    if data.get("origin") is not None and data["origin"] != origin:
+        raise MismatchError(f"proof file names origin {str(data['origin'])[:80]!r}, its checkpoint {origin[:80]!r}")
     if (cp.size, cp.root) != (size, root):
         raise MismatchError(f"checkpoint is of size {cp.size} root {cp.root.hex()[:16]}.., the proof of size {size}")
-    return cp.origin
+    named = origin_key(origin)
+    if key is not None and named is not None and named != key:
+        raise MismatchError(f"checkpoint origin {origin[:80]!r} names key {named.hex()[:16]}.., not the key given")
+    checked = key if key is not None else named
+    if checked is None:
+        return _Signed(origin, None, False, len(parsed.signatures))
+    try:
+        verifier = NoteVerifier(origin, checked)
+    except CheckpointError:  # an origin with a space or '+' is no key name: nothing can be signed for it
+        raise MismatchError(f"checkpoint origin {origin[:80]!r} is not a key name, so no signature is for it") from None
+    own = [sig for sig in parsed.signatures if (sig.name, sig.key_id) == (origin, verifier.key_id)]
+    if not own:
+        names = ", ".join(sorted({sig.name[:60] for sig in parsed.signatures}))  # up to 100 lines: cut below
+        raise MismatchError(
+            f"the checkpoint has no signature by key {checked.hex()[:16]}.. for its origin {origin[:80]!r} "
+            f"(its {len(parsed.signatures)} signature line(s) name {names[:200]})"
+        )
+    body = parsed.text.encode("utf-8")
+    if not all(verifier.verify(body, sig.signature) for sig in own):
+        raise MismatchError(
+            f"the checkpoint's signature by key {checked.hex()[:16]}.. for {origin[:80]!r} does not verify"
+        )
+    return _Signed(origin, checked, key is not None, len(parsed.signatures) - len(own))
 
 
 def check_proof(data: Any, key: bytes | None = None) -> ProofCheck:
@@ -138,4 +205,5 @@ def check_proof(data: Any, key: bytes | None = None) -> ProofCheck:
         verify_inclusion(leaf, index, size, proof, root)
     except ProofError as exc:
         raise MismatchError(f"inclusion proof of entry {index} in size {size} does not verify: {exc}") from None
-    return ProofCheck(index, size, root, entry_checked, _check_checkpoint(data, size, root, key))
+    signed = _check_checkpoint(data, size, root, key)
+    return ProofCheck(index, size, root, entry_checked, signed.origin, signed.key, signed.key_given, signed.unchecked)

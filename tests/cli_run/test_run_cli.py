@@ -212,7 +212,12 @@ def test_a_forged_claim_exits_1_with_a_diagnosis(run_copy, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_demo_runs_the_network_catches_the_liar_and_checks_the_golden_digest(tmp_path):
-    result = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
+    user = tmp_path / "user"  # the user's real ~ and $P2PAUDIT_HOME: the demo writes neither
+    user.mkdir()
+    env = {"P2PAUDIT_HOME": str(tmp_path / "home"), "HOME": str(user), "MPLCONFIGDIR": None}
+    result = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")], env=env, catch_exceptions=False)
+    assert not (tmp_path / "home").exists() and list(user.iterdir()) == []
+    assert (tmp_path / "demo" / "home" / "node.key").is_file()  # the publisher's key is the demo's own
     assert result.exit_code == 0, result.output
     assert f"{GOLDEN_TINY_DIGEST} == the committed constant" in result.output
     for n in range(5):
@@ -233,8 +238,9 @@ def test_demo_runs_the_network_catches_the_liar_and_checks_the_golden_digest(tmp
     run_dir = tmp_path / "demo" / "run"
     body = json.loads((run_dir / "manifest.json").read_bytes())
     body["steps"][5]["output"] = body["steps"][4]["output"]
-    write_manifest(run_dir, body, load_identity(tmp_path / "home" / "node.key"))
-    forged = _invoke(["demo", "--dir", str(tmp_path / "demo")], tmp_path / "home")
+    write_manifest(run_dir, body, load_identity(tmp_path / "demo" / "home" / "node.key"))
+    forged = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")], env=env, catch_exceptions=False)
+    assert not (tmp_path / "home").exists() and list(user.iterdir()) == []
     assert forged.exit_code == 1, forged.output
     assert "reusing the finished run" in forged.output
     assert "6 match, 1 mismatch, 2 error" in forged.output
