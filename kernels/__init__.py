@@ -53,7 +53,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from exit_codes import EXIT_USAGE, CodedError
+from kernels.input_error import KernelInputError as KernelInputError
+from kernels.versions import at_version, check_version
 
 if TYPE_CHECKING:  # kept out of the import itself: `import kernels` loads no numpy
     from kernels.backend_contract import Backend, HostArray
@@ -62,16 +63,6 @@ ARITHMETIC_VERSION = 2  # what a new run uses (`train --arithmetic 1` for versio
 BACKENDS = ("reference", "cpu", "triton")
 
 _MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
-
-
-class KernelInputError(ValueError, CodedError):
-    """An input to a kernel is malformed (dtype, shape, index range): exit code 2.
-
-    A ValueError, as numpy's own shape errors are, and a CodedError, the root of
-    the error tree kernels shares with ledger and p2paudit (exit_codes).
-    """
-
-    exit_code = EXIT_USAGE
 
 
 @overload
@@ -90,8 +81,6 @@ def get_backend(name: str, arithmetic: int = 1) -> Backend[Any]:
     `Backend[HostArray]`; triton's arrays are torch tensors, which only
     kernels.triton_* may name, so a name known only at run time gives `Backend[Any]`.
     """
-    from kernels.versions import at_version, check_version
-
     check_version(arithmetic)
     if name not in _MODULES:
         raise KernelInputError(f"unknown backend {name!r}, want one of {', '.join(BACKENDS)}")

@@ -41,16 +41,17 @@ ArrayT = TypeVar("ArrayT")
 class Backend(Protocol[ArrayT]):
     """Every function a backend module provides; ArrayT is the backend's array type."""
 
-    # matrix products: left fold over k from k = 0 (docs/arithmetic.md section 2.3)
-    def matmul(self, a: ArrayT, b: ArrayT) -> ArrayT:
+    # matrix products: left fold over k from k = 0 (docs/arithmetic.md section 2.3); `fused`: version 2's
+    # fold (section 7), fma(a, b, acc) per k; kernels.get_backend(name, 2) passes it (kernels/versions.py)
+    def matmul(self, a: ArrayT, b: ArrayT, *, fused: bool = False) -> ArrayT:
         """(M, K) @ (K, N) -> (M, N); also batched (BH, M, K) @ (BH, K, N)."""
         ...
 
-    def matmul_nt(self, a: ArrayT, b: ArrayT) -> ArrayT:
+    def matmul_nt(self, a: ArrayT, b: ArrayT, *, fused: bool = False) -> ArrayT:
         """(M, K) @ (N, K)^T -> (M, N); also batched."""
         ...
 
-    def matmul_tn(self, a: ArrayT, b: ArrayT) -> ArrayT:
+    def matmul_tn(self, a: ArrayT, b: ArrayT, *, fused: bool = False) -> ArrayT:
         """(K, M)^T @ (K, N) -> (M, N); also batched."""
         ...
 
@@ -87,12 +88,12 @@ class Backend(Protocol[ArrayT]):
         """(BH, T, T) x2 -> ds (BH, T, T)."""
         ...
 
-    def attention(self, q: ArrayT, k: ArrayT, v: ArrayT) -> tuple[ArrayT, ArrayT]:
+    def attention(self, q: ArrayT, k: ArrayT, v: ArrayT, *, fused: bool = False) -> tuple[ArrayT, ArrayT]:
         """(BH, T, D) x3 -> (o (BH, T, D), p (BH, T, T))."""
         ...
 
     def attention_backward(
-        self, q: ArrayT, k: ArrayT, v: ArrayT, p: ArrayT, do: ArrayT
+        self, q: ArrayT, k: ArrayT, v: ArrayT, p: ArrayT, do: ArrayT, *, fused: bool = False
     ) -> tuple[ArrayT, ArrayT, ArrayT]:
         """-> (dq, dk, dv), each (BH, T, D)."""
         ...

@@ -14,7 +14,7 @@ import functools
 import types
 from typing import TYPE_CHECKING, Any, cast
 
-from kernels import KernelInputError
+from kernels.input_error import KernelInputError
 
 if TYPE_CHECKING:
     from kernels.backend_contract import Backend
