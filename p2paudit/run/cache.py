@@ -15,6 +15,11 @@ after its verification: nothing unverified is ever under a final name.
 Recency is the file's access time, set explicitly on every use (mounts with
 `noatime` or `relatime` would not keep it). Views are removed when their
 command ends; a view left by a killed process is removed by the next one.
+
+One process fills a cache at a time (the flock); inside it several threads
+may (a daemon fetches each remote run ahead in a thread of its own): they
+share the one flock, a file is fetched by one thread at a time (key_lock),
+and the files a thread is placing are pinned, never evicted under it.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import os
 import re
 import secrets
 import shutil
+import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +43,26 @@ from p2paudit.processes import process_alive
 PARTIAL_SUFFIX = ".partial"
 _KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
 _VIEW = re.compile(r"([0-9]{1,10})-[0-9a-f]{16}", re.ASCII)
+
+
+class _Shared:
+    """What the threads of this process share about one cache directory: its flock, pins, per-key locks."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fd: int | None = None
+        self.holders = 0
+        self.pinned: Counter[str] = Counter()
+        self.key_locks: dict[str, threading.Lock] = {}
+
+
+_SHARED: dict[str, _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(root: Path) -> _Shared:
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(os.path.abspath(root), _Shared())
 
 
 @dataclass(frozen=True)
@@ -57,6 +84,7 @@ class BlobCache:
         self.max_bytes = max_bytes
         self.blobs = self.root / "blobs"
         self.views = self.root / "views"
+        self.shared = _shared(self.root)
 
     def final(self, key: str) -> Path:
         """The path of the verified blob `key` (it may not exist)."""
@@ -106,8 +134,10 @@ class BlobCache:
         return sum(e.size for e in self.entries())
 
     def evict(self, keep: set[str], room: int = 0) -> list[Path]:
-        """Remove least recently used files (never those of `keep`, partials included) until the
-        cache holds at most max_bytes - room; the paths removed."""
+        """Remove least recently used files (never those of `keep` nor those another thread of this process
+        pinned, partials included) until the cache holds at most max_bytes - room; the paths removed."""
+        with self.shared.lock:
+            keep = set(keep) | {key for key, count in self.shared.pinned.items() if count > 0}
         entries = self.entries()
         total, removed = sum(e.size for e in entries), []
         for entry in entries:
@@ -122,18 +152,50 @@ class BlobCache:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the cache's exclusive lock; InputError at once if another process holds it."""
+        """Hold the cache's exclusive lock for this process (threads of it share it); InputError at once if
+        another process holds it."""
         self.blobs.mkdir(parents=True, exist_ok=True)
         self.views.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        shared = self.shared
+        with shared.lock:
+            if shared.holders == 0:
+                fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    raise InputError(f"cache {self.root} is being filled by another process; try again") from None
+                shared.fd = fd
+            shared.holders += 1
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise InputError(f"cache {self.root} is being filled by another process; try again") from None
             yield
         finally:
-            os.close(fd)
+            with shared.lock:
+                shared.holders -= 1
+                if shared.holders == 0 and shared.fd is not None:
+                    os.close(shared.fd)
+                    shared.fd = None
+
+    @contextmanager
+    def pinned(self, keys: Iterable[str]) -> Iterator[None]:
+        """Keep `keys` from being evicted by any thread of this process while the block runs."""
+        keys = list(keys)
+        with self.shared.lock:
+            self.shared.pinned.update(keys)
+        try:
+            yield
+        finally:
+            with self.shared.lock:
+                self.shared.pinned.subtract(keys)
+                self.shared.pinned += Counter()  # drops the keys no thread pins any more
+
+    @contextmanager
+    def key_lock(self, key: str) -> Iterator[None]:
+        """Fetch or check `key` in one thread of this process at a time."""
+        with self.shared.lock:
+            lock = self.shared.key_locks.setdefault(key, threading.Lock())
+        with lock:
+            yield
 
     @contextmanager
     def view(self, name: str) -> Iterator[Path]:

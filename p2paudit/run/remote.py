@@ -193,11 +193,13 @@ class RemoteRun:
             for name, data in ((MANIFEST_FILE, manifest.body_bytes), (SIGNATURE_FILE, self._signature)):
                 with naming_the_file(view / name):
                     (view / name).write_bytes(data)
-            with self.cache.locked():
+            keys = {f.key for f in files}
+            with self.cache.locked(), self.cache.pinned(keys):
                 self._make_room(files)
                 for item in files:
-                    self._place(item, view)
-                self.cache.evict({f.key for f in files})
+                    with self.cache.key_lock(item.key):
+                        self._place(item, view)
+                self.cache.evict(keys)
             yield view
 
     def _make_room(self, files: list[RemoteFile]) -> None:
