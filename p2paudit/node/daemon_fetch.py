@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,20 +28,18 @@ from p2paudit.errors import InputError
 from p2paudit.node import daemon_jobs
 from p2paudit.node.sources import Prefetched, RemoteSource, RunSource
 
-if TYPE_CHECKING:
-    from p2paudit.node.daemon import Daemon
-
 logger = logging.getLogger(__name__)
 
 IDLE_POLL = 0.5
 
 
 class FetchAhead:
-    """The Daemon's remote-run work (a part of Daemon: it uses its config, store, sources and reports)."""
+    """The Daemon's remote-run work, a base of node.daemon.Daemon: it uses the daemon's config, store, sources,
+    back-off and reports (attributes Daemon.__init__ sets)."""
 
     # -- opening ------------------------------------------------------------------------------------------------
 
-    async def open_remote(self: Daemon, url: str) -> None:
+    async def open_remote(self, url: str) -> None:
         """Open the run at `url` (signature, publisher, manifest: a worker thread) and audit it; retried with
         a back-off until it opens."""
         delay = 0.0
@@ -68,7 +65,7 @@ class FetchAhead:
             "opened", f"run {source.manifest.run_id.hex()[:12]}.. at {url} ({source.manifest.num_steps} steps)"
         )
 
-    def _open_url(self: Daemon, url: str) -> RemoteSource:
+    def _open_url(self, url: str) -> RemoteSource:
         """Blocking: the run at `url` as a source, its signature (and pinned publisher) and manifest checked."""
         if self.cache is None:
             raise InputError("no cache directory for remote runs")
@@ -76,7 +73,7 @@ class FetchAhead:
 
     # -- fetching ahead -----------------------------------------------------------------------------------------
 
-    async def prefetch_loop(self: Daemon, source: RemoteSource) -> None:
+    async def prefetch_loop(self, source: RemoteSource) -> None:
         """Keep one fetched step of `source` ready for the audit loop; back off from the run when a fetch fails."""
         run_id = source.manifest.run_id
         while True:
@@ -99,7 +96,7 @@ class FetchAhead:
             self.run_retry.pop(run_id, None)
             self.ready[run_id] = (source, got)
 
-    async def _pick_step(self: Daemon, source: RunSource) -> int | None:
+    async def _pick_step(self, source: RunSource) -> int | None:
         """The next step of `source` alone, avoiding steps backed off from and the one being replayed."""
         run_id = source.manifest.run_id
         now = time.monotonic()
@@ -117,7 +114,7 @@ class FetchAhead:
         )
         return None if picked is None else picked[1]
 
-    def _fetch_failed(self: Daemon, run_id: bytes, step: int, label: str, exc: InputError) -> None:
+    def _fetch_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
         """One line; the step backs off as a step does, and the whole run for as long, doubling while its
         fetches keep failing (a success resets it)."""
         delay = self._backoff(self.run_retry.get(run_id, (0.0, 0.0))[1])
@@ -125,14 +122,14 @@ class FetchAhead:
         self.step_retry[(run_id, step)] = (time.monotonic() + delay, delay)
         self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
-    def take_ready(self: Daemon) -> tuple[RunSource, Prefetched] | None:
+    def take_ready(self) -> tuple[RunSource, Prefetched] | None:
         """The prefetched step that has waited longest, taken out of `ready`."""
         if not self.ready:
             return None
         run_id = next(iter(self.ready))
         return self.ready.pop(run_id)
 
-    def release_remote(self: Daemon) -> None:
+    def release_remote(self) -> None:
         """At shutdown: drop the prefetched views, close the runs this daemon opened whose fetch is not in flight
         (an abandoned thread still holds its client; the process ends anyway)."""
         for _, prefetched in self.ready.values():
