@@ -6,6 +6,7 @@ Layout of a cache directory:
       .lock                      flock held while a process fetches into the cache
       blobs/KEY                  a verified file (KEY: "shard-<hex>", "state-<hex>", "trace-<hex>")
       blobs/KEY.partial          an unverified download in progress, resumed with an HTTP Range request
+      blobs/KEY.partial.PID-RAND a second thread's download of KEY while another holds KEY.partial (removed after)
       views/PID-RAND/NAME/       a run directory made of hard links to blobs, for one command
 
 A blob is named by the digest it was verified against (a shard's file digest,
@@ -18,8 +19,12 @@ command ends; a view left by a killed process is removed by the next one.
 
 One process fills a cache at a time (the flock); inside it several threads
 may (a daemon fetches each remote run ahead in a thread of its own): they
-share the one flock, a file is fetched by one thread at a time (key_lock),
-and the files a thread is placing are pinned, never evicted under it.
+share the one flock, the files a thread is placing are pinned, never
+evicted under it, and a file is fetched into KEY.partial by one thread at a
+time (key_lock). A thread that finds KEY.partial busy for KEY_WAIT_S (two
+runs that share a blob, one of them on a stalled server) fetches its own
+copy into a private partial instead of waiting: a stalled server never
+holds up another run's fetch.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from p2paudit.errors import InputError
 from p2paudit.processes import process_alive
 
 PARTIAL_SUFFIX = ".partial"
+KEY_WAIT_S = 5.0  # how long a thread waits for another's download of the same file before fetching its own
 _KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
 _VIEW = re.compile(r"([0-9]{1,10})-[0-9a-f]{16}", re.ASCII)
 
@@ -96,6 +102,10 @@ class BlobCache:
         """The path of `key`'s unverified download in progress."""
         return self.final(key).with_name(key + PARTIAL_SUFFIX)
 
+    def private_partial(self, key: str) -> Path:
+        """A fresh path for one thread's own download of `key` (another thread holds `partial(key)`)."""
+        return self.final(key).with_name(f"{key}{PARTIAL_SUFFIX}.{os.getpid()}-{secrets.token_hex(8)}")
+
     def lookup(self, key: str) -> Path | None:
         """The blob `key` if it is cached as a regular file (its last use set to now), else None."""
         path = self.final(key)
@@ -107,15 +117,20 @@ class BlobCache:
             return None
         return path
 
-    def commit(self, key: str) -> Path:
-        """Rename `key`'s verified partial download to its final name; the final path."""
+    def commit(self, key: str, partial: Path | None = None) -> Path:
+        """Rename `key`'s verified partial download (`partial`, or the shared one) to its final name; the final
+        path."""
         path = self.final(key)
-        os.replace(self.partial(key), path)
+        os.replace(partial if partial is not None else self.partial(key), path)
         touch(path)
         return path
 
-    def discard(self, key: str) -> None:
-        """Remove `key`'s partial download and its blob (both, if a check found them wrong)."""
+    def discard(self, key: str, partial: Path | None = None) -> None:
+        """Remove `key`'s partial download and its blob (both, if a check found them wrong); with a private
+        `partial`, that file alone (the shared partial and the blob are other threads')."""
+        if partial is not None and partial != self.partial(key):
+            partial.unlink(missing_ok=True)
+            return
         self.partial(key).unlink(missing_ok=True)
         self.final(key).unlink(missing_ok=True)
 
@@ -143,7 +158,7 @@ class BlobCache:
         for entry in entries:
             if total + room <= self.max_bytes:
                 break
-            if entry.path.name.removesuffix(PARTIAL_SUFFIX) in keep:
+            if entry.path.name.split(".", 1)[0] in keep:  # KEY, KEY.partial, KEY.partial.PID-RAND
                 continue
             entry.path.unlink(missing_ok=True)
             total -= entry.size
@@ -190,12 +205,17 @@ class BlobCache:
                 self.shared.pinned += Counter()  # drops the keys no thread pins any more
 
     @contextmanager
-    def key_lock(self, key: str) -> Iterator[None]:
-        """Fetch or check `key` in one thread of this process at a time."""
+    def key_lock(self, key: str, wait: float = KEY_WAIT_S) -> Iterator[bool]:
+        """Whether this thread holds `key`'s shared partial for the block: True once no other thread of this
+        process does (waiting at most `wait` seconds), else False (fetch into a private_partial)."""
         with self.shared.lock:
             lock = self.shared.key_locks.setdefault(key, threading.Lock())
-        with lock:
-            yield
+        owned = lock.acquire(timeout=wait)
+        try:
+            yield owned
+        finally:
+            if owned:
+                lock.release()
 
     @contextmanager
     def view(self, name: str) -> Iterator[Path]:

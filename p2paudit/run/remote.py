@@ -197,8 +197,7 @@ class RemoteRun:
             with self.cache.locked(), self.cache.pinned(keys):
                 self._make_room(files)
                 for item in files:
-                    with self.cache.key_lock(item.key):
-                        self._place(item, view)
+                    self._place(item, view)
                 self.cache.evict(keys)
             yield view
 
@@ -213,19 +212,28 @@ class RemoteRun:
         self.cache.evict({f.key for f in files}, room=need)
 
     def _place(self, item: RemoteFile, view: Path) -> None:
-        """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked."""
+        """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked (into the
+        shared partial, or a private one when another thread of this process is fetching the same file)."""
         target = view / item.path
-        cached = self.cache.lookup(item.key)
-        if cached is not None:
-            link_or_copy(cached, target)
+        with self.cache.key_lock(item.key) as own:
+            cached = self.cache.lookup(item.key)
+            if cached is not None:
+                link_or_copy(cached, target)
+                try:
+                    self._check(item, cached, view)  # a cache is a disk: check again before use
+                    self.stats.cached.append(item.path)
+                    return
+                except InputError:
+                    target.unlink(missing_ok=True)
+                    self.cache.discard(item.key)
+            partial = self.cache.partial(item.key) if own else self.cache.private_partial(item.key)
             try:
-                self._check(item, cached, view)  # a cache is a disk: check again before use
-                self.stats.cached.append(item.path)
-                return
-            except InputError:
-                target.unlink(missing_ok=True)
-                self.cache.discard(item.key)
-        partial = self.cache.partial(item.key)
+                self._fetch_checked(item, partial, view, target)
+            finally:
+                if not own:
+                    partial.unlink(missing_ok=True)
+
+    def _fetch_checked(self, item: RemoteFile, partial: Path, view: Path, target: Path) -> None:
         with naming_the_file(partial):  # a full cache disk names the file (and so the disk) it could not write
             self._fetch(item, partial)
         link_or_copy(partial, target)
@@ -233,9 +241,9 @@ class RemoteRun:
             self._check(item, partial, view)
         except InputError as exc:
             target.unlink(missing_ok=True)
-            self.cache.discard(item.key)
+            self.cache.discard(item.key, partial)
             raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
-        self.cache.commit(item.key)
+        self.cache.commit(item.key, partial)
 
     def _fetch(self, item: RemoteFile, partial: Path) -> None:
         """Download `item` into its partial file in the cache: whole, or a checkpoint tensor by tensor."""
@@ -245,7 +253,7 @@ class RemoteRun:
         try:
             self._fetch_checkpoint(item, partial)
         except Refused as exc:
-            self.cache.discard(item.key)
+            self.cache.discard(item.key, partial)
             raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
 
     def _check(self, item: RemoteFile, path: Path, view: Path) -> None:

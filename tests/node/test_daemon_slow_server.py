@@ -119,7 +119,10 @@ def test_a_stalled_run_does_not_starve_a_healthy_one(runs, tmp_path):
     for name in (MANIFEST_FILE, SIGNATURE_FILE):
         del stalled_paths[name]  # the run opens; every shard and checkpoint then stalls
     events = []
-    with SlowServer(run_b, stalled_paths) as stalled, SlowServer(run_a) as healthy:
+    # The healthy run's signature comes in about 2 s, so the stalled run's fetches start first: the two runs
+    # share blobs (the same corpus shards, the same initial state), which the stalled server then holds.
+    healthy_behaviors = {SIGNATURE_FILE: "trickle"}
+    with SlowServer(run_b, stalled_paths) as stalled, SlowServer(run_a, healthy_behaviors, gap=0.005) as healthy:
         config = DaemonConfig(
             runs=(),
             urls=(stalled.url, healthy.url),  # the stalled run first: the old daemon always tried it first

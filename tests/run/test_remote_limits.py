@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import tracemalloc
 
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 from p2paudit.cli import cli
 from p2paudit.errors import EXIT_USAGE, InputError
 from p2paudit.identity import identity_from_seed
-from p2paudit.run.cache import BlobCache
+from p2paudit.run.cache import KEY_WAIT_S, BlobCache
 from p2paudit.run.http_guard import Budget, GuardedBackend, RefusedAddress, TransferLimits, is_local_host
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
 from p2paudit.run.remote import RemoteRun
@@ -142,3 +143,37 @@ def test_the_manifest_is_checked_against_the_run_id_as_it_arrives_not_held_whole
     assert str(caught.value).startswith(server.url + MANIFEST_FILE)
     run_id = json.loads((published_run / SIGNATURE_FILE).read_bytes())["run_id"]
     assert run_id == "sha256:" + hashlib.sha256((published_run / MANIFEST_FILE).read_bytes()).hexdigest()
+
+
+def test_a_file_another_thread_is_stuck_fetching_is_fetched_from_this_servers_copy(published_run, tmp_path):
+    # Two runs that share blobs (here the same run on two servers), fetched by two threads of one process
+    # into one cache: the thread whose server stalls holds the shared partial of the first shard; the other
+    # fetches its own copy after KEY_WAIT_S instead of waiting out the stall (30 s here).
+    stalls = {p.relative_to(published_run).as_posix(): "stall" for p in (published_run / "shards").iterdir()}
+    slow_limits = TransferLimits(connect_timeout=2.0, read_timeout=30.0)
+    outcome: list[BaseException | None] = []
+
+    def stuck() -> None:
+        try:
+            with RemoteRun(stalled.url, BlobCache(tmp_path / "cache", 1 << 30), limits=slow_limits) as remote:
+                with remote.local_view(None, None):
+                    outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            outcome.append(exc)
+
+    with SlowServer(published_run, stalls) as stalled, SlowServer(published_run) as healthy:
+        thread = threading.Thread(target=stuck, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not any(p.startswith("shards/") for p in stalled.paths()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(p.startswith("shards/") for p in stalled.paths()), stalled.paths()
+        began = time.monotonic()
+        with RemoteRun(healthy.url, BlobCache(tmp_path / "cache", 1 << 30), limits=slow_limits) as remote:
+            with remote.local_view(None, None) as view:
+                assert all((view / p).is_file() for p in stalls)
+        took = time.monotonic() - began
+    thread.join(timeout=10)
+    assert took < KEY_WAIT_S + 10.0, f"waited {took:.1f} s behind the stalled thread"
+    assert outcome and isinstance(outcome[0], InputError)  # the stalled one fails when its server stops
+    assert not [p.name for p in (tmp_path / "cache" / "blobs").iterdir() if ".partial." in p.name]
