@@ -8,7 +8,8 @@
 2. stop on SIGINT during that fetch: the time from the signal to the process's exit (exit code 130);
 3. steps audited from a healthy run while another run's server stalls every shard and checkpoint: one
    daemon (in this process, run_daemon) given both URLs, the stalled one first, for --duration seconds;
-   how many of the healthy run's steps it signed, and of the stalled run's.
+   how many of the healthy run's steps it signed, and of the stalled run's; beside it, the baseline of
+   the same daemon given the healthy URL alone for as long (the ratio is the figure).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def _wait_serving(home: Path, proc: subprocess.Popen, timeout: float = 120.0) ->
     raise SystemExit("the daemon never served peers")
 
 
-def healthy_beside_stalled(healthy: Path, stalled: Path, work: Path, duration: float) -> tuple[int, int, int, int]:
+def healthy_beside_stalled(
+    healthy: Path, stalled: Path, work: Path, duration: float, with_stalled: bool = True
+) -> tuple[int, int, int, int]:
     """(healthy steps signed, its step count, stalled steps signed, its step count) over `duration` seconds."""
     stalls = {p.relative_to(stalled).as_posix(): "stall" for p in stalled.rglob("*") if p.is_file()}
     for name in (MANIFEST_FILE, SIGNATURE_FILE):
@@ -84,7 +87,7 @@ def healthy_beside_stalled(healthy: Path, stalled: Path, work: Path, duration: f
     with SlowServer(stalled, stalls) as bad, SlowServer(healthy) as good:
         config = DaemonConfig(
             runs=(),
-            urls=(bad.url, good.url),
+            urls=(bad.url, good.url) if with_stalled else (good.url,),
             ledger_path=work / "ledger.db",
             status_path=work / "status.json",
             backend="reference",
@@ -99,7 +102,9 @@ def healthy_beside_stalled(healthy: Path, stalled: Path, work: Path, duration: f
         counts = []
         for run in (healthy, stalled):
             m = read_manifest(run)
-            counts += [sum(1 for s in coverage(store, m.run_id).per_step if s.checked), m.num_steps]
+            known = store.conn.execute("SELECT 1 FROM attest_runs WHERE run_id = ?", (m.run_id,)).fetchone()
+            done = sum(1 for s in coverage(store, m.run_id).per_step if s.checked) if known else 0
+            counts += [done, m.num_steps]
     finally:
         store.close()
     return counts[0], counts[1], counts[2], counts[3]
@@ -113,22 +118,21 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, python {platform.python_version()}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        publish_run(TrainPlan(root / "a" / "run", "tiny", steps=8, ckpt_every=2, backend="reference"), PUBLISHER)
+        publish_run(TrainPlan(root / "a" / "run", "tiny", steps=40, ckpt_every=2, backend="reference"), PUBLISHER)
         publish_run(TrainPlan(root / "b" / "run", "tiny", steps=3, ckpt_every=1, backend="reference"), PUBLISHER)
         for i in range(args.repeat):
             serving, stop, code = serve_and_stop(root / "a" / "run", root / f"home{i}")
             print(
                 f"trickling manifest: serving peers {serving:.2f} s after start; SIGINT to exit {stop:.2f} s (exit {code})"
             )
-        work = root / "both"
-        work.mkdir()
-        got, steps, stalled_got, stalled_steps = healthy_beside_stalled(
-            root / "a" / "run", root / "b" / "run", work, args.duration
-        )
-        print(
-            f"over {args.duration:.0f} s: {got} of the healthy run's {steps} steps audited, "
-            f"{stalled_got} of the stalled run's {stalled_steps}"
-        )
+        for with_stalled in (False, True):
+            work = root / ("both" if with_stalled else "alone")
+            work.mkdir()
+            got, steps, stalled_got, stalled_steps = healthy_beside_stalled(
+                root / "a" / "run", root / "b" / "run", work, args.duration, with_stalled
+            )
+            beside = f"beside a stalled run ({stalled_got} of its {stalled_steps} steps)" if with_stalled else "alone"
+            print(f"over {args.duration:.0f} s: {got} of the healthy run's {steps} steps audited, {beside}")
 
 
 if __name__ == "__main__":

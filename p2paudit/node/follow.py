@@ -172,7 +172,15 @@ class Follower:
         errors = []
         for url in a.urls:
             try:
-                source = RemoteSource(url, self.cache, read_timeout=self.fetch_timeout, limits=self.limits)
+                # The announcement names its publisher: pinned, so another key's signature is refused before
+                # the manifest is fetched.
+                source = RemoteSource(
+                    url,
+                    self.cache,
+                    read_timeout=self.fetch_timeout,
+                    publishers=frozenset([a.publisher]),
+                    limits=self.limits,
+                )
             except InputError as exc:
                 errors.append(str(exc))
                 continue

@@ -9,6 +9,7 @@ connections) within seconds while its manifest trickles, stops within seconds on
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import p2paudit.node.daemon as daemon_module
 from p2paudit.attest.queries import coverage
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.replay import open_run
@@ -142,3 +144,55 @@ def test_a_stalled_run_does_not_starve_a_healthy_one(runs, tmp_path):
     assert _covered(tmp_path / "ledger.db", open_run(run_b).manifest.run_id) == {}
     assert took < 40.0 + STOP_WITHIN_S, f"stopped after {took:.1f} s"
     assert any(p.startswith("checkpoints/") or p.startswith("shards/") for p in stalled.paths())
+
+
+def _daemon_events(config: DaemonConfig) -> list[str]:
+    events = []
+    trio.run(run_daemon, identity_from_seed(b"\x75" * 32), config, events.append)
+    return [e.text for e in events]
+
+
+def _config(tmp_path: Path, urls: tuple[str, ...], duration: float, **kw) -> DaemonConfig:
+    return DaemonConfig(
+        runs=(),
+        urls=urls,
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=AuditPolicy(redundancy=1, scratch_dir=tmp_path / "scratch"),
+        cache_dir=tmp_path / "cache",
+        fetch_timeout=5.0,
+        duration=duration,
+        **kw,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_daemon_checks_publisher_from_the_signature_before_fetching_anything_else(runs, tmp_path):
+    run_a, _ = runs
+    other = identity_from_seed(b"\x76" * 32).public_key
+    with SlowServer(run_a) as server:
+        texts = _daemon_events(_config(tmp_path, (server.url,), 3.0, publishers=frozenset([other])))
+    refusals = [t for t in texts if "not by the expected publisher" in t]
+    assert refusals and all(server.url + SIGNATURE_FILE in t and other.hex() in t for t in refusals), texts
+    assert set(server.paths()) == {SIGNATURE_FILE}  # neither the manifest nor any shard or checkpoint
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_run_whose_fetches_keep_failing_backs_off_doubling_to_a_bound(runs, tmp_path, monkeypatch):
+    run_a, _ = runs
+    monkeypatch.setattr(daemon_module, "STEP_RETRY_MIN", 1.0)
+    monkeypatch.setattr(daemon_module, "STEP_RETRY_MAX", 4.0)
+    served = tmp_path / "served"
+    shutil.copytree(run_a, served)
+    shutil.rmtree(served / "checkpoints")  # the run opens; every step's checkpoint is then a 404
+    with SlowServer(served) as server:
+        texts = _daemon_events(_config(tmp_path, (server.url,), 14.0))
+    delays = [int(t.rsplit("retry in ", 1)[1].rstrip("s")) for t in texts if "not replayed" in t]
+    assert all("404" in t for t in texts if "not replayed" in t), texts
+    # One run, one back-off: 1, 2, 4, then 4 s at most between tries (the old daemon tried every step
+    # at once, each with its own 30 s back-off).
+    assert delays[:4] == [1, 2, 4, 4][: len(delays)] and 3 <= len(delays) <= 6, delays
+    assert all(d <= 4 for d in delays), delays
