@@ -46,7 +46,7 @@ from p2paudit.errors import InputError
 from p2paudit.processes import process_alive
 
 PARTIAL_SUFFIX = ".partial"
-KEY_WAIT_S = 5.0  # how long a thread waits for another's download of the same file before fetching its own
+KEY_WAIT_S = 2.0  # how long a thread waits for another's download of the same file before fetching its own
 _KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
 _VIEW = re.compile(r"([0-9]{1,10})-[0-9a-f]{16}", re.ASCII)
 

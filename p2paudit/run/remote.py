@@ -215,23 +215,32 @@ class RemoteRun:
         """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked (into the
         shared partial, or a private one when another thread of this process is fetching the same file)."""
         target = view / item.path
+        if self._place_cached(item, view, target):  # no lock for what is cached: another thread may be stuck
+            return
         with self.cache.key_lock(item.key) as own:
-            cached = self.cache.lookup(item.key)
-            if cached is not None:
-                link_or_copy(cached, target)
-                try:
-                    self._check(item, cached, view)  # a cache is a disk: check again before use
-                    self.stats.cached.append(item.path)
-                    return
-                except InputError:
-                    target.unlink(missing_ok=True)
-                    self.cache.discard(item.key)
+            if self._place_cached(item, view, target):  # the thread we waited for fetched it
+                return
             partial = self.cache.partial(item.key) if own else self.cache.private_partial(item.key)
             try:
                 self._fetch_checked(item, partial, view, target)
             finally:
                 if not own:
                     partial.unlink(missing_ok=True)
+
+    def _place_cached(self, item: RemoteFile, view: Path, target: Path) -> bool:
+        """Link `item` from the cache into the view if it is cached and still checks; False otherwise."""
+        cached = self.cache.lookup(item.key)
+        if cached is None:
+            return False
+        link_or_copy(cached, target)
+        try:
+            self._check(item, cached, view)  # a cache is a disk: check again before use
+        except InputError:
+            target.unlink(missing_ok=True)
+            self.cache.discard(item.key)
+            return False
+        self.stats.cached.append(item.path)
+        return True
 
     def _fetch_checked(self, item: RemoteFile, partial: Path, view: Path, target: Path) -> None:
         with naming_the_file(partial):  # a full cache disk names the file (and so the disk) it could not write
