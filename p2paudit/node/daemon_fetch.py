@@ -48,12 +48,16 @@ class FetchAhead:
             try:
                 source = await trio.to_thread.run_sync(self._open_url, url, abandon_on_cancel=True)
             except InputError as exc:  # the server is down, slow, hostile, or the run is not the one pinned
-                delay = self._backoff(delay)
-                self.opening[url] = f"failed, retry in {delay:.0f}s"
-                self._report("refused", f"run at {url}: {exc}; retry in {delay:.0f}s")
-                await trio.sleep(delay)
-                continue
-            break
+                why = str(exc)
+            except Exception:  # noqa: BLE001 (our own bug: logged with its traceback, never the end of the daemon)
+                logger.exception("opening the run at %s failed", url)
+                why = "failed (a bug of ours; see the log)"
+            else:
+                break
+            delay = self._backoff(delay)
+            self.opening[url] = f"failed, retry in {delay:.0f}s"
+            self._report("refused", f"run at {url}: {why}; retry in {delay:.0f}s")
+            await trio.sleep(delay)
         del self.opening[url]
         self.opened.append(source)
         if any(s.manifest.run_id == source.manifest.run_id for s in self.sources):
@@ -69,7 +73,12 @@ class FetchAhead:
         """Blocking: the run at `url` as a source, its signature (and pinned publisher) and manifest checked."""
         if self.cache is None:
             raise InputError("no cache directory for remote runs")
-        return RemoteSource(url, self.cache, publishers=self.config.publishers, limits=self.config.transfer_limits())
+        try:
+            return RemoteSource(
+                url, self.cache, publishers=self.config.publishers, limits=self.config.transfer_limits()
+            )
+        except OSError as exc:  # the manifest's spool file in a full or unwritable cache directory
+            raise InputError(f"cache for {url}: {exc.strerror or exc}") from None
 
     # -- fetching ahead -----------------------------------------------------------------------------------------
 
