@@ -53,13 +53,13 @@ from p2paudit.node.announce import (
     ANNOUNCEMENTS_PROTOCOL,
     MAX_LIST_BYTES,
 )
-from p2paudit.node.daemon_fetch import FetchAhead
+from p2paudit.node.daemon_fetch import FetchAhead, replay_prefetched
 from p2paudit.node.daemon_gossip import GossipWork, stateless_validator
 from p2paudit.node.daemon_sync import PeerSync, peer_public_key
 from p2paudit.node.follow import Follower
 from p2paudit.node.libp2p_adapter import Node, NodeEvent, ReachConfig, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
-from p2paudit.node.sources import Prefetched, RemoteSource, RunSource, replay_view
+from p2paudit.node.sources import Prefetched, RemoteSource, RunSource
 from p2paudit.node.store_owner import StoreOwner
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.http_guard import TransferLimits
@@ -351,15 +351,7 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
             "bans": self.node.bans() if self.node is not None else [],
             "sync": self.sync_states(),
             "health": health,
-            "remote": [
-                {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}
-                for s in self.sources
-                if isinstance(s, RemoteSource)
-            ]
-            + [
-                {"run_id": None, "url": url, "fetching": what, "received_bytes": 0, "cached_files": 0}
-                for url, what in self.opening.items()
-            ],
+            "remote": self.remote_status(),
         }
 
     async def write_status(self) -> status.Status:
@@ -418,11 +410,3 @@ def replay_from(source: RunSource, step: int, backend: str, policy: auditor.Audi
     """Fetch (remote runs) what `step` needs and replay it: blocking, for the worker thread."""
     with source.step_view(step) as view:
         return auditor.replay_step(view, step, backend, policy)
-
-
-def replay_prefetched(prefetched: Prefetched, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
-    """Replay a step fetched ahead from its view (no network), then drop the view: blocking, for the worker thread."""
-    try:
-        return auditor.replay_step(replay_view(prefetched), prefetched.step, backend, policy)
-    finally:
-        prefetched.close()

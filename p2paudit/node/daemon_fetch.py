@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import trio
 
+from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
-from p2paudit.node import daemon_jobs
-from p2paudit.node.sources import Prefetched, RemoteSource, RunSource
+from p2paudit.node import auditor, daemon_jobs
+from p2paudit.node.sources import Prefetched, RemoteSource, RunSource, replay_view
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +140,20 @@ class FetchAhead:
         run_id = next(iter(self.ready))
         return self.ready.pop(run_id)
 
+    def remote_status(self) -> list[dict[str, Any]]:
+        """The status file's "remote": each remote run (what it fetches now, bytes received, files the cache
+        served), then each URL still being opened (no run id yet)."""
+        runs = [
+            {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}
+            for s in self.sources
+            if isinstance(s, RemoteSource)
+        ]
+        opening = [
+            {"run_id": None, "url": url, "fetching": what, "received_bytes": 0, "cached_files": 0}
+            for url, what in self.opening.items()
+        ]
+        return runs + opening
+
     def release_remote(self) -> None:
         """At shutdown: drop the prefetched views, close the runs this daemon opened whose fetch is not in flight
         (an abandoned thread still holds its client; the process ends anyway)."""
@@ -147,3 +163,11 @@ class FetchAhead:
         for source in self.opened:
             if source.manifest.run_id not in self.in_flight:
                 source.close()
+
+
+def replay_prefetched(prefetched: Prefetched, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+    """Replay a step fetched ahead from its view (no network), then drop the view: blocking, for the worker thread."""
+    try:
+        return auditor.replay_step(replay_view(prefetched), prefetched.step, backend, policy)
+    finally:
+        prefetched.close()

@@ -102,7 +102,7 @@ class RemoteSource:
         limits = limits or TransferLimits(read_timeout=read_timeout)
         self.remote = RemoteRun(url, cache, self._on_progress, publishers=publishers, limits=limits)
         try:
-            self.manifest = self.remote.manifest  # fetched and checked now: a bad URL fails at start-up
+            self.manifest = self.remote.manifest  # fetched and checked now (the daemon: in a worker thread)
         except BaseException:
             self.remote.__exit__(None, None, None)
             raise
