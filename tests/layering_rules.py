@@ -145,6 +145,10 @@ THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
     "nacl": (("p2paudit.identity",), "libsodium's Ed25519 verification: the one verifier of every attestation"),
     "msgpack": (("p2paudit.attest.*", "p2paudit.node.*"), "canonical attestation bytes and the wire format"),
     "httpx": (("p2paudit.run.*",), "DESIGN: a run may live on a web server (run/ touches the network)"),
+    "httpcore": (
+        ("p2paudit.run.http_guard", "p2paudit.run.run_http"),
+        "httpx's network backend: every request's deadline, rate floor and checked addresses (issue 19)",
+    ),
     "sqlite_utils": (("p2paudit.explorer.*",), "the explorer's read-only queries"),
     "click": (("p2paudit.cli", "p2paudit.cli.*"), "DESIGN: cli is click commands"),
     "rich": (("p2paudit.cli.*",), "progress bars: only cli prints"),

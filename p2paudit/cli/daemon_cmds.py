@@ -15,29 +15,33 @@ from p2paudit.defaults import DEFAULT_REDUNDANCY
 STATUS_FILE = "status.json"
 
 
-def open_sources(runs: tuple[str, ...], cache_dir: Path, cache_size: int, timeout: float) -> tuple:
-    """A RunSource per --run: a local directory (opened and checked now) or a remote URL (manifest fetched and
-    checked now; the rest per step)."""
+def open_sources(runs: tuple[str, ...], publishers: frozenset[bytes] | None) -> tuple[tuple, tuple[str, ...]]:
+    """(a LocalSource per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
+    fetches their signatures and manifests once it serves peers)."""
     from p2paudit.audit.replay import open_run
-    from p2paudit.node.sources import LocalSource, RemoteSource
-    from p2paudit.run.cache import BlobCache
+    from p2paudit.node.sources import LocalSource
     from p2paudit.run.remote import is_remote
+    from p2paudit.run.run_http import run_base_url
 
-    sources = []
-    cache = None
+    sources, urls = [], []
     for run in dict.fromkeys(runs):
         if is_remote(run):
-            cache = cache or BlobCache(cache_dir, cache_size)
-            sources.append(RemoteSource(run, cache, read_timeout=timeout))
-        else:
-            sources.append(LocalSource(open_run(Path(run))))
+            run_base_url(run)  # a malformed URL is refused now, in one line
+            urls.append(run)
+            continue
+        source = LocalSource(open_run(Path(run)))
+        if publishers is not None and source.manifest.public_key not in publishers:
+            raise click.BadParameter(
+                f"{run}: signed by {source.manifest.public_key.hex()}, not by a --publisher key", param_hint="--run"
+            )
+        sources.append(source)
     ids = [s.manifest.run_id for s in sources]
     if len(set(ids)) != len(ids):
         raise click.BadParameter("two --run options name the same run (one manifest)", param_hint="--run")
-    return tuple(sources)
+    return tuple(sources), tuple(urls)
 
 
-def parse_keys(keys) -> list[bytes]:
+def parse_keys(keys, hint: str = "--follow") -> list[bytes]:
     """Ed25519 public keys from 64-hex-digit strings; a click error naming the bad one otherwise."""
     out = []
     for key in keys:
@@ -46,7 +50,7 @@ def parse_keys(keys) -> list[bytes]:
         except ValueError:
             raw = b""
         if len(raw) != 32:
-            raise click.BadParameter(f"{key[:80]!r} is not a public key of 64 hex digits", param_hint="--follow")
+            raise click.BadParameter(f"{key[:80]!r} is not a public key of 64 hex digits", param_hint=hint)
         out.append(raw)
     return out
 
@@ -94,7 +98,21 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     type=click.FloatRange(min=0.001),
     default=60.0,
     show_default=True,
-    help="Seconds a run's web server may stay silent before a fetch fails (the step is retried later).",
+    help="Seconds a run's web server may stay silent before a fetch fails (the run is retried later); also the "
+    "window over which it must send at least 1 KiB/s (a request also fails after an hour).",
+)
+@click.option(
+    "--publisher",
+    "publisher_keys",
+    multiple=True,
+    metavar="KEYHEX",
+    help="Refuse a --run unless its manifest is signed by this key (64 hex; repeatable: any of them); checked "
+    "from a remote run's signature before anything else of it is fetched.",
+)
+@click.option(
+    "--allow-other-hosts",
+    is_flag=True,
+    help="Follow a remote run's redirects to other hosts or ports (never to another scheme); refused by default.",
 )
 @click.option(
     "--listen",
@@ -187,6 +205,8 @@ def daemon(
     follow: tuple[str, ...],
     cache_size: int,
     fetch_timeout: float,
+    publisher_keys: tuple[str, ...],
+    allow_other_hosts: bool,
     listen: tuple[str, ...],
     announce: tuple[str, ...],
     relay_service: bool,
@@ -231,7 +251,8 @@ def daemon(
     followed = frozenset(parse_keys((*follow, *(configured.follow if configured else ()))))
     if not runs and not followed:
         raise click.UsageError("give a run to audit (--run) or a lab to follow (--follow), or both")
-    views = open_sources(runs, home / "cache", cache_size, fetch_timeout)
+    publishers = frozenset(parse_keys(publisher_keys, "--publisher")) if publisher_keys else None
+    views, urls = open_sources(runs, publishers)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
         runs=views,
@@ -248,6 +269,9 @@ def daemon(
         cache_dir=home / "cache",
         cache_size=cache_size,
         fetch_timeout=fetch_timeout,
+        urls=urls,
+        publishers=publishers,
+        other_hosts=allow_other_hosts,
         reach=ReachConfig(
             announce=announce,
             relay_service=relay_service,
@@ -265,7 +289,7 @@ def daemon(
 
     log_path = open_log_file(home, libraries=LIBRARY_LOGGERS)  # py-libp2p's noise: the log file, never here
     click.echo(
-        f"node {peer_id_of(identity.public_key)} auditing {len(views)} run(s); "
+        f"node {peer_id_of(identity.public_key)} auditing {len(views) + len(urls)} run(s); "
         f"status in {config.status_path}, log in {log_path}"
     )
     serve_explorer(http_listen, config.ledger_path, config.status_path)  # --http: a thread, stopped with the command

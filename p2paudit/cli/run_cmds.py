@@ -183,21 +183,31 @@ def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_jso
 
 @contextmanager
 def _remote_run_dir(
-    url: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, replay: ReplayOptions
+    url: str,
+    steps: str,
+    cache_dir: Path | None,
+    cache_size: int,
+    timeout: float,
+    replay: ReplayOptions,
+    publisher: str | None = None,
+    other_hosts: bool = False,
 ) -> Iterator[Path]:
     """Fetch what `steps` of the run at `url` need (rich progress bars on stderr: bytes and rates),
     verified into the cache; yields a local run directory of them for the replay (only the shards
     the steps read: open it with audit.remote_view.open_partial_run). The replay's memory is checked
     right after the manifest is fetched, before any shard or checkpoint (for replay.mode, unless
-    replay.ignore_memory)."""
+    replay.ignore_memory); `publisher` (hex) right after the signature file, before the manifest."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from p2paudit.audit.replay import parse_step_range
-    from p2paudit.identity import home_dir
+    from p2paudit.identity import home_dir, parse_public_key_hex
     from p2paudit.run.cache import BlobCache
+    from p2paudit.run.http_guard import TransferLimits
     from p2paudit.run.remote import RemoteRun
 
+    pinned = None if publisher is None else frozenset([parse_public_key_hex(publisher)])
+    limits = TransferLimits(read_timeout=timeout, other_hosts=other_hosts)
     cache = BlobCache(cache_dir if cache_dir is not None else home_dir() / "cache", cache_size)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
@@ -208,7 +218,7 @@ def _remote_run_dir(
                 tasks[path] = progress.add_task(path, total=total)
             progress.update(tasks[path], completed=done, total=total)
 
-        with RemoteRun(url, cache, on_progress, read_timeout=timeout) as remote:
+        with RemoteRun(url, cache, on_progress, publishers=pinned, limits=limits) as remote:
             step_range = parse_step_range(steps, remote.manifest.num_steps)
             view = remote.local_view(step_range.first, step_range.last, replay.ignore_memory, replay.mode)
             with view as run_dir:
@@ -223,7 +233,14 @@ def _remote_run_dir(
 
 @contextmanager
 def _local_run_dir(
-    run: str, steps: str, cache_dir: Path | None, cache_size: int, timeout: float, replay: ReplayOptions
+    run: str,
+    steps: str,
+    cache_dir: Path | None,
+    cache_size: int,
+    timeout: float,
+    replay: ReplayOptions,
+    publisher: str | None = None,
+    other_hosts: bool = False,
 ) -> Iterator[tuple[Path, bool]]:
     """(run directory, whether it holds only the shards `steps` read): the directory `run`, or for an
     http(s) URL a local view of the verified files `steps` need."""
@@ -232,7 +249,7 @@ def _local_run_dir(
     if not is_remote(run):
         yield Path(run), False
         return
-    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, replay) as run_dir:
+    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, replay, publisher, other_hosts) as run_dir:
         yield run_dir, True
 
 
@@ -298,7 +315,13 @@ def _local_run_dir(
     type=click.FloatRange(min=0.001),
     default=60.0,
     show_default=True,
-    help="Seconds a remote server may stay silent before the fetch fails.",
+    help="Seconds a remote server may stay silent before the fetch fails; also the window over which it must "
+    "send at least 1 KiB/s (a request also fails after an hour).",
+)
+@click.option(
+    "--allow-other-hosts",
+    is_flag=True,
+    help="Follow a remote run's redirects to other hosts or ports (never to another scheme); refused by default.",
 )
 @click.option(
     "--ignore-memory-check", is_flag=True, help="Replay even if the estimated memory exceeds what is available."
@@ -331,6 +354,7 @@ def verify_range_cmd(
     cache_dir: Path | None,
     cache_size: int,
     timeout: float,
+    allow_other_hosts: bool,
     ignore_memory_check: bool,
     replay_mode: str,
     scratch_dir: Path | None,
@@ -348,7 +372,8 @@ def verify_range_cmd(
     """
     replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
     world_size = _world_size(world_text)  # refused before anything of a remote run is fetched
-    with _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay) as (local_dir, partial_data):
+    local = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay, publisher, allow_other_hosts)
+    with local as (local_dir, partial_data):
         report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return

@@ -11,9 +11,13 @@ checkpoint. The daemon reports by `DaemonEvent`s and writes a status snapshot
 (`status.write_status`, on the store's thread) that `p2paudit status` reads.
 
 Loops, all in one trio nursery (started by `daemon_run.run_daemon`):
-- audit (here): pick the next step (auditor.next_step), replay it off-loop,
+- audit (here): take a remote step fetched ahead (daemon_fetch), or pick the
+  next step of a local run (auditor.next_step), replay it off-loop,
   sign and append, queue the new attestations for gossip, announce new
   conflicts on the evidence topic;
+- open and prefetch (daemon_fetch): each --run URL opened after the node
+  serves peers, and each remote run's next step fetched ahead in a thread of
+  its own, backing off from a run whose fetches keep failing;
 - flush (daemon_gossip): every second, gossip the queued attestations in as
   few batches as the limits allow (a message costs the same whatever it carries);
 - sync, witness, discover (daemon_sync): reconcile with each connected peer
@@ -29,6 +33,7 @@ drained continuously into the store with append_many (daemon_gossip).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -48,21 +53,24 @@ from p2paudit.node.announce import (
     ANNOUNCEMENTS_PROTOCOL,
     MAX_LIST_BYTES,
 )
+from p2paudit.node.daemon_fetch import FetchAhead, replay_prefetched
 from p2paudit.node.daemon_gossip import GossipWork, stateless_validator
 from p2paudit.node.daemon_sync import PeerSync, peer_public_key
 from p2paudit.node.follow import Follower
-from p2paudit.node.libp2p_adapter import Node, NodeEvent, ReachConfig
+from p2paudit.node.libp2p_adapter import Node, NodeEvent, ReachConfig, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
-from p2paudit.node.sources import RemoteSource, RunSource
+from p2paudit.node.sources import Prefetched, RemoteSource, RunSource
 from p2paudit.node.store_owner import StoreOwner
 from p2paudit.run.cache import BlobCache
+from p2paudit.run.http_guard import TransferLimits
 
 logger = logging.getLogger(__name__)
 
 STATUS_MAX_INTERVAL = 10.0  # the status file is at most this old while the daemon runs
 IDLE_POLL = 0.5
 SPILL_GRACE = 2.0
-# A step whose files could not be fetched (or that does not fit) is tried again after this, doubling to the maximum.
+# A step whose files could not be fetched (or that does not fit) is tried again after this, doubling to the maximum;
+# a remote run whose fetches keep failing (or whose manifest cannot be had) backs off the same way.
 STEP_RETRY_MIN = 30.0
 STEP_RETRY_MAX = 3600.0
 ANNOUNCEMENTS_INTERVAL = 60.0  # how often each peer is asked for announcements of the labs we follow
@@ -99,8 +107,17 @@ class DaemonConfig:
     cache_dir: Path | None = None
     cache_size: int = 16 * 1024**3
     fetch_timeout: float = 60.0
+    # Remote runs (--run URL), opened after the node serves peers; their signatures must name one of
+    # `publishers` (when given); their redirects may leave the run's host only with `other_hosts`.
+    urls: tuple[str, ...] = ()
+    publishers: frozenset[bytes] | None = None
+    other_hosts: bool = False
     # Announced addresses, relays (client and service), hole punching: the adapter's terms.
     reach: ReachConfig = ReachConfig()
+
+    def transfer_limits(self) -> TransferLimits:
+        """The limits of every request of a remote run: silence and rate window `fetch_timeout`, redirects."""
+        return TransferLimits(read_timeout=self.fetch_timeout, other_hosts=self.other_hosts)
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,7 @@ class DaemonEvent:
     text: str
 
 
-class Daemon(GossipWork, PeerSync):
+class Daemon(GossipWork, PeerSync, FetchAhead):
     """The running node's state (owned by the event loop's thread); its ledger is reached through `db` only."""
 
     def __init__(
@@ -128,7 +145,10 @@ class Daemon(GossipWork, PeerSync):
         self.monitor = monitor
         self.sources: list[RunSource] = list(config.runs)  # grows as followed labs announce runs
         cache = None if config.cache_dir is None else BlobCache(config.cache_dir, config.cache_size)
-        self.follower = Follower(config.follow, cache, config.fetch_timeout, db.call, self.add_source, self._report)
+        self.cache = cache
+        self.follower = Follower(
+            config.follow, cache, config.fetch_timeout, db.call, self.add_source, self._report, config.transfer_limits()
+        )
         self.follower.known_runs.update(s.manifest.run_id for s in self.sources)
         self.node: Node | None = None
         self.last_change = time.monotonic()
@@ -149,6 +169,14 @@ class Daemon(GossipWork, PeerSync):
         self.sync_history: dict[str, tuple[float | None, str | None]] = {}  # peer -> (last ok, unix s; last error)
         self.checkpoint_asked: dict[str, float] = {}  # peer -> when we last took its checkpoint (monotonic)
         self.step_retry: dict[tuple[bytes, int], tuple[float, float]] = {}  # (run, step) -> (not before, back-off)
+        # Remote runs (daemon_fetch): URLs being opened (-> what is happening), runs opened here, runs backing
+        # off (run id -> (not before, back-off)), runs with a fetch in a worker thread, prefetched steps.
+        self.opening: dict[str, str] = {url: "waiting" for url in config.urls}
+        self.opened: list[RemoteSource] = []
+        self.run_retry: dict[bytes, tuple[float, float]] = {}
+        self.in_flight: set[bytes] = set()
+        self.ready: dict[bytes, tuple[RunSource, Prefetched]] = {}
+        self.nursery: trio.Nursery | None = None  # set by run_daemon: where prefetch loops start
 
     # -- reporting -----------------------------------------------------------------------------------------
 
@@ -183,11 +211,21 @@ class Daemon(GossipWork, PeerSync):
         m = source.manifest
         await self.db.call(daemon_jobs.register, source)
         self.sources.append(source)
+        self.start_prefetch(source)
         if self.node is not None:
             topic = wire.run_topic(m.run_id)
             self.node.set_validator(topic, stateless_validator(topic))
             await self.node.subscribe(topic, self.on_batch)
         self._changed()
+
+    def start_prefetch(self, source: RunSource) -> None:
+        """A remote run gets its own loop fetching its next step ahead (supervised, in the daemon's nursery)."""
+        if isinstance(source, RemoteSource) and self.nursery is not None:
+            self.nursery.start_soon(supervise, functools.partial(self.prefetch_loop, source), self.node_report)
+
+    def node_report(self, kind: str, peer: str, detail: str) -> None:
+        if self.node is not None:
+            self.node._emit(kind, peer, detail)
 
     async def resume_following(self) -> None:
         """Adopt the runs announced before this start; a failure is logged, never the end of the daemon."""
@@ -244,25 +282,29 @@ class Daemon(GossipWork, PeerSync):
             if until > now:
                 avoid.setdefault(run_id, set()).add(step)
         frozen = {run_id: frozenset(steps) for run_id, steps in avoid.items()}
-        return await self.db.call(
-            daemon_jobs.pick, self.identity, tuple(self.sources), peers, self.config.policy, spill, frozen
-        )
+        local = tuple(s for s in self.sources if not isinstance(s, RemoteSource))  # remote ones: fetched ahead
+        return await self.db.call(daemon_jobs.pick, self.identity, local, peers, self.config.policy, spill, frozen)
 
     async def audit_loop(self) -> None:
         while True:
-            picked = await self._pick()
-            if picked is None:
-                await trio.sleep(IDLE_POLL)
-                continue
-            source, step = picked
+            taken = self.take_ready()  # a remote step fetched ahead: replayed without touching the network
+            if taken is not None:
+                source, prefetched = taken
+                step = prefetched.step
+                job = functools.partial(replay_prefetched, prefetched, self.config.backend, self.config.policy)
+            else:
+                picked = await self._pick()
+                if picked is None:
+                    await trio.sleep(IDLE_POLL)
+                    continue
+                source, step = picked
+                job = functools.partial(replay_from, source, step, self.config.backend, self.config.policy)
             run_id = source.manifest.run_id
             self.busy_step = (run_id, step)
             began = time.monotonic()
             try:
                 # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
-                audits = await trio.to_thread.run_sync(
-                    replay_from, source, step, self.config.backend, self.config.policy, abandon_on_cancel=True
-                )
+                audits = await trio.to_thread.run_sync(job, abandon_on_cancel=True)
             except InputError as exc:  # its files could not be fetched or do not fit: try other steps, then again
                 self._step_failed(run_id, step, source.label, exc)
                 continue
@@ -284,10 +326,14 @@ class Daemon(GossipWork, PeerSync):
             for own, kind in own_conflicts:
                 await self._announce(own, kind)
 
+    def _backoff(self, previous: float) -> float:
+        """The next back-off after `previous` seconds (0: none yet): STEP_RETRY_MIN, doubling to STEP_RETRY_MAX."""
+        return STEP_RETRY_MIN if previous <= 0 else min(previous * 2, STEP_RETRY_MAX)
+
     def _step_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
         """Back off from a step whose replay could not start (a fetch failed, a full disk, no memory):
         30 s, doubling to an hour; other steps go first meanwhile. Nothing is signed about it."""
-        delay = min(self.step_retry.get((run_id, step), (0.0, STEP_RETRY_MIN / 2))[1] * 2, STEP_RETRY_MAX)
+        delay = self._backoff(self.step_retry.get((run_id, step), (0.0, 0.0))[1])
         self.step_retry[(run_id, step)] = (time.monotonic() + delay, delay)
         self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
@@ -308,11 +354,7 @@ class Daemon(GossipWork, PeerSync):
             "bans": self.node.bans() if self.node is not None else [],
             "sync": self.sync_states(),
             "health": health,
-            "remote": [
-                {"run_id": s.manifest.run_id.hex(), "url": s.url, "fetching": s.fetching, **s.stats}
-                for s in self.sources
-                if isinstance(s, RemoteSource)
-            ],
+            "remote": self.remote_status(),
         }
 
     async def write_status(self) -> status.Status:
@@ -331,7 +373,8 @@ class Daemon(GossipWork, PeerSync):
             return False
         peers = self._syncable_peers()
         quiet = time.monotonic() - self.last_change >= self.config.linger
-        return quiet and peers <= self.synced_since_change and self.busy_step is None and not self.outbox
+        settled = self.busy_step is None and not self.outbox and not self.opening and not self.ready
+        return quiet and peers <= self.synced_since_change and settled
 
     async def status_loop(self, cancel: trio.CancelScope) -> None:
         started = time.monotonic()

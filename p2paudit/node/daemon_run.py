@@ -81,6 +81,12 @@ async def run_daemon(
                 # Every loop supervised: an exception is logged with its traceback and the loop restarts
                 # after a back-off; nothing a peer sends, and no bug of ours in one loop, ends the daemon.
                 report = node._emit
+                daemon.nursery = nursery
+                # Remote runs only now, with the node serving peers: a slow lab never delays it (daemon_fetch).
+                for url in config.urls:
+                    nursery.start_soon(daemon.open_remote, url)
+                for source in config.runs:
+                    daemon.start_prefetch(source)
                 nursery.start_soon(_stop_on_signals, nursery.cancel_scope, stopped_by)
                 nursery.start_soon(supervise, functools.partial(daemon.status_loop, nursery.cancel_scope), report)
                 for loop in (
@@ -94,6 +100,8 @@ async def run_daemon(
                     nursery.start_soon(supervise, loop, report)
                 nursery.start_soon(daemon.resume_following)
             daemon.node = None
+            daemon.nursery = None
+        daemon.release_remote()
         with trio.CancelScope(shield=True):
             note = await db.call(daemon_jobs.checkpoint, identity)
             daemon._report("done", f"signed a final checkpoint: {note.splitlines()[1]} entries")

@@ -40,6 +40,7 @@ from p2paudit.node.libp2p_adapter import IGNORE
 from p2paudit.node.libp2p_framing import TokenBucket
 from p2paudit.node.sources import RemoteSource, RunSource
 from p2paudit.run.cache import BlobCache
+from p2paudit.run.http_guard import TransferLimits
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +106,10 @@ class Follower:
         call: Callable[..., Awaitable],
         adopt_run: Callable[[RunSource], Awaitable[None]],
         report: Callable[[str, str], None],
+        limits: TransferLimits | None = None,
     ) -> None:
         self.follow = follow
+        self.limits = limits
         self.cache = cache
         self.fetch_timeout = fetch_timeout
         self.call = call
@@ -169,7 +172,15 @@ class Follower:
         errors = []
         for url in a.urls:
             try:
-                source = RemoteSource(url, self.cache, read_timeout=self.fetch_timeout)
+                # The announcement names its publisher: pinned, so another key's signature is refused before
+                # the manifest is fetched.
+                source = RemoteSource(
+                    url,
+                    self.cache,
+                    read_timeout=self.fetch_timeout,
+                    publishers=frozenset([a.publisher]),
+                    limits=self.limits,
+                )
             except InputError as exc:
                 errors.append(str(exc))
                 continue

@@ -7,19 +7,24 @@ remote run (http or https) fetches, per step, only that step's shards and
 checkpoints, each piece checked against the signed manifest before it is
 used or cached (run.remote.RemoteRun), within a bounded cache that evicts
 least recently used pieces; a memory check then decides between in-memory
-and streaming replay (`--replay auto`). A fetch that fails, a full disk, or
-a server too slow to deliver within `fetch_deadline` seconds raises
-InputError: the daemon reports it, backs off from that step and goes on.
+and streaming replay (`--replay auto`). The daemon fetches a remote step
+ahead (`prefetch`, in a thread of the run's own, outside the replay slot)
+and replays it from the prefetched view (`replay_view`), so a slow server
+holds up only its own run. A fetch that fails, a full disk, a request past
+its deadline or under its rate floor (run.http_guard), or a step whose files
+take over `fetch_deadline` seconds in all raises InputError: the daemon
+reports it, backs off from that run and goes on.
 
-Blocking I/O: `step_view` runs in the replay's worker thread, never on the
-event loop.
+Blocking I/O: `RemoteSource(...)` (the signature and manifest), `prefetch`
+and `step_view` run in worker threads, never on the event loop.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +32,7 @@ from p2paudit.audit.remote_view import open_partial_run
 from p2paudit.audit.replay import RunView
 from p2paudit.errors import InputError
 from p2paudit.run.cache import BlobCache
+from p2paudit.run.http_guard import TransferLimits
 from p2paudit.run.manifest import Manifest
 from p2paudit.run.remote import RemoteRun
 
@@ -62,18 +68,41 @@ class _GaveUp(InputError):
     """The server did not deliver a step's files within the deadline."""
 
 
+@dataclass
+class Prefetched:
+    """A remote step whose files are fetched and checked: the local view holding them (hard links into the
+    cache, so eviction cannot take them), until `close`."""
+
+    step: int
+    run_dir: Path
+    stack: ExitStack
+
+    def close(self) -> None:
+        self.stack.close()
+
+
 class RemoteSource:
-    """A run at an http(s) URL, fetched lazily per step into a bounded, verified cache."""
+    """A run at an http(s) URL, fetched lazily per step into a bounded, verified cache.
+
+    Constructing it fetches and checks the signature (against `publishers`, when given) and the manifest:
+    blocking, so the daemon does it in a worker thread after it serves peers."""
 
     def __init__(
-        self, url: str, cache: BlobCache, read_timeout: float = 30.0, fetch_deadline: float = FETCH_DEADLINE_S
+        self,
+        url: str,
+        cache: BlobCache,
+        read_timeout: float = 30.0,
+        fetch_deadline: float = FETCH_DEADLINE_S,
+        publishers: frozenset[bytes] | None = None,
+        limits: TransferLimits | None = None,
     ) -> None:
         self.url = url
         self.fetch_deadline = fetch_deadline
         self._started = 0.0
-        self.remote = RemoteRun(url, cache, self._on_progress, read_timeout=read_timeout)
+        limits = limits or TransferLimits(read_timeout=read_timeout)
+        self.remote = RemoteRun(url, cache, self._on_progress, publishers=publishers, limits=limits)
         try:
-            self.manifest = self.remote.manifest  # fetched and checked now: a bad URL fails at start-up
+            self.manifest = self.remote.manifest  # fetched and checked now (the daemon: in a worker thread)
         except BaseException:
             self.remote.__exit__(None, None, None)
             raise
@@ -96,6 +125,23 @@ class RemoteSource:
         finally:
             self.fetching = None
 
+    def prefetch(self, step: int) -> Prefetched:
+        """Fetch and check what replaying `step` needs, and keep it in a local view (blocking: a worker
+        thread's); InputError as step_view."""
+        stack = ExitStack()
+        self._started = time.monotonic()
+        try:
+            run_dir = stack.enter_context(self.remote.local_view(step, step, mode="auto"))
+        except OSError as exc:
+            stack.close()
+            raise InputError(f"cache for {self.url}: {exc.strerror or exc}") from None
+        except BaseException:
+            stack.close()
+            raise
+        finally:
+            self.fetching = None
+        return Prefetched(step, Path(run_dir), stack)
+
     @property
     def stats(self) -> dict[str, int]:
         s = self.remote.stats
@@ -103,3 +149,8 @@ class RemoteSource:
 
     def close(self) -> None:
         self.remote.__exit__(None, None, None)
+
+
+def replay_view(prefetched: Prefetched, mode: str = "auto") -> RunView:
+    """The RunView of a prefetched step (its files checked again as they are opened; no network)."""
+    return open_partial_run(prefetched.run_dir, str(prefetched.step), mode=mode)

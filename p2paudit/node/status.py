@@ -9,7 +9,7 @@
            "redundancy": int, "disputes": int}],
  "equivocations": int, "events": [str],
  "health": {"longest_stall_ms": float, "stall_task": str, "store_jobs": int, "busiest_store_job_ms": float},
- "remote": [{"run_id": hex, "url": str, "fetching": str | null, "received_bytes": int, "cached_files": int}],
+ "remote": [{"run_id": hex | null (a URL still being opened), "url": str, "fetching": str | null, "received_bytes": int, "cached_files": int}],
  "reach": {"state": "public" | "behind-nat" | "unknown", "addresses": [multiaddr told to peers],
            "relays": [peer id], "reservations": [relay peer id], "dialbacks": [str],
            "links": [{"peer": str, "kind": "direct" | "relayed" | "hole-punched", "relay": str | null}],

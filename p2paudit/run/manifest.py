@@ -206,6 +206,12 @@ def _parse_object(data: bytes, path: Path | str) -> dict:
     return value
 
 
+def parse_signature(blob: bytes, where: Path | str) -> tuple[bytes, bytes, bytes]:
+    """(run id, public key, signature) of a manifest.sig.json's bytes, checked as an envelope (not yet
+    against any body): a remote fetch reads it first, to pin the key and bound the body before fetching it."""
+    return _parse_signature(blob, where)
+
+
 def _parse_signature(blob: bytes, path: Path | str) -> tuple[bytes, bytes, bytes]:
     envelope = _parse_object(blob, path)
     if (

@@ -1,11 +1,19 @@
 """A run published on a web server: fetch what a range of steps needs, verify it piece by piece, cache
 it, and lay it out as a local run directory that the replay reads.
 
-Order of trust: manifest.json and manifest.sig.json are fetched first (bounded
-as the local reader bounds them) and checked exactly as read_manifest checks
-them (run id, Ed25519 signature, every field). The memory the replay needs is
-then checked (engine.memory) before anything else is fetched. Then only what
-steps A..B need:
+Order of trust: manifest.sig.json first (at most MAX_SIGNATURE_BYTES): its
+envelope gives the run id (the SHA-256 of manifest.json) and the publisher's
+key, which is held against the pinned publishers (`--publisher`) before
+anything else is fetched. Then manifest.json, streamed to a temporary file in
+the cache directory (never held whole in memory before it is checked), its
+declared (Content-Length) and observed size capped at MAX_MANIFEST_BYTES and
+its digest checked against the run id as it arrives; only a body whose digest
+is the run id is read back and checked exactly as read_manifest checks a
+local one (Ed25519 signature, every field). The format signs the body with
+pure Ed25519, whose check needs the whole message at once, so that is the one
+step that holds it. The memory the replay needs is then checked
+(engine.memory) before anything else is fetched. Then only what steps A..B
+need:
 
 - the shards holding the windows that steps c..B read (c the nearest
   checkpoint <= A; run.remote_files plans them from the manifest alone),
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +62,7 @@ from p2paudit.run.checkpoint import (
     open_checkpoint,
 )
 from p2paudit.run.digest import format_digest
+from p2paudit.run.http_guard import Resolver, TransferLimits, system_resolver
 from p2paudit.run.http_replies import CHUNK_BYTES, Stream, check_content_range, check_length, check_range_reply
 from p2paudit.run.manifest import (
     MANIFEST_FILE,
@@ -61,6 +71,7 @@ from p2paudit.run.manifest import (
     SIGNATURE_FILE,
     Manifest,
     manifest_from_bytes,
+    parse_signature,
 )
 from p2paudit.run.remote_checkpoint import CheckpointPieces, Refused
 from p2paudit.run.remote_files import RemoteFile, files_for_range
@@ -80,6 +91,9 @@ class RemoteRun:
 
     Use as a context manager (it holds an HTTP client). `on_progress` is
     called as bytes arrive; `stats` counts what was received and what the cache served.
+    `publishers`: when given, the run is refused (naming the signature's URL) unless its
+    manifest.sig.json names one of these keys, before its manifest or anything else is fetched.
+    `limits` (connect and read timeouts, deadline, rate floor, redirects) replace the two timeouts.
     """
 
     def __init__(
@@ -90,8 +104,12 @@ class RemoteRun:
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
         request_bytes: int = REQUEST_BYTES,
+        publishers: frozenset[bytes] | None = None,
+        limits: TransferLimits | None = None,
+        resolve: Resolver = system_resolver,
     ) -> None:
-        self.http = RunHttp(base_url, on_progress, connect_timeout, read_timeout)
+        self.http = RunHttp(base_url, on_progress, connect_timeout, read_timeout, limits, resolve)
+        self.publishers = publishers
         self.cache = cache
         self.request_bytes = max(1, request_bytes)
         self._manifest: Manifest | None = None
@@ -118,11 +136,40 @@ class RemoteRun:
     def manifest(self) -> Manifest:
         """The run's manifest, fetched (once) and checked as read_manifest checks a local one."""
         if self._manifest is None:
-            body = self.http.fetch_small(MANIFEST_FILE, MAX_MANIFEST_BYTES)
+            sig_url, body_url = str(self.url(SIGNATURE_FILE)), str(self.url(MANIFEST_FILE))
             sig = self.http.fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
-            self._manifest = manifest_from_bytes(body, sig, str(self.url(MANIFEST_FILE)), str(self.url(SIGNATURE_FILE)))
+            run_id, key, _ = parse_signature(sig, sig_url)
+            if self.publishers is not None and key not in self.publishers:
+                want = ", ".join(sorted(k.hex() for k in self.publishers))
+                raise InputError(f"{sig_url}: the run is signed by {key.hex()}, not by the expected publisher {want}")
+            body = self._fetch_body(run_id)
+            self._manifest = manifest_from_bytes(body, sig, body_url, sig_url)
             self._signature = sig
         return self._manifest
+
+    def _fetch_body(self, run_id: bytes) -> bytes:
+        """manifest.json's bytes, once their size is within MAX_MANIFEST_BYTES and their digest is `run_id`
+        (spooled to a temporary file in the cache directory while they arrive, not held in memory)."""
+        self.cache.root.mkdir(parents=True, exist_ok=True)
+        with naming_the_file(self.cache.root), tempfile.TemporaryFile(dir=self.cache.root) as spool:
+            hasher, size = hashlib.sha256(), 0
+            with self.http.get(MANIFEST_FILE, {}) as (response, url):
+                if response.status_code != 200:
+                    raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+                check_length(response, url, MAX_MANIFEST_BYTES, 0)
+                for chunk in self.http.body(response, url, MANIFEST_FILE):
+                    size += len(chunk)
+                    if size > MAX_MANIFEST_BYTES:
+                        raise InputError(f"{url} sent more than the {MAX_MANIFEST_BYTES} bytes allowed")
+                    hasher.update(chunk)
+                    spool.write(chunk)
+            if hasher.digest() != run_id:
+                raise InputError(
+                    f"{url}: its digest {format_digest(hasher.digest())} is not the run id {format_digest(run_id)} "
+                    f"in {self.url(SIGNATURE_FILE)} (refused before it was read)"
+                )
+            spool.seek(0)
+            return spool.read()
 
     @contextmanager
     def local_view(
@@ -146,11 +193,12 @@ class RemoteRun:
             for name, data in ((MANIFEST_FILE, manifest.body_bytes), (SIGNATURE_FILE, self._signature)):
                 with naming_the_file(view / name):
                     (view / name).write_bytes(data)
-            with self.cache.locked():
+            keys = {f.key for f in files}
+            with self.cache.locked(), self.cache.pinned(keys):
                 self._make_room(files)
                 for item in files:
                     self._place(item, view)
-                self.cache.evict({f.key for f in files})
+                self.cache.evict(keys)
             yield view
 
     def _make_room(self, files: list[RemoteFile]) -> None:
@@ -164,19 +212,37 @@ class RemoteRun:
         self.cache.evict({f.key for f in files}, room=need)
 
     def _place(self, item: RemoteFile, view: Path) -> None:
-        """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked."""
+        """Put the verified file `item` at its path in `view`: from the cache, or fetched and checked (into the
+        shared partial, or a private one when another thread of this process is fetching the same file)."""
         target = view / item.path
-        cached = self.cache.lookup(item.key)
-        if cached is not None:
-            link_or_copy(cached, target)
-            try:
-                self._check(item, cached, view)  # a cache is a disk: check again before use
-                self.stats.cached.append(item.path)
+        if self._place_cached(item, view, target):  # no lock for what is cached: another thread may be stuck
+            return
+        with self.cache.key_lock(item.key) as own:
+            if self._place_cached(item, view, target):  # the thread we waited for fetched it
                 return
-            except InputError:
-                target.unlink(missing_ok=True)
-                self.cache.discard(item.key)
-        partial = self.cache.partial(item.key)
+            partial = self.cache.partial(item.key) if own else self.cache.private_partial(item.key)
+            try:
+                self._fetch_checked(item, partial, view, target)
+            finally:
+                if not own:
+                    partial.unlink(missing_ok=True)
+
+    def _place_cached(self, item: RemoteFile, view: Path, target: Path) -> bool:
+        """Link `item` from the cache into the view if it is cached and still checks; False otherwise."""
+        cached = self.cache.lookup(item.key)
+        if cached is None:
+            return False
+        link_or_copy(cached, target)
+        try:
+            self._check(item, cached, view)  # a cache is a disk: check again before use
+        except InputError:
+            target.unlink(missing_ok=True)
+            self.cache.discard(item.key)
+            return False
+        self.stats.cached.append(item.path)
+        return True
+
+    def _fetch_checked(self, item: RemoteFile, partial: Path, view: Path, target: Path) -> None:
         with naming_the_file(partial):  # a full cache disk names the file (and so the disk) it could not write
             self._fetch(item, partial)
         link_or_copy(partial, target)
@@ -184,9 +250,9 @@ class RemoteRun:
             self._check(item, partial, view)
         except InputError as exc:
             target.unlink(missing_ok=True)
-            self.cache.discard(item.key)
+            self.cache.discard(item.key, partial)
             raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
-        self.cache.commit(item.key)
+        self.cache.commit(item.key, partial)
 
     def _fetch(self, item: RemoteFile, partial: Path) -> None:
         """Download `item` into its partial file in the cache: whole, or a checkpoint tensor by tensor."""
@@ -196,7 +262,7 @@ class RemoteRun:
         try:
             self._fetch_checkpoint(item, partial)
         except Refused as exc:
-            self.cache.discard(item.key)
+            self.cache.discard(item.key, partial)
             raise InputError(f"{self.url(item.path)} (fetched, discarded): {exc}") from None
 
     def _check(self, item: RemoteFile, path: Path, view: Path) -> None:

@@ -1,10 +1,15 @@
 """HTTP GETs of a published run's files under one base URL: bounded, timed out, counted, one line per failure.
 
-httpx with connect and read timeouts; at most MAX_REDIRECTS redirects, each
-to the same scheme (https never falls back to http); no content coding (byte
-offsets are the file's); no proxy settings from the environment. Every
-failure is one line of InputError naming the URL. run.remote decides what to
-fetch and checks it; this module only moves bytes.
+httpx over run.http_guard's network backend: every request has a deadline
+and a rate floor (a server trickling bytes, in its headers or its body, is
+cut off), and every connection goes to a checked address (no loopback,
+link-local or unspecified address unless the run's own URL is on this
+machine). At most MAX_REDIRECTS redirects, each to the same scheme (https
+never falls back to http) and, unless TransferLimits.other_hosts, to the
+run's own host and port; no content coding (byte offsets are the file's); no
+proxy settings from the environment. Every failure is one line of InputError
+naming the URL. run.remote decides what to fetch and checks it; this module
+only moves bytes.
 """
 
 from __future__ import annotations
@@ -13,9 +18,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import httpcore
 import httpx
 
 from p2paudit.errors import InputError
+from p2paudit.run.http_guard import (
+    Budget,
+    GuardedBackend,
+    RefusedAddress,
+    Resolver,
+    SlowTransfer,
+    TransferLimits,
+    is_local_host,
+    system_resolver,
+)
 from p2paudit.run.http_replies import check_length
 
 SCHEMES = ("http", "https")
@@ -39,9 +55,32 @@ class FetchStats:
         return sum(self.received.values())
 
 
+def run_base_url(base_url: str) -> httpx.URL:
+    """The run's base URL (ending in "/"); InputError (one line) unless it is http(s) with a host."""
+    try:
+        url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise InputError(f"run URL {base_url[:200]!r} is not a URL: {exc}") from None
+    if url.scheme not in SCHEMES or not url.host:
+        raise InputError(f"run URL {base_url[:200]!r}: want http:// or https:// and a host")
+    return url
+
+
+class _GuardedTransport(httpx.HTTPTransport):
+    """httpx's transport over a GuardedBackend (httpx has no argument for a network backend, so the pool it
+    made is replaced by one with the same TLS context over ours)."""
+
+    def __init__(self, backend: GuardedBackend) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=4, network_backend=backend
+        )
+
+
 class RunHttp:
     """An HTTP client for the files under `base_url`; `stats` counts the bytes received per file,
-    `on_progress` is called as they arrive. Close it (RemoteRun does) to release its connections."""
+    `on_progress` is called as they arrive. Close it (RemoteRun does) to release its connections.
+    One request at a time (its Budget times the request in progress)."""
 
     def __init__(
         self,
@@ -49,22 +88,22 @@ class RunHttp:
         on_progress: Progress | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         read_timeout: float = READ_TIMEOUT,
+        limits: TransferLimits | None = None,
+        resolve: Resolver = system_resolver,
     ) -> None:
-        try:
-            url = httpx.URL(base_url if base_url.endswith("/") else base_url + "/")
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise InputError(f"run URL {base_url[:200]!r} is not a URL: {exc}") from None
-        if url.scheme not in SCHEMES or not url.host:
-            raise InputError(f"run URL {base_url[:200]!r}: want http:// or https:// and a host")
+        url = run_base_url(base_url)
         self.base = url
         self.on_progress = on_progress
-        self.read_timeout = read_timeout
+        self.limits = limits or TransferLimits(connect_timeout=connect_timeout, read_timeout=read_timeout)
+        self.read_timeout = self.limits.read_timeout
         self.stats = FetchStats()
+        self.budget = Budget(self.limits)
         self.client = httpx.Client(
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-            follow_redirects=False,  # followed by hand: same scheme only, counted
+            timeout=httpx.Timeout(self.limits.read_timeout, connect=self.limits.connect_timeout),
+            follow_redirects=False,  # followed by hand: same scheme (and origin) only, counted
             headers={"Accept-Encoding": "identity"},
             trust_env=False,
+            transport=_GuardedTransport(GuardedBackend(self.budget, is_local_host(url.host), resolve)),
         )
 
     def close(self) -> None:
@@ -98,6 +137,8 @@ class RunHttp:
                 self.stats.received[path] = self.stats.received.get(path, 0) + len(chunk)
                 received += len(chunk)
                 yield chunk
+        except SlowTransfer as exc:
+            raise InputError(f"{url}: {exc}") from None
         except httpx.TimeoutException:
             raise InputError(
                 f"{url}: no data for {self.read_timeout:g} s after {received} bytes (timed out; kept to resume)"
@@ -107,9 +148,11 @@ class RunHttp:
 
     @contextmanager
     def get(self, path: str, headers: dict[str, str]) -> Iterator[tuple[httpx.Response, httpx.URL]]:
-        """A streamed GET of base/path, following at most MAX_REDIRECTS same-scheme redirects."""
+        """A streamed GET of base/path, following at most MAX_REDIRECTS same-scheme redirects (same origin
+        unless limits.other_hosts); the request's deadline runs from here to the body's last byte."""
         url = self.url(path)
         response = None
+        self.budget.start()
         try:
             for _ in range(MAX_REDIRECTS + 1):
                 response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
@@ -120,10 +163,17 @@ class RunHttp:
                 target = url.join(location)
                 if target.scheme != url.scheme:
                     raise InputError(f"{url}: redirected to {str(target)[:200]}, another scheme, which is refused")
+                if not self.limits.other_hosts and _origin(target) != _origin(self.base):
+                    raise InputError(
+                        f"{url}: redirected to {str(target)[:200]}, another host or port than the run's, which is "
+                        "refused (--allow-other-hosts to follow it)"
+                    )
                 url, response = target, None
             if response is None:
                 raise InputError(f"{self.url(path)}: more than {MAX_REDIRECTS} redirects")
             yield response, url
+        except (SlowTransfer, RefusedAddress) as exc:
+            raise InputError(f"{url}: {exc}") from None
         except httpx.TimeoutException:
             raise InputError(f"{url}: no response within {self.read_timeout:g} s (timed out)") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
@@ -135,6 +185,11 @@ class RunHttp:
     def report(self, path: str, done: int, total: int | None) -> None:
         if self.on_progress is not None:
             self.on_progress(path, done, total)
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host.lower(), url.port if url.port is not None else default
 
 
 def _first_line(exc: Exception) -> str:
