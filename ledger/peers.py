@@ -50,10 +50,22 @@ class SplitView:
     notes: tuple[str, ...]
 
 
+MAX_STORED_SIZE = 2**63 - 1  # SQLite's largest integer: no ledger holds more entries
+
+
+def check_storable(cp: Checkpoint) -> None:
+    """CheckpointError unless a ledger can hold cp's size (a checkpoint may claim up to 2^64 - 1, C2SP)."""
+    if cp.size > MAX_STORED_SIZE:
+        raise CheckpointError(
+            f"checkpoint of {cp.origin[:100]} claims size {cp.size}, beyond the 2^63 - 1 entries a ledger holds"
+        )
+
+
 def insert_checkpoint(
     conn: sqlite3.Connection, kind: str, status: str, cp: Checkpoint, vkey: str, note: str, now: str
 ) -> None:
     """Store a checkpoint row (append-only: the id is the next one). Precondition: inside a transaction."""
+    check_storable(cp)
     next_id = conn.execute("SELECT COALESCE(MAX(id) + 1, 1) FROM checkpoints").fetchone()[0]
     conn.execute(
         "INSERT INTO checkpoints (id, kind, status, origin, size, root, vkey, note, recorded_at) "
@@ -72,6 +84,7 @@ def add_peer_checkpoint(
     Precondition: inside a transaction (the caller's BEGIN IMMEDIATE).
     """
     cp = open_checkpoint(note_text, [verifier])
+    check_storable(cp)
     if cp.size == 0 and cp.root != EMPTY_ROOT:
         raise CheckpointError(
             f"checkpoint of {cp.origin} at size 0 has root {cp.root.hex()[:16]}.., "

@@ -25,6 +25,7 @@ from ledger import Checkpoint, Ledger, LedgerError, NoteVerifier, open_checkpoin
 from ledger.errors import CheckpointError
 from ledger.merkle import leaf_hash, node_hash, root_from_leaf_hashes, split_point
 from ledger.note import parse_note
+from ledger.peers import check_storable
 from ledger.store import hash_ranges
 from p2paudit.attest.codec import unpack
 from p2paudit.attest.errors import AttestationError
@@ -256,7 +257,9 @@ def open_peer_checkpoint(note: str) -> Checkpoint:
     try:
         origin = note.split("\n", 1)[0]
         verifier = NoteVerifier(origin, origin_public_key(origin))
-        return open_checkpoint(note, [verifier])
+        cp = open_checkpoint(note, [verifier])
+        check_storable(cp)  # a size no ledger holds is a lie, not our bug
+        return cp
     except CheckpointError as exc:
         raise PageProofError(f"peer checkpoint refused: {exc}") from None
 

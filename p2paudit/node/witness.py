@@ -41,7 +41,7 @@ from ledger.cosignature import (
 from ledger.errors import CheckpointError, LedgerError, ProofError
 from ledger.merkle import verify_consistency
 from ledger.note import parse_note
-from ledger.peers import CONSISTENT, FIRST, SPLIT_VIEW, insert_checkpoint
+from ledger.peers import CONSISTENT, FIRST, SPLIT_VIEW, check_storable, insert_checkpoint
 from p2paudit.identity import Identity
 from p2paudit.node.wire import (
     MAX_PROOF_HASHES,
@@ -122,6 +122,10 @@ def witness_checkpoint(witness: Witness, request: bytes, now: int | None = None)
         cp = open_checkpoint(decoded.note, [verifier])
     except CheckpointError as exc:
         return _refuse(WITNESS_BAD_SIGNATURE, str(exc))
+    try:
+        check_storable(cp)
+    except CheckpointError as exc:
+        return _refuse(WITNESS_MALFORMED, str(exc))
     if decoded.old_size > cp.size:
         return _refuse(WITNESS_OLD_SIZE_TOO_LARGE, f"old size {decoded.old_size} is above the checkpoint's {cp.size}")
     if cp.size == 0 and cp.root != EMPTY_ROOT:

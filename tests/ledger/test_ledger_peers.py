@@ -140,3 +140,16 @@ def test_a_size_zero_checkpoint_must_carry_the_empty_root(peer, me):
     with pytest.raises(CheckpointError, match="at size 0 has root"):
         me.add_peer_checkpoint(bogus, signer.verifier, [])
     assert me.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("size", [2**63, 2**64 - 1])
+def test_a_size_no_ledger_holds_is_a_checkpoint_error_not_an_overflow(me, size):
+    """C2SP allows sizes up to 2^64 - 1; SQLite holds integers up to 2^63 - 1: a peer's larger claim is refused
+    as its own fault (CheckpointError), before anything is bound, and nothing is stored."""
+    signer = NoteSigner(PEER, Ed25519PrivateKey.generate())
+    note = sign_checkpoint(Checkpoint(PEER, size, b"\x01" * 32), signer)
+    with pytest.raises(CheckpointError, match=r"claims size \d+, beyond the 2\^63 - 1 entries a ledger holds"):
+        me.add_peer_checkpoint(note, signer.verifier, [])
+    assert me.verify().checkpoints_checked == 0
+    held = sign_checkpoint(Checkpoint(PEER, 2**63 - 1, b"\x01" * 32), signer)
+    assert me.add_peer_checkpoint(held, signer.verifier, []).status == "first"  # the largest one it holds
