@@ -33,6 +33,7 @@ from p2paudit.attest.record import decode_signed
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP, VERDICTS
 from p2paudit.attest.runs import RunInfo
 from p2paudit.attest.store import AttestationStore
+from p2paudit.attest.views import split_sql
 from p2paudit.errors import InputError
 from p2paudit.identity import parse_public_key_hex
 
@@ -227,7 +228,8 @@ def disputes(store: AttestationStore, run_id: bytes | None = None, findings: boo
     found = []
     for (run, step), step_rows in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
         group = list(step_rows)
-        split = len({row[2] for row in group}) >= 2 and len({(row[4], row[5]) for row in group}) >= 2
+        results = [row for row in group if VERDICTS[row[4]] != "error"]  # as views.split_sql: an error is no result
+        split = len({row[2] for row in results}) >= 2 and len({(row[4], row[5]) for row in results}) >= 2
         if not split and not (findings and any(VERDICTS[row[4]] == "mismatch" for row in group)):
             continue
         sides: dict[tuple[int, bytes | None], list[Evidence]] = {}
@@ -242,7 +244,7 @@ def finding_count(store: AttestationStore, run_id: bytes) -> int:
     """How many claims of the run have a finding: disputed, or a key found a mismatch (disputes(findings=True)),
     counted in SQL without reading a leaf (a run whose every step lies costs one pass, not a leaf per step)."""
     store.check_index_current()
-    split = "(COUNT(DISTINCT key) >= 2 AND (MIN(verdict) != MAX(verdict) OR MIN(observed) != MAX(observed)))"
+    split = split_sql("")
     mismatch = VERDICTS.index("mismatch")
     row = store.conn.execute(
         f"SELECT COUNT(*) FROM (SELECT step FROM attest_index WHERE run = ? GROUP BY step "
@@ -269,12 +271,14 @@ def equivocations(store: AttestationStore) -> Equivocations:
 
 
 def check_dispute(signed_a: bytes, signed_b: bytes) -> bool:
-    """True iff the two signed attestations (verified here) are a dispute: same step, other keys, other outcomes."""
+    """True iff the two signed attestations (verified here) are a dispute: same step, other keys, other results,
+    neither an error (an error is no result: the verifier could not check; views.split_sql)."""
     a, b = decode_signed(signed_a).attestation, decode_signed(signed_b).attestation
     same_step = (a.run_id, a.index_step) == (b.run_id, b.index_step)
     return (
         same_step
         and a.verifier != b.verifier
+        and "error" not in (a.verdict, b.verdict)
         and (a.verdict, a.observed_output_digest) != (b.verdict, b.observed_output_digest)
     )
 

@@ -28,7 +28,21 @@ import sqlite3
 _VERDICT = "CASE i.verdict WHEN 0 THEN 'match' WHEN 1 THEN 'mismatch' ELSE 'error' END"
 _SUBJECT = "CASE WHEN i.step = -1 THEN 'init' ELSE 'step' END"
 _STEP = "CASE WHEN i.step = -1 THEN 0 ELSE i.step END"
-_SPLIT = "(COUNT(DISTINCT i.key) >= 2 AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed)))"
+
+
+def split_sql(alias: str = "i.") -> str:
+    """SQL, over one step's attest_index rows, for "disputed": two or more keys reported a result and the
+    results differ (verdict or observed state). An "error" is no result: the verifier could not check (its
+    own failure, docs/attestation.md), so it neither makes nor joins a dispute; otherwise any key could turn
+    a lone auditor's finding into a "dispute" among honest keys by signing an error beside it."""
+    v, o, k, ok = f"{alias}verdict", f"{alias}observed", f"{alias}key", f"(WHERE {alias}verdict != 2)"
+    return (
+        f"(COUNT(DISTINCT {k}) FILTER {ok} >= 2 AND "
+        f"(MIN({v}) FILTER {ok} != MAX({v}) FILTER {ok} OR MIN({o}) FILTER {ok} != MAX({o}) FILTER {ok}))"
+    )
+
+
+_SPLIT = split_sql()
 
 VIEWS: dict[str, str] = {
     "attestations": (
@@ -43,8 +57,7 @@ VIEWS: dict[str, str] = {
         f"SELECT lower(hex(r.run_id)) AS run_id, {_SUBJECT} AS subject, {_STEP} AS step, "
         "COUNT(DISTINCT i.key) AS keys, COUNT(*) AS attestations, MIN(i.leaf) AS first_leaf, "
         "MAX(i.leaf) AS last_leaf FROM attest_index i JOIN attest_runs r ON r.run = i.run "
-        "GROUP BY i.run, i.step HAVING COUNT(DISTINCT i.key) >= 2 "
-        "AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed))"
+        f"GROUP BY i.run, i.step HAVING {_SPLIT}"
     ),
     "findings": (
         f"SELECT lower(hex(r.run_id)) AS run_id, {_SUBJECT} AS subject, {_STEP} AS step, "

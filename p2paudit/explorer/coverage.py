@@ -4,8 +4,8 @@ Steps [lo, hi) are cut into n buckets (n <= hi - lo): step s falls in bucket
 floor((s - lo) * n / (hi - lo)), so bucket b holds steps
 [lo + ceil(b (hi - lo) / n), lo + ceil((b + 1) (hi - lo) / n)), at least one.
 Per step, as attest.queries defines them: *checked* = distinct keys that
-signed a match or a mismatch, *disputed* = two or more keys and two or more
-outcomes (verdict, observed digest). Per bucket: sums of the per-step counts
+signed a match or a mismatch, *disputed* = two or more keys with a result and
+two or more results (verdict, observed digest); an error is no result. Per bucket: sums of the per-step counts
 and counts of steps. With a trust filter every count is over those keys only.
 
 The same aggregation draws the page's strip and `ledger coverage --png`.
@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.attest.views import split_sql
 from p2paudit.errors import InputError
 from p2paudit.explorer.db import json_list
 
@@ -28,14 +29,14 @@ _PER_STEP = (
     "SELECT step, COUNT(*) AS n, MAX(leaf) AS last, "
     "COUNT(DISTINCT key) FILTER (WHERE verdict < 2) AS c, COUNT(DISTINCT key) FILTER (WHERE verdict = 0) AS m, "
     "COUNT(DISTINCT key) FILTER (WHERE verdict = 1) AS x, COUNT(DISTINCT key) FILTER (WHERE verdict = 2) AS e, "
-    "COUNT(DISTINCT key) AS k, (MIN(verdict) != MAX(verdict) OR IFNULL(MIN(observed) != MAX(observed), 0)) AS d "
+    "COUNT(DISTINCT key) AS k, " + split_sql("") + " AS d "
     "FROM attest_index WHERE run = :run AND step >= :lo AND step < :hi{keys} GROUP BY step"
 )
-# d: two outcomes. A step attested only with "error" has no observed digest at all (NULL), and is no dispute.
+# d: disputed (attest.views.split_sql): two or more keys with results, and two or more results; errors aside.
 _BUCKETS = (
     "WITH per_step AS ({per_step}) SELECT (step - :lo) * :n / (:hi - :lo) AS bucket, COUNT(*) AS attested, "
     "SUM(c > 0) AS checked, SUM(c >= :min) AS covered, SUM(c) AS checks, SUM(m) AS matches, SUM(x) AS mismatches, "
-    "SUM(e) AS errors, SUM(x > 0) AS mismatch_steps, SUM(k >= 2 AND d) AS disputed, SUM(n) AS attestations, "
+    "SUM(e) AS errors, SUM(x > 0) AS mismatch_steps, SUM(IFNULL(d, 0)) AS disputed, SUM(n) AS attestations, "
     "MAX(last) AS last_leaf FROM per_step GROUP BY bucket ORDER BY bucket"
 )
 
@@ -56,7 +57,7 @@ class Bucket:
     mismatches: int
     errors: int
     mismatch_steps: int  # steps with at least one mismatch
-    disputed_steps: int  # steps with two or more keys and two or more outcomes
+    disputed_steps: int  # steps with two or more keys with a result and two or more results (errors aside)
     attestations: int  # index rows (every stored attestation)
 
 

@@ -9,6 +9,7 @@ from p2paudit.attest.record import VERDICTS, decode_signed
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.report import digest_text
 from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.attest.views import split_sql
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InputError
 from p2paudit.explorer.coverage import Bucket, CoverageStrip, bucket_coverage
@@ -20,7 +21,7 @@ MAX_PAGE = 500
 # A claim with a finding: disputed (two or more keys, two or more outcomes), or any key's mismatch (a lone
 # auditor that caught a lie is a finding, not "0 disputes").
 _MISMATCH = VERDICTS.index("mismatch")
-_SPLIT = "(COUNT(DISTINCT i.key) >= 2 AND (MIN(i.verdict) != MAX(i.verdict) OR MIN(i.observed) != MAX(i.observed)))"
+_SPLIT = split_sql("i.")
 _DISPUTED = (
     "SELECT r.run_id AS run_id, i.run AS run, i.step AS step, COUNT(DISTINCT i.key) AS keys, "
     f"COUNT(*) AS attestations, {_SPLIT} AS disputed FROM attest_index i JOIN attest_runs r ON r.run = i.run "

@@ -39,13 +39,14 @@ def _fill(store):
         make_signed(A, step=2),
         make_signed(A, step=2, time_ms=9),  # same key, same result twice
         make_signed(C, step=3, verdict="error"),
-        make_signed(D, step=3),  # dispute (error vs match)
+        make_signed(D, step=3),  # no dispute: an error is no result (the verifier could not check)
         make_signed(D, step=4, verdict="mismatch", observed="x"),
         make_signed(C, step=4, verdict="mismatch", observed="x"),
         make_signed(D, step=5),
         make_signed(D, step=5, verdict="mismatch"),  # D equivocates; one key: no dispute
         make_signed(A, step=0, run=OTHER_RUN),
         make_signed(B, step=0, run=OTHER_RUN, verdict="error"),
+        make_signed(C, step=0, run=OTHER_RUN, verdict="mismatch"),  # dispute (match vs mismatch)
     ]
     store.append_many([s.encoded for s in items])
     return items
@@ -91,14 +92,17 @@ def test_trust_file_errors(tmp_path):
 def test_disputes_with_evidence(store):
     items = _fill(store)
     found = disputes(store)
-    assert [(d.run_id, d.step) for d in found] == [(RUN, 1), (RUN, 3), (OTHER_RUN, 0)]
+    assert [(d.run_id, d.step) for d in found] == [(RUN, 1), (OTHER_RUN, 0)]  # not step 3: error beside match
     step1 = found[0]
     assert [[e.verdict for e in side] for side in step1.sides] == [["match"], ["mismatch"]]
     assert step1.sides[0][0].signed == items[3].encoded
     assert check_dispute(step1.sides[0][0].signed, step1.sides[1][0].signed)
     assert [(d.run_id, d.step) for d in disputes(store, OTHER_RUN)] == [(OTHER_RUN, 0)]
-    # agreeing keys are not a dispute
+    # agreeing keys are not a dispute, and neither is an error beside a result
     assert not check_dispute(items[0].encoded, items[1].encoded)
+    assert not check_dispute(items[7].encoded, items[8].encoded)
+    assert not check_dispute(items[13].encoded, items[14].encoded)
+    assert check_dispute(items[13].encoded, items[15].encoded)
     assert not check_dispute(items[9].encoded, items[10].encoded)
 
 
