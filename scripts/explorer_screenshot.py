@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import queue
 import shutil
@@ -166,7 +167,7 @@ def start_explorer(ledger: Path, home: Path) -> Explorer:
         if line.startswith("explorer at "):
             return Explorer(process, line.split()[2], stderr_path)
     stop_explorer(Explorer(process, "", stderr_path))
-    raise SystemExit(f"p2paudit explore did not say where it listens: {_tail(stderr_path)}")
+    raise SystemExit(f"explorer_screenshot: p2paudit explore did not say where it listens: {_tail(stderr_path)}")
 
 
 def stop_explorer(explorer: Explorer) -> None:
@@ -185,20 +186,25 @@ def _tail(path: Path) -> str:
     return " | ".join(text.splitlines()[-3:]) or "(nothing on stderr)"
 
 
-def browser():
-    """Headless Chromium through Selenium, with the flags the explorer's browser tests use; SystemExit(2) naming
-    what is missing."""
+def find_browser() -> tuple[str, str]:
+    """Chromium's and chromedriver's paths, and Selenium importable; SystemExit(2) naming what is missing (checked
+    before the ledger is built, so a missing browser costs nothing)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not (chromium and driver_path):
         _say("no chromium and chromedriver here (apt-get install chromium chromium-driver)")
         raise SystemExit(2)
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         _say("no selenium in this Python (the test extras: pip install -e '.[test]')")
-        raise SystemExit(2) from None
+        raise SystemExit(2)
+    return chromium, driver_path
+
+
+def browser(chromium: str, driver_path: str):
+    """Headless Chromium through Selenium, with the flags the explorer's browser tests use."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars"):
@@ -229,7 +235,8 @@ def shoot_run_page(driver, url: str) -> tuple[bytes, str, str]:
     while (state := driver.execute_script(ready)) != ["1", "1"]:
         if state[0] == "error" or time.monotonic() > deadline:
             shown = driver.execute_script("return document.getElementById('error').textContent")
-            raise SystemExit(f"the run page did not become ready (ready={state[0]}, disputes={state[1]}): {shown}")
+            why = f"ready={state[0]}, disputes={state[1]}: {shown}"
+            raise SystemExit(f"explorer_screenshot: the run page is not ready ({why}; waited up to {READY_SECONDS} s)")
         time.sleep(0.05)
     sentence, tone = driver.execute_script(
         "const s = document.getElementById('verdict-sentence'); return [s.textContent, s.className];"
@@ -239,10 +246,25 @@ def shoot_run_page(driver, url: str) -> tuple[bytes, str, str]:
     return driver.get_screenshot_as_png(), sentence, tone
 
 
+def shoot(chromium: str, driver_path: str, url: str) -> tuple[bytes, str, str]:
+    """shoot_run_page in a browser of its own, quit afterwards; the browser's failure as one line."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        driver = browser(chromium, driver_path)
+        try:
+            return shoot_run_page(driver, url)
+        finally:
+            driver.quit()
+    except WebDriverException as exc:
+        first = (exc.msg or type(exc).__name__).strip().splitlines()[0]
+        raise SystemExit(f"explorer_screenshot: the browser failed: {first}") from None
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's header chunk."""
     if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        raise SystemExit("the browser's screenshot is not a PNG")
+        raise SystemExit("explorer_screenshot: the browser's screenshot is not a PNG")
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
@@ -266,6 +288,9 @@ def main() -> None:
         parser.error(f"--steps {args.steps}: want at least 100 (the disputes sit at fractions of the run)")
     if args.keep is not None and args.keep.exists():
         parser.error(f"--keep {args.keep}: exists already; name a new folder")
+    if not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: no folder {args.out.parent}")
+    chromium, driver_path = find_browser()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="explorer-screenshot-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -274,16 +299,12 @@ def main() -> None:
         print(f"ledger: {count:,} attestations over {args.steps:,} steps in {time.perf_counter() - began:.1f} s")
         explorer = start_explorer(folder / "ledger.db", folder)
         try:
-            driver = browser()
-            try:
-                png, sentence, tone = shoot_run_page(driver, explorer.url)
-            finally:
-                driver.quit()
+            png, sentence, tone = shoot(chromium, driver_path, explorer.url)
         finally:
             stop_explorer(explorer)
         width, height = png_size(png)
         if width != WIDTH:
-            raise SystemExit(f"the screenshot is {width} px wide, want {WIDTH}")
+            raise SystemExit(f"explorer_screenshot: the screenshot is {width} px wide, want {WIDTH}")
         write_whole(args.out, png)
         print(f"{args.out}: {width} x {height} px; the page says ({tone}): {sentence}")
     finally:

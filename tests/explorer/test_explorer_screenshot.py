@@ -85,23 +85,37 @@ def test_the_strip_fades_from_two_keys_to_none(shot, built):
     assert covered[4:] == sorted(covered[4:], reverse=True) and 0 < covered[6] < 100
 
 
+def _script(*flags: str, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **({"PATH": path} if path is not None else {})}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, cwd=str(REPO), env=env, timeout=120
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
-    [(["--steps", "5"], "--steps 5: want at least 100"), (["--keep", "."], "exists already; name a new folder")],
+    [
+        (["--steps", "5"], "--steps 5: want at least 100"),
+        (["--keep", "."], "exists already; name a new folder"),
+        (["--out", "no-such-folder/explorer.png"], "no folder no-such-folder"),
+    ],
 )
 def test_bad_flags_are_refused_in_one_line_before_anything_is_built(tmp_path, flags, said):
     out = tmp_path / "explorer.png"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), *flags],
-        capture_output=True,
-        text=True,
-        cwd=str(REPO),
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    proc = _script("--out", str(out), *flags)
     assert proc.returncode == 2, proc.stderr
     assert said in proc.stderr.splitlines()[-1]
-    assert not out.exists()
+    assert not out.exists() and proc.stdout == ""
+
+
+def test_a_missing_browser_is_named_before_the_ledger_is_built(tmp_path):
+    out = tmp_path / "explorer.png"
+    proc = _script("--out", str(out), path=str(tmp_path))  # a PATH with no chromium on it
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "explorer_screenshot: no chromium and chromedriver here (apt-get install chromium chromium-driver)"
+    ]
+    assert proc.stdout == "" and not out.exists()  # no "ledger: ..." line: nothing was built
 
 
 def test_a_screenshot_that_is_not_a_png_is_refused_and_a_picture_is_replaced_leaving_nothing_else(shot, tmp_path):
