@@ -135,13 +135,15 @@ def build_ledger(path: Path, steps: int) -> int:
 
 
 @dataclass(frozen=True)
-class Explorer:
+class ExploreProcess:
+    """A `p2paudit explore` this script started: the process, the URL it serves, the file its stderr goes to."""
+
     process: subprocess.Popen
     url: str
     stderr_path: Path
 
 
-def start_explorer(ledger: Path, home: Path) -> Explorer:
+def start_explorer(ledger: Path, home: Path) -> ExploreProcess:
     """`p2paudit explore` as its own process on a free loopback port; its URL read from the line it prints."""
     stderr_path = home / "explore.stderr"
     env = {**os.environ, "P2PAUDIT_HOME": str(home), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -165,12 +167,12 @@ def start_explorer(ledger: Path, home: Path) -> Explorer:
         if line is None:
             break
         if line.startswith("explorer at "):
-            return Explorer(process, line.split()[2], stderr_path)
-    stop_explorer(Explorer(process, "", stderr_path))
+            return ExploreProcess(process, line.split()[2], stderr_path)
+    stop_explorer(ExploreProcess(process, "", stderr_path))
     raise SystemExit(f"explorer_screenshot: p2paudit explore did not say where it listens: {_tail(stderr_path)}")
 
 
-def stop_explorer(explorer: Explorer) -> None:
+def stop_explorer(explorer: ExploreProcess) -> None:
     """Ctrl-C, as a user stops it (it saves its overviews and exits 130); killed if it has not gone in 10 s."""
     if explorer.process.poll() is None:
         explorer.process.send_signal(signal.SIGINT)
