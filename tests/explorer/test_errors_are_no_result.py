@@ -11,19 +11,19 @@ import sqlite3
 import pytest
 
 from p2paudit.attest import queries
-from p2paudit.attest.record import sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.attest.views import create_views
 from p2paudit.explorer.server import make_server, start_in_thread
-from tests.attest.attest_helpers import key, make_record
+from tests.attest.attest_helpers import key
 from tests.explorer.conftest import fetch
+from tests.explorer.verdict_helpers import signed
 
 RUN = hashlib.sha256(b"errors are no result").digest()
 UPHELD_WITH_ERROR, LONE_WITH_ERROR = 1, 5
 
 
 def _signed(n: int, step: int, verdict: str = "match") -> bytes:
-    return sign_attestation(key(n), make_record(key(n), step=step, verdict=verdict, run=RUN)).encoded
+    return signed(n, step, verdict, RUN)
 
 
 @pytest.fixture(scope="module")

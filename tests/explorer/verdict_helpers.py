@@ -15,8 +15,9 @@ VERDICT_RUN = hashlib.sha256(b"explorer verdict run").digest()
 LONE, MOSTLY, UPHELD, AGREED, ERRORS = 0, 1, 2, 3, 4
 
 
-def _signed(n: int, step: int, verdict: str = "match") -> bytes:
-    return sign_attestation(key(n), make_record(key(n), step=step, verdict=verdict, run=VERDICT_RUN)).encoded
+def signed(n: int, step: int, verdict: str = "match", run: bytes = VERDICT_RUN) -> bytes:
+    """Test key n's signed attestation of `step` of `run` with `verdict`."""
+    return sign_attestation(key(n), make_record(key(n), step=step, verdict=verdict, run=run)).encoded
 
 
 def build_verdict_ledger(directory: Path) -> Path:
@@ -25,14 +26,14 @@ def build_verdict_ledger(directory: Path) -> Path:
         store.register_run(VERDICT_RUN, 10, "verdicts")
         store.append_many(
             [
-                _signed(301, LONE, "mismatch"),
-                *(_signed(n, MOSTLY) for n in (301, 302, 303)),
-                _signed(304, MOSTLY, "mismatch"),
-                _signed(301, UPHELD),
-                _signed(302, UPHELD),
-                _signed(301, AGREED, "mismatch"),
-                _signed(302, AGREED, "mismatch"),
-                _signed(303, ERRORS, "error"),
+                signed(301, LONE, "mismatch"),
+                *(signed(n, MOSTLY) for n in (301, 302, 303)),
+                signed(304, MOSTLY, "mismatch"),
+                signed(301, UPHELD),
+                signed(302, UPHELD),
+                signed(301, AGREED, "mismatch"),
+                signed(302, AGREED, "mismatch"),
+                signed(303, ERRORS, "error"),
             ]
         )
         store.checkpoint(key(300))
