@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 import msgpack
 import pytest
 import trio
+import trio.testing
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
@@ -121,18 +122,23 @@ def test_a_node_with_one_peer_to_ask_takes_its_answer_after_a_while():
 
 
 def test_a_lone_answer_decides_only_after_its_wait_and_two_that_disagree_leave_it_unknown():
-    tally = Tally()
-    tally.record("peer-a", Answer(FAILED, "/ip4/203.0.113.7/tcp/4001", "no answer"))
-    tally.settle_alone(30.0)
-    assert tally.state == UNKNOWN  # the round is younger than 30 s
-    tally.round_started -= 31.0
-    tally.settle_alone(30.0)
-    assert (tally.state, tally.decided) == (BEHIND_NAT, False)  # provisional: asking goes on
-    tally.record("peer-b", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
-    tally.settle_alone(30.0)
-    assert tally.state == UNKNOWN
-    tally.record("peer-c", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
-    assert (tally.state, tally.decided) == (PUBLIC, True)
+    async def body():  # on trio's clock, as the node keeps it: MockClock waits the 30 s out at once
+        now = trio.current_time
+        tally = Tally(now())
+        tally.record("peer-a", Answer(FAILED, "/ip4/203.0.113.7/tcp/4001", "no answer"), now())
+        await trio.sleep(29.999)
+        tally.settle_alone(30.0, now())
+        assert tally.state == UNKNOWN  # the round is younger than 30 s
+        await trio.sleep(0.001)
+        tally.settle_alone(30.0, now())
+        assert (tally.state, tally.decided) == (BEHIND_NAT, False)  # provisional: asking goes on
+        tally.record("peer-b", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"), now())
+        tally.settle_alone(30.0, now())
+        assert tally.state == UNKNOWN
+        tally.record("peer-c", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"), now())
+        assert (tally.state, tally.decided) == (PUBLIC, True)
+
+    trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 @pytest.mark.slow  # 4.2 s (fast tier: pytest -m 'not slow')
