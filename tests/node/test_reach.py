@@ -99,7 +99,7 @@ def test_dialback_decides_public_on_loopback_and_refuses_other_ips_and_repeats()
             again = await ask("/ip4/0.0.0.0/tcp/1")
             assert again.code == REFUSED and "per minute" in again.reason.replace("60 s", "minute")
 
-    run(body, 40)
+    run(body, 40, mock_clock=True)
 
 
 @pytest.mark.timeout(60)
@@ -118,7 +118,7 @@ def test_a_node_with_one_peer_to_ask_takes_its_answer_after_a_while():
             (line,) = home.reachability().dialbacks
             assert " ok " in line and boot.peer_id[:16] in line
 
-    run(body, 30)
+    run(body, 30, mock_clock=True)
 
 
 def test_a_lone_answer_decides_only_after_its_wait_and_two_that_disagree_leave_it_unknown():
@@ -287,7 +287,7 @@ def test_a_client_reserves_again_when_its_relay_comes_back():
                 await wait_until(lambda: any("/p2p-circuit" in a for a in client.reachability().addresses), "told")
                 second.cancel()
 
-    run(body, 30)
+    run(body, 30, mock_clock=True)
 
 
 def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path):
