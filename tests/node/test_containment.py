@@ -83,7 +83,7 @@ def test_undecodable_gossipsub_rpc_is_contained_and_its_sender_reported():
             await honest_round(node, honest, got, b"after")
             assert got == [b"before", b"after"]
 
-    run(body, 40)
+    run(body, 40, mock_clock=True)
 
 
 @pytest.mark.slow  # 4 s for its 2 cases (fast tier: pytest -m 'not slow')
@@ -107,7 +107,7 @@ def test_peer_whose_key_is_not_ed25519_is_refused_at_the_handshake(kind):
                     await node.connect(host_addr)
                 assert node.connected_peers() == []
 
-    run(body, 30)
+    run(body, 30, mock_clock=True)
 
 
 async def _two_writers(pubsub_cls) -> list[bytes]:
@@ -155,7 +155,7 @@ def test_concurrent_rpc_writes_on_one_stream_arrive_whole():
         stock.extend(await _two_writers(Pubsub))
         ours.extend(await _two_writers(GuardedPubsub))
 
-    run(body, 40)
+    run(body, 40, mock_clock=True)
     assert not decodes(stock), "baseline: py-libp2p's write_msg did not interleave this time"
     assert decodes(ours)
     assert sorted(rpc_pb2.RPC.FromString(f).publish[0].data[0] for f in ours) == [1, 2]
@@ -228,4 +228,4 @@ def test_inbound_slots_come_back_when_connections_close():
                     await host.get_network().close()  # a stock host leaves its sockets open when run() ends
                 await wait_until(lambda p=peer: p not in node.connected_peers(), f"close {i}", 10)
 
-    run(body, 60)
+    run(body, 60, mock_clock=True)

@@ -35,8 +35,9 @@ from p2paudit.node.libp2p_framing import TokenBucket, encode_uvarint, read_frame
 
 # Rates, bans and request time-outs held to the clock (a bucket refilling at 0.5 a second, replies within
 # 1.5 s, bursts within their deadline): run alone, after the parallel run (tests/conftest.py). Where time is
-# the subject (bans, rates, time-outs, refresh and exchange intervals) the clock is trio's MockClock
-# (`run(..., mock_clock=True)`); the burst and its latency stay on the real clock.
+# the subject (bans, rates, time-outs, refresh and exchange intervals), and in the other in-process tests that
+# only wait for intervals (heartbeats, grafts, the DHT), the clock is trio's MockClock (`run(..., mock_clock=True)`);
+# the burst and its latency, and the five processes, stay on the real clock.
 pytestmark = pytest.mark.serial
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
@@ -149,7 +150,7 @@ def test_plaintext_dialer_is_refused():
                 await trio.sleep(0.2)
                 assert node.connected_peers() == []
 
-    run(body, 25)
+    run(body, 25, mock_clock=True)
 
 
 @pytest.mark.timeout(120)  # 3 s on the real clock; 1.2 s on MockClock (the exchange intervals waited out at once)
@@ -253,7 +254,7 @@ def test_raising_validator_rejects_and_pubsub_survives():
             assert c.stats["validator_errors"] == 0
             assert [e.peer for e in events[1] if e.kind == "validator_errors"] == [a.peer_id, a.peer_id]
 
-    run(body, 35)
+    run(body, 35, mock_clock=True)
 
 
 @pytest.mark.timeout(90)
@@ -270,7 +271,7 @@ def test_subscription_missing_from_the_hello_is_announced_to_the_new_peer():
             b = await stack.enter_async_context(open_node(ident(2), config(bootstrap=(a.listen_addrs()[0],))))
             await wait_until(lambda: b.gossip_peers(topic) == [a.peer_id], "b to learn a's subscription", 10)
 
-    run(body, 20)
+    run(body, 20, mock_clock=True)
 
 
 @pytest.mark.timeout(90)
@@ -462,7 +463,7 @@ def test_kademlia_provider_records_find_a_peer_beyond_the_bootstrap_list():
             assert provider.peer_id in seeker.connected_peers()
             assert await other.find_providers(b"run id 2", timeout=5) == []
 
-    run(body, 25)
+    run(body, 25, mock_clock=True)
 
 
 def _child(index: int, boot: str, n: int, per_node: int, topic: str) -> None:

@@ -254,7 +254,7 @@ def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_pu
                 await wait_until(lambda: b.peer_id not in a.connected_peers(), "the circuit reset", timeout=5)
                 assert relay.reachability().relay_service.circuits == 0
 
-    run(body, 45)
+    run(body, 45, mock_clock=True)
 
 
 async def _relay_until(cfg, scope: trio.CancelScope, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
