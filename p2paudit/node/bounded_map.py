@@ -29,40 +29,35 @@ class BoundedMap(Generic[K, V]):
             raise InputError(f"bounded map needs max_size >= 1 and max_age > 0, got {max_size} and {max_age}")
         self.max_size = max_size
         self.max_age = max_age
-        self._entries: dict[K, tuple[float, float, V]] = {}  # key -> (put at, over at, value), oldest first
+        self._entries: dict[K, tuple[float, V]] = {}  # key -> (over at, value), oldest first
 
     def put(self, key: K, value: V, now: float = 0.0, until: float | None = None) -> list[tuple[K, V]]:
         """Set `key` (now the newest) at time `now`, over at `until` (default now + max_age, or never);
         returns the oldest entries dropped to keep the bound."""
         over = until if until is not None else math.inf if self.max_age is None else now + self.max_age
         self._entries.pop(key, None)
-        self._entries[key] = (now, over, value)
+        self._entries[key] = (over, value)
         dropped = []
         while len(self._entries) > self.max_size:
             oldest = next(iter(self._entries))
-            dropped.append((oldest, self._entries.pop(oldest)[2]))
+            dropped.append((oldest, self._entries.pop(oldest)[1]))
         return dropped
 
-    def _live(self, key: K, now: float | None) -> tuple[float, float, V] | None:
+    def _live(self, key: K, now: float | None) -> tuple[float, V] | None:
         entry = self._entries.get(key)
-        if entry is None or (now is not None and entry[1] <= now):
+        if entry is None or (now is not None and entry[0] <= now):
             return None
         return entry
 
     def get(self, key: K, default: V | None = None, now: float | None = None) -> V | None:
         """The value of `key`, or `default` if absent (or over at `now`, when given)."""
         entry = self._live(key, now)
-        return default if entry is None else entry[2]
-
-    def put_at(self, key: K) -> float | None:
-        """When `key` was put (None if absent)."""
-        entry = self._entries.get(key)
-        return None if entry is None else entry[0]
+        return default if entry is None else entry[1]
 
     def until(self, key: K) -> float | None:
         """When `key` is over (math.inf: never; None if absent)."""
         entry = self._entries.get(key)
-        return None if entry is None else entry[1]
+        return None if entry is None else entry[0]
 
     def alive(self, key: K, now: float) -> bool:
         """Whether `key` is here and not over at `now`."""
@@ -70,21 +65,18 @@ class BoundedMap(Generic[K, V]):
 
     def pop(self, key: K, default: V | None = None) -> V | None:
         entry = self._entries.pop(key, None)
-        return default if entry is None else entry[2]
+        return default if entry is None else entry[1]
 
     def expire(self, now: float) -> list[tuple[K, V]]:
         """Take out every entry over at `now`; returns them, oldest first."""
-        over = [(key, entry[2]) for key, entry in self._entries.items() if entry[1] <= now]
+        over = [(key, entry[1]) for key, entry in self._entries.items() if entry[0] <= now]
         for key, _ in over:
             del self._entries[key]
         return over
 
     def items(self, now: float | None = None) -> list[tuple[K, V]]:
         """(key, value) oldest first; with `now`, only the entries not over then."""
-        return [(k, e[2]) for k, e in self._entries.items() if now is None or e[1] > now]
-
-    def clear(self) -> None:
-        self._entries.clear()
+        return [(k, e[1]) for k, e in self._entries.items() if now is None or e[0] > now]
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries

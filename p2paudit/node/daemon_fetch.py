@@ -125,8 +125,8 @@ class FetchAhead:
         return None if picked is None else picked[1]
 
     def _fetch_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
-        """One line; the step backs off as a step does, and the whole run for as long, doubling while its
-        fetches keep failing (a success resets it)."""
+        """One line; the step backs off as a step does (its own wait, never longer than the run's: both start
+        now), and the whole run doubling while its fetches keep failing (a success resets it)."""
         now = trio.current_time()
         delay = self.run_retry.failed(run_id, now)
         self.step_retry.failed((run_id, step), now)  # its own wait is never longer than the run's
