@@ -10,6 +10,8 @@ Pure (no I/O):
   and witness requests and responses), with their limits.
 - `validate`: the gossip validator (stateless checks only; InputError for the peer's fault) and
   evidence checked from its bytes alone.
+- `backoff` and `bounded_map`: the one exponential back-off and the one bounded, oldest-first map
+  (optional expiry) of the whole node; the time is an argument, trio's clock under the loop.
 
 Over the store (no network):
 

@@ -26,7 +26,9 @@ Loops, all in one trio nursery (started by `daemon_run.run_daemon`):
   making it takes long), from `Daemon.live()` and the store
   (daemon_jobs.write_status calls status.snapshot).
 Every loop is supervised (libp2p_adapter.supervise): an exception is logged
-with its traceback and the loop restarts after a back-off.
+with its traceback and the loop restarts after a back-off. Every back-off is a `backoff.Backoff`
+and everything remembered per peer, step or conflict a `bounded_map.BoundedMap`, on trio's clock
+(`trio.current_time()`), so tests drive the daemon's time with `trio.testing.MockClock`.
 Gossip arrives through the adapter's validator (stateless checks only) and is
 drained continuously into the store with append_many (daemon_gossip).
 """
@@ -36,7 +38,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +54,18 @@ from p2paudit.node.announce import (
     ANNOUNCEMENTS_PROTOCOL,
     MAX_LIST_BYTES,
 )
+from p2paudit.node.backoff import BackoffPolicy, Backoffs
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.daemon_fetch import FetchAhead, replay_prefetched
-from p2paudit.node.daemon_gossip import GossipWork, stateless_validator
-from p2paudit.node.daemon_sync import PeerSync, peer_public_key
+from p2paudit.node.daemon_gossip import MAX_ANNOUNCED_CONFLICTS, GossipWork, stateless_validator
+from p2paudit.node.daemon_sync import (
+    CHECKPOINT_INTERVAL,
+    MAX_PEER_RETRIES,
+    MAX_SYNC_HISTORY,
+    PEER_RETRY,
+    PeerSync,
+    peer_public_key,
+)
 from p2paudit.node.follow import Follower
 from p2paudit.node.libp2p_adapter import Node, NodeEvent, ReachConfig, supervise
 from p2paudit.node.loop_monitor import LoopMonitor
@@ -73,7 +83,7 @@ SPILL_GRACE = 2.0
 # a remote run whose fetches keep failing (or whose manifest cannot be had) backs off the same way.
 STEP_RETRY_MIN = 30.0
 STEP_RETRY_MAX = 3600.0
-ANNOUNCEMENTS_INTERVAL = 60.0  # how often each peer is asked for announcements of the labs we follow
+MAX_STEP_RETRIES = 4096  # steps (and remote runs) backed off from, remembered at most; the oldest are tried again
 # Adapter events that mark the peer as a sender of bad data: gossip our stateless validator refused (the same
 # checks on every honest node, so an honest forwarder never relays it) and bytes that do not decode on some
 # protocol. Not here: rate_limited (buckets differ per node), validator_errors and contained (our own bugs or
@@ -151,7 +161,8 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
         )
         self.follower.known_runs.update(s.manifest.run_id for s in self.sources)
         self.node: Node | None = None
-        self.last_change = time.monotonic()
+        # Trio's clock; +inf until run_daemon starts it (made outside the loop, nothing has been quiet yet).
+        self.last_change = math.inf
         self.synced_since_change: set[str] = set()  # peers synced since the last change here
         self.witnessed: dict[str, int] = {}  # peer -> ledger size it last cosigned
         self.audited = 0
@@ -162,18 +173,21 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
         # a message costs ~3 ms per copy per node whatever it holds (docs/benchmarks.md, Network).
         self.outbox: dict[bytes, list[bytes]] = {}
         self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
-        self.announced_conflicts: dict[tuple[str, bytes, int, bytes], None] = {}  # oldest first, bounded
+        self.announced_conflicts: BoundedMap[tuple[str, bytes, int, bytes], None] = BoundedMap(MAX_ANNOUNCED_CONFLICTS)
         self._ban_send, self._ban_receive = trio.open_memory_channel[tuple[str, str]](math.inf)
-        self._retry: dict[tuple[str, str], tuple[float, float]] = {}  # (what, peer) -> (not before, back-off)
+        self._retry: Backoffs[tuple[str, str]] = Backoffs(PEER_RETRY, MAX_PEER_RETRIES)  # (what, peer)
         self.sync_bytes = 0  # bytes received by sync (reconciliation, checkpoints, pages)
-        self.sync_history: dict[str, tuple[float | None, str | None]] = {}  # peer -> (last ok, unix s; last error)
-        self.checkpoint_asked: dict[str, float] = {}  # peer -> when we last took its checkpoint (monotonic)
-        self.step_retry: dict[tuple[bytes, int], tuple[float, float]] = {}  # (run, step) -> (not before, back-off)
+        # peer -> (last ok, unix s; last error); peer -> None, over CHECKPOINT_INTERVAL after we took its checkpoint.
+        self.sync_history: BoundedMap[str, tuple[float | None, str | None]] = BoundedMap(MAX_SYNC_HISTORY)
+        self.checkpoint_asked: BoundedMap[str, None] = BoundedMap(MAX_SYNC_HISTORY, max_age=CHECKPOINT_INTERVAL)
+        # Read at construction, not import: tests shorten the schedule.
+        self.step_policy = BackoffPolicy(STEP_RETRY_MIN, STEP_RETRY_MAX)
+        self.step_retry: Backoffs[tuple[bytes, int]] = Backoffs(self.step_policy, MAX_STEP_RETRIES)  # (run, step)
         # Remote runs (daemon_fetch): URLs being opened (-> what is happening), runs opened here, runs backing
-        # off (run id -> (not before, back-off)), runs with a fetch in a worker thread, prefetched steps.
+        # off (run id), runs with a fetch in a worker thread, prefetched steps.
         self.opening: dict[str, str] = {url: "waiting" for url in config.urls}
         self.opened: list[RemoteSource] = []
-        self.run_retry: dict[bytes, tuple[float, float]] = {}
+        self.run_retry: Backoffs[bytes] = Backoffs(self.step_policy, MAX_STEP_RETRIES)
         self.in_flight: set[bytes] = set()
         self.ready: dict[bytes, tuple[RunSource, Prefetched]] = {}
         self.nursery: trio.Nursery | None = None  # set by run_daemon: where prefetch loops start
@@ -201,7 +215,7 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
                     self._report("peer", f"cannot ban {peer[:20]!r}: {exc}")
 
     def _changed(self) -> None:
-        self.last_change = time.monotonic()
+        self.last_change = trio.current_time()
         self.synced_since_change.clear()
 
     # -- runs -----------------------------------------------------------------------------------------------
@@ -237,8 +251,8 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
 
     async def ask_announcements(self, peer: str) -> None:
         """Learn earlier announcements of the labs we follow from `peer` (at most once a minute per peer)."""
-        if not self.config.follow or time.monotonic() - self.follower.asked.get(peer, -1e9) < ANNOUNCEMENTS_INTERVAL:
-            return
+        if not self.config.follow or self.follower.asked.alive(peer, trio.current_time()):
+            return  # asked within ANNOUNCEMENTS_INTERVAL
 
         async def request(data: bytes) -> bytes:
             return await self.node.request(peer, ANNOUNCEMENTS_PROTOCOL, data, max_response=MAX_LIST_BYTES)
@@ -272,15 +286,13 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
         """Spill over to unassigned steps only when every peer we can sync with was synced since the last change
         and nothing changed for SPILL_GRACE seconds: what peers already checked is then known here."""
         peers = self._syncable_peers()
-        return peers <= self.synced_since_change and time.monotonic() - self.last_change >= SPILL_GRACE
+        return peers <= self.synced_since_change and trio.current_time() - self.last_change >= SPILL_GRACE
 
     async def _pick(self) -> tuple[RunSource, int] | None:
         spill, peers = self._may_spill(), self._peer_keys()
-        now = time.monotonic()
         avoid: dict[bytes, set[int]] = {}
-        for (run_id, step), (until, _) in self.step_retry.items():
-            if until > now:
-                avoid.setdefault(run_id, set()).add(step)
+        for run_id, step in self.step_retry.waiting(trio.current_time()):
+            avoid.setdefault(run_id, set()).add(step)
         frozen = {run_id: frozenset(steps) for run_id, steps in avoid.items()}
         local = tuple(s for s in self.sources if not isinstance(s, RemoteSource))  # remote ones: fetched ahead
         return await self.db.call(daemon_jobs.pick, self.identity, local, peers, self.config.policy, spill, frozen)
@@ -301,7 +313,7 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
                 job = functools.partial(replay_from, source, step, self.config.backend, self.config.policy)
             run_id = source.manifest.run_id
             self.busy_step = (run_id, step)
-            began = time.monotonic()
+            began = trio.current_time()
             try:
                 # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
                 audits = await trio.to_thread.run_sync(job, abandon_on_cancel=True)
@@ -310,7 +322,7 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
                 continue
             finally:
                 self.busy_step = None
-            self.step_retry.pop((run_id, step), None)
+            self.step_retry.succeeded((run_id, step))
             try:
                 signed, own_conflicts = await self.db.call(daemon_jobs.record, self.identity, source, audits)
             except AttestationError as exc:
@@ -319,22 +331,17 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
             self.audited += 1
             self._changed()
             verdicts = ", ".join(f"{a.subject} {a.verdict}" if a.subject == "init" else a.verdict for a in audits)
-            self._report("audited", f"step {step} of {source.label}: {verdicts} ({time.monotonic() - began:.2f}s)")
+            self._report("audited", f"step {step} of {source.label}: {verdicts} ({trio.current_time() - began:.2f}s)")
             self.outbox.setdefault(run_id, []).extend(signed)
             if sum(len(items) for items in self.outbox.values()) >= wire.MAX_BATCH:
                 await self.flush_outbox()
             for own, kind in own_conflicts:
                 await self._announce(own, kind)
 
-    def _backoff(self, previous: float) -> float:
-        """The next back-off after `previous` seconds (0: none yet): STEP_RETRY_MIN, doubling to STEP_RETRY_MAX."""
-        return STEP_RETRY_MIN if previous <= 0 else min(previous * 2, STEP_RETRY_MAX)
-
     def _step_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
         """Back off from a step whose replay could not start (a fetch failed, a full disk, no memory):
         30 s, doubling to an hour; other steps go first meanwhile. Nothing is signed about it."""
-        delay = self._backoff(self.step_retry.get((run_id, step), (0.0, 0.0))[1])
-        self.step_retry[(run_id, step)] = (time.monotonic() + delay, delay)
+        delay = self.step_retry.failed((run_id, step), trio.current_time())
         self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
     # -- status ---------------------------------------------------------------------------------------------
@@ -372,23 +379,23 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
         if not await self.db.call(daemon_jobs.covered, tuple(self.sources), self.config.policy):
             return False
         peers = self._syncable_peers()
-        quiet = time.monotonic() - self.last_change >= self.config.linger
+        quiet = trio.current_time() - self.last_change >= self.config.linger
         settled = self.busy_step is None and not self.outbox and not self.opening and not self.ready
         return quiet and peers <= self.synced_since_change and settled
 
     async def status_loop(self, cancel: trio.CancelScope) -> None:
-        started = time.monotonic()
+        started = trio.current_time()
         while True:
-            began = time.monotonic()
+            began = trio.current_time()
             await self.write_status()
-            if self.config.duration is not None and time.monotonic() - started >= self.config.duration:
+            if self.config.duration is not None and trio.current_time() - started >= self.config.duration:
                 self._report("done", f"ran for {self.config.duration:.0f}s")
                 cancel.cancel()
             if self.config.stop_when_covered and await self.covered() and await self.peers_settled():
                 self._report("done", "every step is covered, every peer synced and settled too")
                 cancel.cancel()
             # Every second, or less often when a snapshot is slow (a big ledger): at most ~10 % of the store's time.
-            await trio.sleep(min(STATUS_MAX_INTERVAL, max(1.0, 10 * (time.monotonic() - began))))
+            await trio.sleep(min(STATUS_MAX_INTERVAL, max(1.0, 10 * (trio.current_time() - began))))
 
     async def serve_settled(self, peer: str, request: bytes) -> bytes:
         """Whether this node is covered by its own rule (--until-covered coordination): b"\x01" or b"\x00"."""

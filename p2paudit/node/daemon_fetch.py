@@ -3,7 +3,7 @@
 - `open_remote(url)`: the run's signature and manifest are fetched and checked
   in a worker thread (run.remote.RemoteRun: deadline, rate floor, --publisher
   first), after the node listens; a failure is one line and a retry after a
-  back-off that doubles (Daemon._backoff), so a daemon whose lab is down, slow
+  back-off that doubles (Daemon.step_policy, a backoff.Backoff), so a daemon whose lab is down, slow
   or hostile serves its peers and audits its other runs meanwhile.
 - `prefetch_loop(source)`, one per remote run: pick that run's next step,
   fetch and check its files in a worker thread of its own (RemoteSource.prefetch),
@@ -20,7 +20,6 @@ fetch in progress never delays SIGINT, SIGTERM or --duration.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import trio
@@ -28,6 +27,7 @@ import trio
 from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
 from p2paudit.node import auditor, daemon_jobs
+from p2paudit.node.backoff import Backoff
 from p2paudit.node.sources import Prefetched, RemoteSource, RunSource, replay_view
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class FetchAhead:
     async def open_remote(self, url: str) -> None:
         """Open the run at `url` (signature, publisher, manifest: a worker thread) and audit it; retried with
         a back-off until it opens."""
-        delay = 0.0
+        backoff = Backoff(self.step_policy)
         while True:
             self.opening[url] = "signature and manifest"
             try:
@@ -56,7 +56,7 @@ class FetchAhead:
                 why = "failed (a bug of ours; see the log)"
             else:
                 break
-            delay = self._backoff(delay)
+            delay = backoff.failed(trio.current_time())
             self.opening[url] = f"failed, retry in {delay:.0f}s"
             self._report("refused", f"run at {url}: {why}; retry in {delay:.0f}s")
             await trio.sleep(delay)
@@ -88,9 +88,9 @@ class FetchAhead:
         """Keep one fetched step of `source` ready for the audit loop; back off from the run when a fetch fails."""
         run_id = source.manifest.run_id
         while True:
-            until = self.run_retry.get(run_id, (0.0, 0.0))[0]
-            if run_id in self.ready or until > time.monotonic():
-                await trio.sleep(min(IDLE_POLL, max(0.01, until - time.monotonic())))
+            wait = self.run_retry.wait(run_id, trio.current_time())
+            if run_id in self.ready or wait > 0:
+                await trio.sleep(min(IDLE_POLL, max(0.01, wait)))
                 continue
             step = await self._pick_step(source)
             if step is None:
@@ -104,14 +104,13 @@ class FetchAhead:
                 continue
             finally:
                 self.in_flight.discard(run_id)
-            self.run_retry.pop(run_id, None)
+            self.run_retry.succeeded(run_id)
             self.ready[run_id] = (source, got)
 
     async def _pick_step(self, source: RunSource) -> int | None:
         """The next step of `source` alone, avoiding steps backed off from and the one being replayed."""
         run_id = source.manifest.run_id
-        now = time.monotonic()
-        avoid = {step for (rid, step), (until, _) in self.step_retry.items() if rid == run_id and until > now}
+        avoid = {step for rid, step in self.step_retry.waiting(trio.current_time()) if rid == run_id}
         if self.busy_step is not None and self.busy_step[0] == run_id:
             avoid.add(self.busy_step[1])
         picked = await self.db.call(
@@ -126,11 +125,11 @@ class FetchAhead:
         return None if picked is None else picked[1]
 
     def _fetch_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
-        """One line; the step backs off as a step does, and the whole run for as long, doubling while its
-        fetches keep failing (a success resets it)."""
-        delay = self._backoff(self.run_retry.get(run_id, (0.0, 0.0))[1])
-        self.run_retry[run_id] = (time.monotonic() + delay, delay)
-        self.step_retry[(run_id, step)] = (time.monotonic() + delay, delay)
+        """One line; the step backs off as a step does (its own wait, never longer than the run's: both start
+        now), and the whole run doubling while its fetches keep failing (a success resets it)."""
+        now = trio.current_time()
+        delay = self.run_retry.failed(run_id, now)
+        self.step_retry.failed((run_id, step), now)  # its own wait is never longer than the run's
         self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
     def take_ready(self) -> tuple[RunSource, Prefetched] | None:

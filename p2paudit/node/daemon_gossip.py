@@ -70,9 +70,7 @@ class GossipWork:
         key = (kind, record.run_id, record.step, record.verifier if kind == "equivocation" else b"")
         if key in self.announced_conflicts:
             return
-        self.announced_conflicts[key] = None
-        if len(self.announced_conflicts) > MAX_ANNOUNCED_CONFLICTS:
-            del self.announced_conflicts[next(iter(self.announced_conflicts))]
+        self.announced_conflicts.put(key, None)  # the oldest beyond MAX_ANNOUNCED_CONFLICTS are forgotten
         found = await self.db.call(daemon_jobs.evidence_for, signed, kind)
         if found is None:
             return

@@ -64,6 +64,7 @@ async def run_daemon(
     async with StoreOwner(lambda: AttestationStore.open(config.ledger_path, origin)) as db:
         ledgered = await db.call(daemon_jobs.setup, identity, config.runs)
         daemon = Daemon(identity, config, db, ledgered, emit, monitor)
+        daemon._changed()  # its clock starts here: quiet for SPILL_GRACE or linger from now on
         stopped_by: list[int] = []
         node_config = NodeConfig(listen=config.listen, bootstrap=config.peers, mdns=config.mdns, reach=config.reach)
         async with open_node(identity, node_config, daemon.on_node_event) as node:

@@ -16,7 +16,6 @@ A peer that cannot be reached, is too slow or declines is backed off from
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
@@ -25,6 +24,7 @@ import trio
 from ledger.cosignature import CosignatureVerifier
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.node import daemon_jobs, reconcile, sync, wire, witness
+from p2paudit.node.backoff import BackoffPolicy
 from p2paudit.node.libp2p_adapter import RequestFailed
 from p2paudit.node.reconcile import RECONCILE_PROTOCOL
 from p2paudit.node.wire import PeerRefused, WireError
@@ -42,6 +42,8 @@ MAX_SYNC_HISTORY = 256  # peers whose last sync (time, error) is remembered for 
 # A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
 RETRY_MIN = 3.0
 RETRY_MAX = 300.0
+PEER_RETRY = BackoffPolicy(RETRY_MIN, RETRY_MAX)
+MAX_PEER_RETRIES = 4096  # (what, peer) back-offs remembered at most; the oldest peers are tried again sooner
 
 
 class PeerSync:
@@ -53,7 +55,7 @@ class PeerSync:
 
     def _due(self, what: str, peer: str) -> bool:
         """Whether `what` (sync, witness) may be tried with `peer` now: not while its back-off runs."""
-        return self._retry.get((what, peer), (0.0, 0.0))[0] <= time.monotonic()
+        return self._retry.ready((what, peer), trio.current_time())
 
     def _unreachable(self, what: str, peer: str, exc: NetworkError) -> None:
         """Back off from `peer` for `what`: unreachable, too slow or declined is nobody's proven fault. A peer
@@ -61,8 +63,7 @@ class PeerSync:
         if self._gone(peer):
             self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; it left")
             return
-        delay = min(self._retry.get((what, peer), (0.0, RETRY_MIN / 2))[1] * 2, RETRY_MAX)
-        self._retry[(what, peer)] = (time.monotonic() + delay, delay)
+        delay = self._retry.failed((what, peer), trio.current_time())
         self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
 
     def _gone(self, peer: str) -> bool:
@@ -90,7 +91,7 @@ class PeerSync:
             except RequestFailed:  # it does not serve reconcile (or is gone: then the pages fail too)
                 new, conflicts = await self._pages_from(peer)
             else:
-                if new or time.monotonic() - self.checkpoint_asked.get(peer, -math.inf) >= CHECKPOINT_INTERVAL:
+                if new or not self.checkpoint_asked.alive(peer, trio.current_time()):  # once a CHECKPOINT_INTERVAL
                     await self._checkpoint_of(peer)
         except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
             self._sync_tried(peer, str(exc))
@@ -101,7 +102,7 @@ class PeerSync:
             await self._bad_peer("sync page", peer, exc)
             return
         self._sync_tried(peer, None)
-        self._retry.pop(("sync", peer), None)
+        self._retry.succeeded(("sync", peer))
         if new:
             self.received += new
             self._changed()
@@ -115,10 +116,7 @@ class PeerSync:
         last_ok = time.time() if error is None else self.sync_history.get(peer, (None, None))[0]
         if last_ok is None and self._gone(peer):  # it left while we asked: forgotten (forget_peer), not failing
             return
-        self.sync_history.pop(peer, None)
-        self.sync_history[peer] = (last_ok, None if error is None else error[:200])
-        if len(self.sync_history) > MAX_SYNC_HISTORY:
-            del self.sync_history[next(iter(self.sync_history))]
+        self.sync_history.put(peer, (last_ok, None if error is None else error[:200]))  # the oldest beyond go
 
     def forget_peer(self, peer: str) -> None:
         """A peer that left and is not kept (kept_peer: nothing redials it): drop its back-offs, and its sync
@@ -128,7 +126,7 @@ class PeerSync:
             self.sync_history.pop(peer, None)
         self.checkpoint_asked.pop(peer, None)
         for what in ("sync", "witness"):
-            self._retry.pop((what, peer), None)
+            self._retry.forget((what, peer))
 
     def sync_states(self) -> list[dict[str, Any]]:
         """Per peer we sync with: while the node runs, the connected peers and the kept ones (bootstrap or
@@ -139,10 +137,11 @@ class PeerSync:
         connected = self.node.connected_peers() if self.node is not None else []
         banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()} if self.node is not None else {}
         kept = {peer for peer in self.sync_history if self.node is None or self.kept_peer(peer)}
-        now, wall, states = time.monotonic(), time.time(), []
+        now, wall, states = trio.current_time(), time.time(), []
         for peer in sorted(set(connected) | kept):
             last_ok, error = self.sync_history.get(peer, (None, None))
-            not_before = self._retry.get(("sync", peer), (now, 0.0))[0]
+            backing_off = self._retry.not_before(("sync", peer))
+            not_before = now if backing_off is None else backing_off
             # The last try failed: the next waits out its back-off (or is due now, when that has passed).
             state = "backing-off" if error is not None else "ok" if last_ok is not None else "never"
             next_try = max(wall, wall + not_before - now, banned_until.get(peer, wall)) if error is not None else None
@@ -174,10 +173,7 @@ class PeerSync:
             raise WireError(f"peer answered a status request with a {type(response).__name__}")
         sync.open_peer_checkpoint(response.note)  # signed by the key its origin names, or PageProofError
         await self.db.call(daemon_jobs.record_peer_note, response.note)
-        self.checkpoint_asked.pop(peer, None)
-        self.checkpoint_asked[peer] = time.monotonic()
-        if len(self.checkpoint_asked) > MAX_SYNC_HISTORY:
-            del self.checkpoint_asked[next(iter(self.checkpoint_asked))]
+        self.checkpoint_asked.put(peer, None, trio.current_time())  # the oldest beyond MAX_SYNC_HISTORY go
         await self._announce_split_views()
 
     async def _pages_from(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
@@ -241,7 +237,7 @@ class PeerSync:
                     raise
                 await self.db.call(daemon_jobs.record_cosignature, note, cosignature)
                 self.witnessed[peer] = size
-                self._retry.pop(("witness", peer), None)
+                self._retry.succeeded(("witness", peer))
                 self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
                 return
         except NetworkError as exc:  # unreachable, too slow, or the witness declined (with its code)

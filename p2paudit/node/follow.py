@@ -18,7 +18,6 @@ the rest without blaming the forwarder.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -36,6 +35,8 @@ from p2paudit.node.announce import (
     encode_list,
     encode_list_request,
 )
+from p2paudit.node.backoff import BackoffPolicy, Backoffs
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.libp2p_adapter import IGNORE
 from p2paudit.node.libp2p_framing import TokenBucket
 from p2paudit.node.sources import RemoteSource, RunSource
@@ -48,6 +49,10 @@ FORWARD_RATE = 0.2  # announcements by keys not followed, per second, that this 
 FORWARD_BURST = 10.0
 ADOPT_RETRY_MIN = 30.0
 ADOPT_RETRY_MAX = 3600.0
+ADOPT_RETRY = BackoffPolicy(ADOPT_RETRY_MIN, ADOPT_RETRY_MAX)
+MAX_ADOPT_RETRIES = 1024  # announced runs backed off from, remembered at most (the oldest are tried again)
+ANNOUNCEMENTS_INTERVAL = 60.0  # how often each peer is asked for announcements of the labs we follow
+MAX_ASKED = 1024  # peers remembered as asked within the interval (the oldest may be asked again sooner)
 
 
 class AnnouncementStore:
@@ -117,8 +122,9 @@ class Follower:
         self.report = report
         self.known_runs: set[bytes] = set()  # runs audited already (given at start, or adopted)
         self._bucket = TokenBucket(FORWARD_RATE, FORWARD_BURST)
-        self._retry: dict[bytes, tuple[float, float]] = {}  # run id -> (not before, back-off)
-        self.asked: dict[str, float] = {}  # peer -> when we last asked it for announcements
+        self._retry: Backoffs[bytes] = Backoffs(ADOPT_RETRY, MAX_ADOPT_RETRIES)  # run id
+        # peer -> None while we asked it within ANNOUNCEMENTS_INTERVAL (trio's clock)
+        self.asked: BoundedMap[str, None] = BoundedMap(MAX_ASKED, max_age=ANNOUNCEMENTS_INTERVAL)
 
     # -- gossip ----------------------------------------------------------------------------------------
 
@@ -150,17 +156,15 @@ class Follower:
         """Start auditing an announced run unless it is audited already or backing off."""
         if a.run_id in self.known_runs:
             return
-        until, delay = self._retry.get(a.run_id, (0.0, ADOPT_RETRY_MIN / 2))
-        if until > time.monotonic():
+        if not self._retry.ready(a.run_id, trio.current_time()):
             return
         try:
             source = await trio.to_thread.run_sync(self._open, a, abandon_on_cancel=True)
         except InputError as exc:  # the server is down, or the run is not what was announced
-            delay = min(delay * 2, ADOPT_RETRY_MAX)
-            self._retry[a.run_id] = (time.monotonic() + delay, delay)
+            delay = self._retry.failed(a.run_id, trio.current_time())
             self.report("refused", f"announced run {a.run_id.hex()[:12]}..: {exc}; retry in {delay:.0f}s")
             return
-        self._retry.pop(a.run_id, None)
+        self._retry.succeeded(a.run_id)
         self.known_runs.add(a.run_id)
         await self.adopt_run(source)
         self.report("following", f"auditing run {a.run_id.hex()[:12]}.. announced by {a.publisher.hex()[:12]}..")
@@ -203,7 +207,7 @@ class Follower:
         NetworkError: unreachable or declined; InputError: a bad answer (the caller bans)."""
         if not self.follow:
             return
-        self.asked[peer] = time.monotonic()
+        self.asked.put(peer, None, trio.current_time())
         answer = await request_fn(encode_list_request(sorted(self.follow)[:64]))
         for data in decode_list(answer):
             await self.on_announcement(peer, data)

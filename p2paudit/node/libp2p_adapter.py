@@ -20,7 +20,6 @@ refused in both directions until its ban ends.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -32,6 +31,8 @@ from libp2p.peer.peerinfo import PeerInfo
 
 from p2paudit.errors import InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
+from p2paudit.node.backoff import BackoffPolicy
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.libp2p_config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
 from p2paudit.node.libp2p_containment import background_contained_service, supervise
 from p2paudit.node.libp2p_dialback import DIALBACK_PROTOCOL, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, refusal
@@ -77,6 +78,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# Bans in force at most: past it the oldest end early (a peer with many keys makes us remember no more).
+MAX_BANS = 4096
 # The loggers of the libraries behind this adapter (py-libp2p and its multiaddr): their warnings are the
 # network's weather (a DHT read that failed, a protocol a peer does not speak), for the log file, not the
 # terminal (cli/log_file.py). py-libp2p sets its loggers up when imported, as this module does.
@@ -93,8 +96,8 @@ class Node(PeerKeeping, PeerDiscovery):
         self.peer_id = peer_id_of(identity.public_key)
         if str(ID.from_pubkey(key_pair.public_key)) != self.peer_id:
             raise InternalError("libp2p peer id differs from p2paudit.identity.peer_id_of")
-        self._banned_until: dict[str, float] = {}
-        self._ban_reasons: dict[str, str] = {}
+        self._bans: BoundedMap[str, str] = BoundedMap(MAX_BANS)  # peer -> reason, over when the ban ends
+        self._redial = BackoffPolicy(config.redial_min, config.redial_max)  # bad values: InputError, here
         self._connected: set[str] = set()
         self._bootstrap: dict[str, PeerInfo] = {}
         self._nursery: trio.Nursery | None = None
@@ -188,13 +191,13 @@ class Node(PeerKeeping, PeerDiscovery):
             logger.debug("forgetting %s: %s", peer_id, error)
 
     async def _maintain(self) -> None:
-        last_clear = time.monotonic()
+        last_clear = trio.current_time()
         while True:
             await trio.sleep(0.25)
             self._lift_expired_bans()
-            if time.monotonic() - last_clear >= self.config.deliveries_clear_interval:
+            if trio.current_time() - last_clear >= self.config.deliveries_clear_interval:
                 self.gossip.clear_deliveries()
-                last_clear = time.monotonic()
+                last_clear = trio.current_time()
 
     # --- gossip -------------------------------------------------------------------
 

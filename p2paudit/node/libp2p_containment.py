@@ -40,6 +40,7 @@ from libp2p.tools.anyio_service.trio_manager import TrioManager
 from libp2p.utils.connection_shutdown import is_expected_connection_shutdown
 
 from p2paudit.errors import InputError
+from p2paudit.node.backoff import Backoff, BackoffPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +158,7 @@ async def background_contained_service(service: ServiceAPI, report: FaultReport)
 
 SUPERVISE_MIN_DELAY = 1.0
 SUPERVISE_MAX_DELAY = 60.0
+SUPERVISE_BACKOFF = BackoffPolicy(SUPERVISE_MIN_DELAY, SUPERVISE_MAX_DELAY)
 
 
 async def supervise(loop: Callable[[], Awaitable[None]], report: FaultReport, name: str | None = None) -> None:
@@ -166,19 +168,19 @@ async def supervise(loop: Callable[[], Awaitable[None]], report: FaultReport, na
     back-off again from SUPERVISE_MIN_DELAY. Cancellation passes through.
     """
     label = name or getattr(loop, "__qualname__", None) or getattr(getattr(loop, "func", None), "__qualname__", "loop")
-    delay = SUPERVISE_MIN_DELAY
+    backoff = Backoff(SUPERVISE_BACKOFF)
     while True:
         began = trio.current_time()
         try:
             await loop()
-            logger.error("loop %s returned; restarting it in %.1f s", label, delay)
+            logger.error("loop %s returned; restarting it in %.1f s", label, backoff.next_delay)
         except Exception as error:  # noqa: BLE001 (the supervisor: logged with traceback, reported, restarted)
-            logger.error("loop %s failed; restarting it in %.1f s", label, delay, exc_info=error)
+            logger.error("loop %s failed; restarting it in %.1f s", label, backoff.next_delay, exc_info=error)
             try:
                 report(CONTAINED, "-", f"loop {label}: {type(error).__name__}: {' '.join(str(error).split())[:200]}")
             except Exception:  # noqa: BLE001 (a reporting bug must not stop the supervisor)
                 logger.exception("fault report failed for loop %s", label)
-        if trio.current_time() - began > delay:
-            delay = SUPERVISE_MIN_DELAY
-        await trio.sleep(delay)
-        delay = min(delay * 2, SUPERVISE_MAX_DELAY)
+        now = trio.current_time()
+        if now - began > backoff.next_delay:  # it ran a while: a fresh failure, not one of a run of them
+            backoff.succeeded()
+        await trio.sleep(backoff.failed(now))

@@ -37,7 +37,6 @@ no IP to dial back.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -49,6 +48,7 @@ from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.dcutr import _external_ips
 
 from p2paudit.errors import InputError, NetworkError
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN, ReachConfig
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_id
 
@@ -66,6 +66,7 @@ MAX_CONCURRENT = 4
 WILDCARD = "0.0.0.0"
 TICK = 1.0
 ASK_AGAIN_AFTER = 65.0  # a server answers one request per peer per minute
+MAX_REMEMBERED = 4096  # peers whose last dial-back (asked or served) is remembered, at most
 # The only reasons an OK or FAILED answer carries: what was dialled, never why it failed or how fast.
 REACHED = "reached"
 NOT_REACHED = "not reached"
@@ -150,7 +151,8 @@ class DialbackServer:
         self._host = host
         self._remote_ips = remote_ips  # IPs of the peer's direct connections, relayed ones left out
         self._timeout = timeout
-        self._last: dict[str, float] = {}
+        # peer -> when it last had a dial-back; over PER_PEER_INTERVAL later, and bounded (the oldest go).
+        self._last: BoundedMap[str, None] = BoundedMap(MAX_REMEMBERED, max_age=PER_PEER_INTERVAL)
         self._slots = trio.Semaphore(MAX_CONCURRENT)
 
     async def serve(self, peer: str, request: bytes) -> bytes:
@@ -163,8 +165,8 @@ class DialbackServer:
             ip = seen[0]
         elif ip not in seen:
             return refusal(f"{ip} is not the address the request came from ({seen[0]})")
-        now = time.monotonic()
-        if now - self._last.get(peer, -1e9) < PER_PEER_INTERVAL:
+        now = trio.current_time()
+        if self._last.alive(peer, now):
             return refusal(f"one dial-back per peer per {PER_PEER_INTERVAL:.0f} s")
         try:
             self._slots.acquire_nowait()
@@ -173,8 +175,7 @@ class DialbackServer:
         target = f"/ip4/{ip}/tcp/{port}"
         deadline = trio.current_time() + self._timeout
         try:
-            self._last[peer] = now
-            self._forget_old(now)
+            self._last.put(peer, None, now)
             reached = await self._dial(target, parse_peer_id(peer))
         finally:
             self._slots.release()  # the wait below holds no connection: it takes no dial slot
@@ -185,16 +186,12 @@ class DialbackServer:
         await trio.sleep_until(deadline)
         return encode_response(FAILED, target, NOT_REACHED)
 
-    def _forget_old(self, now: float) -> None:
-        if len(self._last) > 4096:
-            self._last = {p: t for p, t in self._last.items() if now - t < PER_PEER_INTERVAL}
-
     async def _dial(self, target: str, peer_id: ID) -> bool:
         """Whether a TCP connection and a Noise handshake proved `peer_id` at `target` within the time-out; the
         connection is closed at once and never joins the swarm. Why it failed is logged here, never answered."""
         swarm = self._host.get_network()
         addr = multiaddr.Multiaddr(target)
-        began = time.monotonic()
+        began = trio.current_time()
         raw = None
         try:
             with trio.fail_after(self._timeout):
@@ -209,14 +206,14 @@ class DialbackServer:
             logger.debug("dial-back of %s: no answer within %.0f s", target, self._timeout)
             return False
         except NETWORK_ERRORS as error:
-            elapsed = time.monotonic() - began
+            elapsed = trio.current_time() - began
             logger.debug(
                 "dial-back of %s: %s after %.2f s: %s", target, type(error).__name__, elapsed, str(error)[:120]
             )
             return False
         finally:
             await _close_quietly(raw)
-        logger.debug("dial-back of %s: Noise handshake done in %.3f s", target, time.monotonic() - began)
+        logger.debug("dial-back of %s: Noise handshake done in %.3f s", target, trio.current_time() - began)
         return True
 
 
@@ -234,36 +231,37 @@ def slash24(ip: str) -> str:
 
 
 class Tally:
-    """One round of dial-back answers, one per peer; 2 agreeing answers decide."""
+    """One round of dial-back answers, one per peer; 2 agreeing answers decide. Times (`now`) are the
+    caller's clock (trio's, in the node)."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
         self.state = UNKNOWN
-        self.round_started = time.monotonic()
+        self.round_started = now
         self.answers: dict[str, Answer] = {}
         self.asked: set[str] = set()  # this round (a peer is asked once per round)
         self.confirmed: str | None = None  # the address an OK answer dialled
         self.decided_at: float | None = None
 
-    def new_round(self) -> None:
-        self.round_started = time.monotonic()
+    def new_round(self, now: float) -> None:
+        self.round_started = now
         self.answers = {}
         self.asked = set()
         self.decided_at = None
 
-    def record(self, peer: str, answer: Answer) -> None:
+    def record(self, peer: str, answer: Answer, now: float) -> None:
         self.answers[peer] = answer
         oks = [a for a in self.answers.values() if a.code == OK]
         failed = [a for a in self.answers.values() if a.code == FAILED]
         if len(oks) >= 2:
-            self.state, self.confirmed, self.decided_at = PUBLIC, oks[-1].addr, time.monotonic()
+            self.state, self.confirmed, self.decided_at = PUBLIC, oks[-1].addr, now
         elif len(failed) >= 2:
-            self.state, self.confirmed, self.decided_at = BEHIND_NAT, None, time.monotonic()
+            self.state, self.confirmed, self.decided_at = BEHIND_NAT, None, now
 
-    def settle_alone(self, after: float) -> None:
+    def settle_alone(self, after: float, now: float) -> None:
         """Take the only answer of a round `after` seconds old as the state, provisionally (not `decided`: the
         client keeps asking, and 2 agreeing answers overrule it); 2 answers that disagree leave it unknown."""
         answered = [a for a in self.answers.values() if a.code != REFUSED]
-        if self.decided or time.monotonic() - self.round_started < after:
+        if self.decided or now - self.round_started < after:
             return
         if len(answered) == 1:
             self.state = PUBLIC if answered[0].code == OK else BEHIND_NAT
@@ -314,7 +312,8 @@ class DialbackClient:
         self._request = request
         self.remote_ips = remote_ips
         self._emit = emit
-        self._asked_at: dict[str, float] = {}
+        # peer -> when we last asked it; over ASK_AGAIN_AFTER later, and bounded (the oldest go).
+        self._asked_at: BoundedMap[str, None] = BoundedMap(MAX_REMEMBERED, max_age=ASK_AGAIN_AFTER)
         self._no_dialback: set[str] = set()
         self._observed_ips: frozenset[str] = frozenset()
 
@@ -337,20 +336,21 @@ class DialbackClient:
             ips = frozenset(ip for _, ip in _external_ips(manager.addrs(min_observers=1)))
         changed = bool(self._observed_ips) and bool(ips) and ips != self._observed_ips
         self._observed_ips = ips or self._observed_ips
-        stale = self.tally.decided and time.monotonic() - self.tally.decided_at > self._config.recheck_interval
+        now = trio.current_time()
+        stale = self.tally.decided and now - self.tally.decided_at > self._config.recheck_interval
         if changed or stale:
             logger.info("dial-back: asking again (%s)", "observed address changed" if changed else "recheck")
-            self.tally.new_round()
+            self.tally.new_round(now)
 
     def _dialback_candidates(self) -> list[str]:
-        now = time.monotonic()
+        now = trio.current_time()
         used = {slash24(ips[0]) for p in self.tally.answers if (ips := self.remote_ips(ID.from_base58(p)))}
         fresh, again = [], []
         for peer_id in sorted(self.host.get_network().connections, key=str):
             peer, ips = str(peer_id), self.remote_ips(peer_id)
             if not ips or peer in self.tally.asked or peer in self._no_dialback:
                 continue
-            if now - self._asked_at.get(peer, -1e9) < ASK_AGAIN_AFTER:
+            if self._asked_at.alive(peer, now):
                 continue
             (again if slash24(ips[0]) in used else fresh).append(peer)
             used.add(slash24(ips[0]))
@@ -366,7 +366,7 @@ class DialbackClient:
             if self.tally.decided or addr is None:
                 continue
             before = self.tally.state
-            self.tally.settle_alone(self._config.dialback_alone_after)
+            self.tally.settle_alone(self._config.dialback_alone_after, trio.current_time())
             if self.tally.state != before:
                 self._emit("reachability", "-", self.tally.state)
             async with trio.open_nursery() as nursery:
@@ -375,7 +375,7 @@ class DialbackClient:
 
     async def _ask(self, peer: str, addr: str) -> None:
         self.tally.asked.add(peer)
-        self._asked_at[peer] = time.monotonic()
+        self._asked_at.put(peer, None, trio.current_time())
         try:
             data = encode_request(addr)
             answer = decode_response(
@@ -392,7 +392,7 @@ class DialbackClient:
             self._no_dialback.add(peer)
             return
         before = self.tally.state
-        self.tally.record(peer, answer)
+        self.tally.record(peer, answer, trio.current_time())
         if answer.code == REFUSED:  # busy, too soon, or our address is wrong for it: ask again later
             self.tally.asked.discard(peer)
         logger.info("dial-back by %s: code %d %s (%s)", peer, answer.code, answer.addr, answer.reason)

@@ -21,6 +21,7 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
 
 from p2paudit.errors import InternalError, NetworkError
+from p2paudit.node.backoff import Backoff
 from p2paudit.node.libp2p_containment import supervise
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, parse_peer_addr, parse_peer_id
 from p2paudit.node.libp2p_requests import RequestFailed, RequestTimedOut
@@ -30,19 +31,18 @@ logger = logging.getLogger(__name__)
 
 class PeerKeeping:
     """Mixed into Node: uses its host, config, gossip, reach, bootstrap table, nursery, connected set and `_emit`;
-    keeps `_banned_until` and `_ban_reasons` (made in Node.__init__)."""
+    redials on `_redial` (the back-off policy); keeps `_bans` (peer -> reason, each over when its ban ends: made in Node.__init__). Times are trio's clock."""
 
     # --- bans -------------------------------------------------------------------
 
     def is_banned(self, peer: str) -> bool:
-        until = self._banned_until.get(peer)
-        return until is not None and until > time.monotonic()
+        return self._bans.alive(peer, trio.current_time())
 
     def bans(self) -> list[dict[str, object]]:
         """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
-        now, wall = time.monotonic(), time.time()
-        current = sorted((until, peer) for peer, until in self._banned_until.items() if until > now)
-        return [{"peer": p, "reason": self._ban_reasons.get(p, ""), "until": wall + u - now} for u, p in current]
+        now, wall = trio.current_time(), time.time()
+        current = sorted((self._bans.until(peer) or now, peer, reason) for peer, reason in self._bans.items(now))
+        return [{"peer": p, "reason": reason, "until": wall + u - now} for u, p, reason in current]
 
     async def _disconnect_quietly(self, peer_id: ID) -> None:
         try:
@@ -54,8 +54,10 @@ class PeerKeeping:
         """Disconnect `peer` and refuse it, both directions, for `seconds` (default config.ban_seconds)."""
         peer_id = parse_peer_id(peer)
         duration = self.config.ban_seconds if seconds is None else seconds
-        self._banned_until[peer] = time.monotonic() + duration
-        self._ban_reasons[peer] = reason[:200]
+        now = trio.current_time()
+        # Past the bound the oldest bans end early, lifted like any other (a flood of keys buys nothing more).
+        for dropped, _ in self._bans.put(peer, reason[:200], now, until=now + duration):
+            self._lift_ban(dropped)
         logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
         self.gossip.pubsub.add_to_blacklist(peer_id)
         # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
@@ -64,17 +66,16 @@ class PeerKeeping:
         await self._disconnect_quietly(peer_id)
 
     def _lift_expired_bans(self) -> None:
-        now = time.monotonic()
-        for peer, until in list(self._banned_until.items()):
-            if until <= now:
-                del self._banned_until[peer]
-                self._ban_reasons.pop(peer, None)
-                peer_id = parse_peer_id(peer)
-                self.gossip.pubsub.remove_from_blacklist(peer_id)
-                info = self._bootstrap.get(peer)
-                if info is not None:
-                    self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
-                self._emit("unbanned", peer)
+        for peer, _ in self._bans.expire(trio.current_time()):
+            self._lift_ban(peer)
+
+    def _lift_ban(self, peer: str) -> None:
+        peer_id = parse_peer_id(peer)
+        self.gossip.pubsub.remove_from_blacklist(peer_id)
+        info = self._bootstrap.get(peer)
+        if info is not None:
+            self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
+        self._emit("unbanned", peer)
 
     # --- dialling -------------------------------------------------------------
 
@@ -131,17 +132,17 @@ class PeerKeeping:
         self._nursery.start_soon(supervise, functools.partial(self._keep_bootstrap, info), self._emit)
 
     async def _keep_bootstrap(self, info: PeerInfo) -> None:
-        delay = self.config.redial_min
+        backoff = Backoff(self._redial)
         peer = str(info.peer_id)
         while True:
             if peer in self._connected or self.is_banned(peer):
-                delay = self.config.redial_min
+                backoff.succeeded()
                 await trio.sleep(self.config.redial_min)
                 continue
             try:
                 await self._dial(info)
-                delay = self.config.redial_min
+                backoff.succeeded()
             except NetworkError as error:
+                delay = backoff.failed(trio.current_time())
                 logger.info("bootstrap %s: %s; retry in %.1f s", peer, error, delay)
                 await trio.sleep(delay)
-                delay = min(delay * 2, self.config.redial_max)

@@ -18,6 +18,7 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
 
 from p2paudit.errors import InputError, NetworkError
+from p2paudit.node.backoff import Backoff, BackoffPolicy
 from p2paudit.node.libp2p_host import NETWORK_ERRORS, dht_key, parse_peer_id
 from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list
 from p2paudit.node.libp2p_requests import RequestTimedOut
@@ -67,10 +68,12 @@ class PeerDiscovery:
         return dialled
 
     async def _exchange_loop(self) -> None:
-        # Ask often while it finds peers, then back off (each ask costs every peer a request).
-        interval = self.config.peer_exchange_interval
+        # Ask often while it finds peers, then back off (each ask costs every peer a request). An interval
+        # above the maximum stays as it is (a node that hardly asks, as in tests).
+        base = self.config.peer_exchange_interval
+        backoff = Backoff(BackoffPolicy(base, max(base, self.config.peer_exchange_max_interval)))
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(backoff.next_delay)
             found = 0
             for peer in list(self._connected):
                 if len(self._connected) >= self.config.max_peers:
@@ -82,9 +85,9 @@ class PeerDiscovery:
                 except InputError as error:  # its answer was bad data
                     await self.penalize(peer, f"bad peer-exchange answer: {error}")
             if found:
-                interval = self.config.peer_exchange_interval
+                backoff.succeeded()
             else:
-                interval = min(interval * 2, self.config.peer_exchange_max_interval)
+                backoff.failed(trio.current_time())
 
     async def _add_dht_peer(self, peer_id: ID) -> None:
         # Identify must finish first: the routing table admits only peers that speak the DHT protocol.

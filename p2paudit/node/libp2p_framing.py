@@ -8,8 +8,9 @@ a peer can never make us buffer more than the maximum.
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
+
+import trio
 
 from p2paudit.errors import InputError
 from p2paudit.identity import encode_uvarint  # one varint encoder (peer ids and frames)
@@ -66,7 +67,11 @@ async def write_frame(stream: ByteStream, data: bytes, max_size: int) -> None:
 
 
 class TokenBucket:
-    """`rate` tokens per second up to `burst`; `take()` spends one if there is one."""
+    """`rate` tokens per second up to `burst`; `take()` spends one if there is one.
+
+    Times are trio's clock unless given (`now`): a bucket may be made before the loop runs, so a full
+    one made without a time starts counting at its first `take`, which is the same as counting from its
+    making (it cannot hold more than full)."""
 
     def __init__(self, rate: float, burst: float, now: float | None = None) -> None:
         if rate <= 0 or burst < 1:
@@ -74,11 +79,12 @@ class TokenBucket:
         self.rate = rate
         self.burst = burst
         self.tokens = burst
-        self.stamp = time.monotonic() if now is None else now
+        self.stamp = now
 
     def take(self, now: float | None = None) -> bool:
-        now = time.monotonic() if now is None else now
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        now = trio.current_time() if now is None else now
+        stamp = now if self.stamp is None else self.stamp
+        self.tokens = min(self.burst, self.tokens + (now - stamp) * self.rate)
         self.stamp = now
         if self.tokens >= 1:
             self.tokens -= 1

@@ -29,8 +29,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 import libp2p.pubsub.pubsub as _pubsub_module
@@ -42,6 +40,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
 from p2paudit.errors import InputError
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.libp2p_config import NodeConfig
 from p2paudit.node.libp2p_framing import TokenBucket
 from p2paudit.node.libp2p_pubsub import GuardedPubsub
@@ -109,8 +108,9 @@ class Gossip:
             max_in_flight=config.max_in_flight_per_peer,
         )
         self._validators: dict[str, GossipValidator] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        # origin -> its rate bucket; past the bound the oldest go (forgetting a bucket only forgives).
+        self._buckets: BoundedMap[str, TokenBucket] = BoundedMap(config.max_tracked_origins)
+        self._seen: BoundedMap[bytes, None] = BoundedMap(config.max_seen_ids)
         self.stats = {
             "delivered": 0,
             "duplicates": 0,
@@ -126,8 +126,6 @@ class Gossip:
     def clear_deliveries(self) -> None:
         # With adaptive gossip off nothing else trims this per-message list.
         self.router.recent_message_deliveries.clear()
-        if len(self._buckets) > self.config.max_tracked_origins:
-            self._buckets.clear()
 
     def _reject(self, counter: str, forwarder: ID, detail: str) -> bool:
         self.stats[counter] += 1
@@ -139,10 +137,12 @@ class Gossip:
         if len(msg.data) > self.config.max_gossip_message:
             return self._reject("rejected", forwarder, f"{topic}: {len(msg.data)} bytes from {origin}")
         if origin != self._own_peer and self.config.origin_rate is not None:
+            now = trio.current_time()
             bucket = self._buckets.get(origin)
             if bucket is None:
-                bucket = self._buckets[origin] = TokenBucket(self.config.origin_rate, self.config.origin_burst)
-            if not bucket.take():
+                bucket = TokenBucket(self.config.origin_rate, self.config.origin_burst, now)
+                self._buckets.put(origin, bucket, now)
+            if not bucket.take(now):
                 return self._reject("rate_limited", forwarder, f"{topic}: origin {origin} over its rate")
         fn = self._validators.get(topic)
         if fn is None:
@@ -176,9 +176,7 @@ class Gossip:
             if digest in self._seen:
                 self.stats["duplicates"] += 1
                 continue
-            self._seen[digest] = None
-            if len(self._seen) > self.config.max_seen_ids:
-                self._seen.popitem(last=False)
+            self._seen.put(digest, None)
             self.stats["delivered"] += 1
             try:
                 result = handler(str(ID(msg.from_id)), msg.data)
@@ -219,12 +217,12 @@ class Gossip:
 
     async def keep_subscriptions_known(self, tick: float = 0.5) -> None:
         announced: dict[ID, tuple[object, frozenset[str]]] = {}
-        last_full = time.monotonic()
+        last_full = trio.current_time()
         while True:
             await trio.sleep(tick)
-            everyone = time.monotonic() - last_full >= self.config.subscription_refresh_interval
+            everyone = trio.current_time() - last_full >= self.config.subscription_refresh_interval
             if everyone:
-                last_full = time.monotonic()
+                last_full = trio.current_time()
             self.announce_subscriptions(announced, everyone)
 
     def topic_peers(self, topic: str) -> list[str]:

@@ -44,6 +44,7 @@ from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
 from p2paudit.errors import InputError
+from p2paudit.node.backoff import BackoffPolicy, Backoffs
 from p2paudit.node.libp2p_config import (
     BEHIND_NAT,
     DIRECT,
@@ -68,6 +69,8 @@ Emit = Callable[[str, str, str], None]
 TICK = 1.0
 RELAY_RETRY_MIN = 30.0
 RELAY_RETRY_MAX = 600.0
+RELAY_RETRY = BackoffPolicy(RELAY_RETRY_MIN, RELAY_RETRY_MAX)
+MAX_RELAY_RETRIES = 1024  # relays backed off from, remembered at most (the oldest forgotten: tried again)
 
 
 def _bound_tcp_ports(host: Any) -> list[tuple[int, str, int]]:
@@ -138,12 +141,12 @@ class Reach:
         self.config = config
         self._emit = emit
         self._announce = tuple(check_announce(a) for a in config.announce)
-        self.tally = Tally()
+        self.tally = Tally(trio.current_time())
         self.grants: dict[ID, Grant] = {}
-        self._relay_retry: dict[ID, tuple[float, float]] = {}
+        self._relay_retry: Backoffs[ID] = Backoffs(RELAY_RETRY, MAX_RELAY_RETRIES)
         self._hole_punched: set[ID] = set()
         self._pushed: tuple[str, ...] = ()
-        self._started = time.monotonic()
+        self._started = trio.current_time()
         self.host: IHost | None = None
 
     def attach(self, host: IHost, request: RequestFn, is_bootstrap: Callable[[str], bool]) -> None:
@@ -263,20 +266,19 @@ class Reach:
             return False
         if self.tally.state == BEHIND_NAT or self.tally.any_failed:
             return True
-        waited = time.monotonic() - self._started >= self.config.reserve_after_unknown
+        waited = trio.current_time() - self._started >= self.config.reserve_after_unknown
         return waited and not self._has_inbound_direct()
 
     def _relay_candidates(self) -> list[ID]:
-        store, found = self.host.get_peerstore(), []
+        store, found, now = self.host.get_peerstore(), [], trio.current_time()
         for peer_id in self.host.get_network().connections:
             if peer_id in self.grants or not self.remote_ips(peer_id):
                 continue
-            not_before, _ = self._relay_retry.get(peer_id, (0.0, 0.0))
             try:
                 offers_hop = HOP in store.get_protocols(peer_id)
             except Exception:  # noqa: BLE001 (identify not done yet: not a candidate for now)
                 offers_hop = False
-            if offers_hop and time.monotonic() >= not_before:
+            if offers_hop and self._relay_retry.ready(peer_id, now):
                 found.append(peer_id)
         return sorted(found, key=lambda p: (not self._is_bootstrap(str(p)), str(p)))
 
@@ -301,14 +303,12 @@ class Reach:
         try:
             grant = await reserve(self.host, relay)
         except Exception as error:  # noqa: BLE001 (refused, unreachable or a bad answer: back off)
-            _, delay = self._relay_retry.get(relay, (0.0, RELAY_RETRY_MIN / 2))
-            delay = min(delay * 2, RELAY_RETRY_MAX)
-            self._relay_retry[relay] = (time.monotonic() + delay, delay)
+            delay = self._relay_retry.failed(relay, trio.current_time())
             if self.grants.pop(relay, None) is not None:
                 self._emit("relay", str(relay), "reservation lost")
             logger.info("relay %s: no reservation (%s: %s); retry in %.0f s", relay, type(error).__name__, error, delay)
             return
-        self._relay_retry.pop(relay, None)
+        self._relay_retry.succeeded(relay)
         fresh = relay not in self.grants
         self.grants[relay] = grant
         if fresh:

@@ -41,6 +41,7 @@ from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 
 from p2paudit.errors import NetworkError
+from p2paudit.node.bounded_map import BoundedMap
 from p2paudit.node.libp2p_config import RelayServiceLimits
 from p2paudit.node.libp2p_framing import TokenBucket
 
@@ -139,7 +140,8 @@ class GuardedRelay(NodeCircuit):
         )
         super().__init__(host, limits=limits, allow_hop=True)
         self.guard = guard
-        self._buckets: dict[ID, TokenBucket] = {}
+        # peer -> its reservation bucket; past the bound the oldest go (forgetting a bucket only forgives).
+        self._buckets: BoundedMap[ID, TokenBucket] = BoundedMap(max(1, 16 * guard.reservations))
         self._ips: dict[ID, str] = {}
         self._per_peer: dict[ID, int] = {}
         self.circuits = 0
@@ -176,12 +178,12 @@ class GuardedRelay(NodeCircuit):
         same_ip = sum(1 for p in live if self._ips.get(p) == ip)
         if same_ip >= g.reservations_per_ip:
             return f"{same_ip} reservations already held from {ip}, the limit per IP"
+        now = trio.current_time()
         bucket = self._buckets.get(peer)
         if bucket is None:
-            if len(self._buckets) > 16 * g.reservations:
-                self._buckets.clear()  # bounded memory; forgetting buckets only forgives
-            bucket = self._buckets[peer] = TokenBucket(1.0 / g.reservation_interval, g.reservation_burst)
-        if not bucket.take():
+            bucket = TokenBucket(1.0 / g.reservation_interval, g.reservation_burst, now)
+            self._buckets.put(peer, bucket, now)
+        if not bucket.take(now):
             return f"more than {g.reservation_burst} new reservations within {g.reservation_interval:.0f} s"
         return None
 
@@ -248,6 +250,7 @@ class GuardedRelay(NodeCircuit):
     ) -> None:
         key = _Direction(peer_id)
         self._active_relays[key] = (src_stream, dst_stream)  # type: ignore[index]
+        # The library set `deadline` on time.monotonic(), not trio's clock: read it on the same clock.
         seconds = self.guard.circuit_seconds if deadline is None else max(0.0, deadline - time.monotonic())
         with trio.move_on_after(seconds + 1.0) as scope:
             await super()._relay_data(src_stream, dst_stream, key, deadline, circuit_data_limit)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from contextlib import AsyncExitStack
 import msgpack
 import pytest
 import trio
+import trio.testing
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
@@ -98,7 +99,7 @@ def test_dialback_decides_public_on_loopback_and_refuses_other_ips_and_repeats()
             again = await ask("/ip4/0.0.0.0/tcp/1")
             assert again.code == REFUSED and "per minute" in again.reason.replace("60 s", "minute")
 
-    run(body, 40)
+    run(body, 40, mock_clock=True)
 
 
 @pytest.mark.timeout(60)
@@ -117,22 +118,27 @@ def test_a_node_with_one_peer_to_ask_takes_its_answer_after_a_while():
             (line,) = home.reachability().dialbacks
             assert " ok " in line and boot.peer_id[:16] in line
 
-    run(body, 30)
+    run(body, 30, mock_clock=True)
 
 
 def test_a_lone_answer_decides_only_after_its_wait_and_two_that_disagree_leave_it_unknown():
-    tally = Tally()
-    tally.record("peer-a", Answer(FAILED, "/ip4/203.0.113.7/tcp/4001", "no answer"))
-    tally.settle_alone(30.0)
-    assert tally.state == UNKNOWN  # the round is younger than 30 s
-    tally.round_started -= 31.0
-    tally.settle_alone(30.0)
-    assert (tally.state, tally.decided) == (BEHIND_NAT, False)  # provisional: asking goes on
-    tally.record("peer-b", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
-    tally.settle_alone(30.0)
-    assert tally.state == UNKNOWN
-    tally.record("peer-c", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"))
-    assert (tally.state, tally.decided) == (PUBLIC, True)
+    async def body():  # on trio's clock, as the node keeps it: MockClock waits the 30 s out at once
+        now = trio.current_time
+        tally = Tally(now())
+        tally.record("peer-a", Answer(FAILED, "/ip4/203.0.113.7/tcp/4001", "no answer"), now())
+        await trio.sleep(29.999)
+        tally.settle_alone(30.0, now())
+        assert tally.state == UNKNOWN  # the round is younger than 30 s
+        await trio.sleep(0.001)
+        tally.settle_alone(30.0, now())
+        assert (tally.state, tally.decided) == (BEHIND_NAT, False)  # provisional: asking goes on
+        tally.record("peer-b", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"), now())
+        tally.settle_alone(30.0, now())
+        assert tally.state == UNKNOWN
+        tally.record("peer-c", Answer(OK, "/ip4/203.0.113.7/tcp/4001", "dialled"), now())
+        assert (tally.state, tally.decided) == (PUBLIC, True)
+
+    trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 @pytest.mark.slow  # 4.2 s (fast tier: pytest -m 'not slow')
@@ -248,7 +254,7 @@ def test_a_peer_is_reached_through_its_relay_and_dcutr_upgrades_the_link(hole_pu
                 await wait_until(lambda: b.peer_id not in a.connected_peers(), "the circuit reset", timeout=5)
                 assert relay.reachability().relay_service.circuits == 0
 
-    run(body, 45)
+    run(body, 45, mock_clock=True)
 
 
 async def _relay_until(cfg, scope: trio.CancelScope, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -281,7 +287,7 @@ def test_a_client_reserves_again_when_its_relay_comes_back():
                 await wait_until(lambda: any("/p2p-circuit" in a for a in client.reachability().addresses), "told")
                 second.cancel()
 
-    run(body, 30)
+    run(body, 30, mock_clock=True)
 
 
 def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path):
