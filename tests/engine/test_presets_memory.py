@@ -42,6 +42,7 @@ MEASURE = textwrap.dedent(
     """
     import dataclasses, sys
     import numpy as np
+    from kernels import ARITHMETIC_VERSION
     from p2paudit.engine.backends import single_process_step
     from p2paudit.engine.config import TINY, train_config
     from p2paudit.engine.state import init_state

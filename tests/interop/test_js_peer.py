@@ -120,6 +120,7 @@ def test_js_libp2p_peer_verifies_gossip_and_sync_and_its_attestation_is_stored(t
         "expect_verifiers": [keys[1].hex()],  # node-1's gossip reaches the peer only through node-0
         "min_gossip": 1,
         "page_size": 3,  # several range requests, most with hashes on both sides of the page
+        "min_entries": 5,  # ... so the log it pages through must outgrow one page, however slow the replays
         "deadline_s": JS_DEADLINE,
     }
     stderr = tmp_path / "js-peer.stderr"

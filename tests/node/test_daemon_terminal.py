@@ -42,7 +42,10 @@ EVENT_KINDS = r"[a-z][a-z-]*"
 OWN_LINES = [
     re.compile(r"node 12D3KooW\w+ auditing \d+ run\(s\); status in \S+, log in \S+"),
     re.compile(rf" *\d+\.\ds  {EVENT_KINDS} +\S.*"),  # an event: seconds since start, kind, one line of text
-    re.compile(r"run [0-9a-f]{16}\.\. \(.*\): \d+/\d+ steps checked, \d+/\d+ checked \d+x, \d+ disputed step\(s\)"),
+    re.compile(
+        r"run [0-9a-f]{16}\.\. \(.*\): \d+/\d+ steps checked, \d+/\d+ checked \d+x, "
+        r"\d+ with a finding, \d+ of them disputed"
+    ),
     re.compile(r"audited \d+ step\(s\), received \d+ attestation\(s\), ledger size \d+"),
     re.compile(r"stopped by signal 2"),
 ]

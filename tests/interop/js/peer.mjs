@@ -7,7 +7,7 @@
 // CONFIG: {"daemon": "/ip4/127.0.0.1/tcp/N/p2p/<peer id>", "run_id": hex, "manifest": path to the run's
 // manifest.json, "seed": hex of this peer's 32-byte Ed25519 seed, "step": the step it attests,
 // "expect_verifiers": hex keys whose gossiped attestations it waits for before publishing its own (default
-// none), "min_gossip": attestations to verify from gossip (default 1), "page_size": entries per range request
+// none), "min_gossip": attestations to verify from gossip (default 1), "min_entries": log entries to wait for (default 0), "page_size": entries per range request
 // (default 4), "deadline_s": total time (default 50)}.
 //
 // What it does, in order: builds and signs its own v2 attestation for `step` from the manifest's claims
@@ -366,16 +366,22 @@ async function main () {
     }
 
     // Until the daemon's log holds our attestation and enough gossip was verified, sync every second.
+    // With "min_entries", also until the log holds that many entries (pages with proof hashes on both sides).
     const minGossip = config.min_gossip ?? 1
+    const minEntries = config.min_entries ?? 0
     let ownIndex = -1
-    while (ownIndex < 0 || summary.gossip.attestations_verified < minGossip) {
+    const waiting = () => ownIndex < 0 || summary.gossip.attestations_verified < minGossip ||
+      summary.sync.checkpoint.size < minEntries
+    while (waiting()) {
       if (Date.now() > deadline) {
         fail(ownIndex < 0
           ? 'the daemon\'s log never showed our attestation'
-          : `verified ${summary.gossip.attestations_verified} gossiped attestations, want ${minGossip}`)
+          : summary.gossip.attestations_verified < minGossip
+            ? `verified ${summary.gossip.attestations_verified} gossiped attestations, want ${minGossip}`
+            : `the daemon's log holds ${summary.sync.checkpoint.size} entries, want ${minEntries}`)
       }
       ownIndex = await syncAll(connection, daemonPeer, config.page_size ?? 4, own)
-      if (ownIndex < 0 || summary.gossip.attestations_verified < minGossip) await sleep(1000)
+      if (waiting()) await sleep(1000)
     }
     summary.sync.own_index = ownIndex
     const old = before.checkpoint
