@@ -1,17 +1,25 @@
 """GPU check of the Triton backend: compile, audit, compare bit for bit with the CPU backend, time.
 
-One script, end to end in a few minutes on one GPU:
+One script, end to end in a few minutes on one GPU, in both arithmetic
+versions (docs/arithmetic.md; version 2 folds dot products with fma):
 
-  1. compile every Triton kernel for this GPU and audit its PTX (no fma,
-     no approximate division/sqrt, no flush-to-zero: kernels/triton_ptx.py);
+  1. compile every Triton kernel for this GPU and audit its PTX (no fma
+     but version 2's fold's fma.rn.f32, no approximate division/sqrt, no
+     flush-to-zero: kernels/triton_ptx.py);
   2. for each op at a training-sized shape, compare the Triton output's digest
      with the CPU backend's (prepared on a CPU machine into
      benchmarks/gpu_inputs/cpu_digests.json by --prepare, from the same
      seeded inputs; --cpu-live recomputes them here), and time the Triton
      op against torch's own float32 op (TF32 off), both device-resident;
-  3. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
+     the ops that fold dot products (kernels.versions.FOLDS) once per
+     version, on the same inputs ("matmul" and "matmul@v2");
+  3. train the golden tiny run (p2paudit/run/golden.py: 8 steps) on the
+     Triton backend in each version and compare the state digest with the
+     committed constant (skipped with --quick: the interpreter is too slow);
+  4. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
      awkward shapes, subnormals, signed zeros, inf, NaN) through the Triton
-     backend and through kernels.cpu, live, and compare bit for bit.
+     backend and through kernels.cpu, live, and compare bit for bit; the
+     folds again at version 2.
 
     python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
     python benchmarks/gpu_check.py --prepare [--backend reference]  # any machine: CPU digests
@@ -33,143 +41,25 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "kernels")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "kernels"), str(REPO / "benchmarks")]
 DIGESTS = REPO / "benchmarks" / "gpu_inputs" / "cpu_digests.json"
-SEED = 20261129
 NAN_BITS = 0x7FC00000
 
-# Training-sized shapes ("full") and interpreter-sized ones ("quick"). A row of
-# W = 8192 or V = 8192 takes the multi-pass tree (wider than one 2^10 block).
-SIZES = {
-    "full": dict(M=2048, K=768, N=2304, R=8192, C=768, RW=4096, W=8192, BH=24, T=1024, D=64,
-                 E=1 << 24, NV=4096, V=8192, EV=8192, TOK=8192),
-    "quick": dict(M=33, K=17, N=65, R=70, C=33, RW=3, W=1100, BH=2, T=33, D=8,
-                  E=3000, NV=5, V=1100, EV=17, TOK=40),
-}  # fmt: skip
+from gpu_workloads import SEED, SIZES, Workload, make_inputs, workloads  # noqa: E402  (after the path)
+
+__all__ = ["SEED", "SIZES", "Workload", "make_inputs", "workloads"]  # the tests read them here
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One op at one shape: how to make its inputs, and torch's own version of it."""
+def backend(name: str, arithmetic: int):
+    """kernels' backend `name` ("cpu", "reference", "triton") at arithmetic version `arithmetic`."""
+    from kernels import get_backend
 
-    name: str
-    op: str
-    make: Callable  # (rng, sizes) -> tuple of numpy arguments
-    torch_op: Callable  # (device args) -> zero-argument callable running torch's op
-
-
-def _n(rng, *shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def _causal(t, device):
-    import torch
-
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
-
-
-def _torch_softmax(s, keep):
-    import torch
-
-    return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
-
-
-def _torch_attention(q, k, v, keep):
-    p = _torch_softmax((q @ k.transpose(1, 2)) * q.shape[-1] ** -0.5, keep)
-    return p @ v, p
-
-
-def _torch_attention_backward(q, k, v, p, do):
-    scale = q.shape[-1] ** -0.5
-    dp = do @ v.transpose(1, 2)
-    dv = p.transpose(1, 2) @ do
-    ds = p * (dp - (p * dp).sum(-1, keepdim=True))
-    return (ds @ k) * scale, (ds.transpose(1, 2) @ q) * scale, dv
-
-
-def _torch_rmsnorm_backward(x, w, rstd, dy):
-    xhat = x * rstd[:, None]
-    g = dy * w
-    return (g - xhat * (g * xhat).mean(1, keepdim=True)) * rstd[:, None], (dy * xhat).sum(0)
-
-
-def _torch_ce_backward(l, t):
-    import torch
-
-    g = torch.softmax(l, dim=1)
-    g[torch.arange(l.shape[0], device=l.device), t] -= 1.0
-    return g / l.shape[0]
-
-
-def _torch_adamw(p, g, m, v, step, lr, b1, b2, eps, wd):
-    m2 = b1 * m + (1 - b1) * g
-    v2 = b2 * v + (1 - b2) * g * g
-    den = (v2.sqrt() / (1 - b2**step) ** 0.5) + eps
-    return p * (1 - lr * wd) - (lr / (1 - b1**step)) * (m2 / den), m2, v2
-
-
-def workloads() -> list[Workload]:
-    """Every op of the backend, with inputs drawn from a seeded generator."""
-    import torch
-    import torch.nn.functional as F
-
-    W = Workload
-    ad = (7, 1e-3, 0.9, 0.95, 1e-8, 0.1)
-    return [
-        W("matmul", "matmul", lambda r, s: (_n(r, s["M"], s["K"]), _n(r, s["K"], s["N"])), lambda a, b: lambda: a @ b),
-        W("matmul_nt", "matmul_nt", lambda r, s: (_n(r, s["M"], s["K"]), _n(r, s["N"], s["K"])), lambda a, b: lambda: a @ b.T),
-        W("matmul_tn", "matmul_tn", lambda r, s: (_n(r, s["K"], s["M"]), _n(r, s["K"], s["N"])), lambda a, b: lambda: a.T @ b),
-        W("bmm", "matmul", lambda r, s: (_n(r, s["BH"], s["T"], s["D"]), _n(r, s["BH"], s["D"], s["T"])),
-          lambda a, b: lambda: torch.bmm(a, b)),
-        W("sum_rows", "sum_rows", lambda r, s: (_n(r, s["R"], s["C"]),), lambda x: lambda: x.sum(1)),
-        W("sum_cols", "sum_cols", lambda r, s: (_n(r, s["R"], s["C"]),), lambda x: lambda: x.sum(0)),
-        W("max_rows", "max_rows", lambda r, s: (_n(r, s["RW"], s["W"]),), lambda x: lambda: x.amax(1)),
-        W("exp", "exp", lambda r, s: (_n(r, s["E"], scale=8.0),), lambda x: lambda: torch.exp(x)),
-        W("log", "log", lambda r, s: (np.abs(_n(r, s["E"], scale=100.0)),), lambda x: lambda: torch.log(x)),
-        W("silu", "silu", lambda r, s: (_n(r, s["E"], scale=4.0),), lambda x: lambda: F.silu(x)),
-        W("silu_backward", "silu_backward", lambda r, s: (_n(r, s["E"], scale=4.0), _n(r, s["E"])),
-          lambda x, dy: lambda: dy * torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))),
-        W("softmax_causal", "softmax_causal", lambda r, s: (_n(r, s["BH"], s["T"], s["T"], scale=3.0),),
-          lambda x: (lambda keep: lambda: _torch_softmax(x, keep))(_causal(x.shape[-1], x.device))),
-        W("softmax_causal_backward", "softmax_causal_backward",
-          lambda r, s: (np.abs(_n(r, s["BH"], s["T"], s["T"])) / np.float32(s["T"]), _n(r, s["BH"], s["T"], s["T"])),
-          lambda p, dp: lambda: p * (dp - (p * dp).sum(-1, keepdim=True))),
-        W("attention", "attention", lambda r, s: tuple(_n(r, s["BH"], s["T"], s["D"]) for _ in range(3)),
-          lambda q, k, v: (lambda keep: lambda: _torch_attention(q, k, v, keep))(_causal(q.shape[1], q.device))),
-        W("attention_backward", "attention_backward",
-          lambda r, s: tuple(_n(r, s["BH"], s["T"], s["D"]) for _ in range(3))
-          + (np.abs(_n(r, s["BH"], s["T"], s["T"])) / np.float32(s["T"]), _n(r, s["BH"], s["T"], s["D"])),
-          lambda q, k, v, p, do: lambda: _torch_attention_backward(q, k, v, p, do)),
-        W("rmsnorm", "rmsnorm", lambda r, s: (_n(r, s["R"], s["C"]), _n(r, s["C"]), 1e-5),
-          lambda x, w, eps: lambda: F.rms_norm(x, (x.shape[1],), w, eps)),
-        W("rmsnorm_backward", "rmsnorm_backward",
-          lambda r, s: (_n(r, s["R"], s["C"]), _n(r, s["C"]), np.abs(_n(r, s["R"])) + np.float32(0.5), _n(r, s["R"], s["C"])),
-          lambda x, w, rstd, dy: lambda: _torch_rmsnorm_backward(x, w, rstd, dy)),
-        W("cross_entropy", "cross_entropy", lambda r, s: (_n(r, s["NV"], s["V"], scale=4.0), r.integers(0, s["V"], s["NV"])),
-          lambda l, t: lambda: F.cross_entropy(l, t)),
-        W("cross_entropy_backward", "cross_entropy_backward",
-          lambda r, s: (_n(r, s["NV"], s["V"], scale=4.0), r.integers(0, s["V"], s["NV"]), 1.0),
-          lambda l, t, d: lambda: _torch_ce_backward(l, t)),
-        W("embedding", "embedding", lambda r, s: (_n(r, s["EV"], s["C"]), r.integers(0, s["EV"], s["TOK"])),
-          lambda tab, idx: lambda: F.embedding(idx, tab)),
-        W("embedding_backward", "embedding_backward",
-          lambda r, s: (r.integers(0, s["EV"], s["TOK"]), _n(r, s["TOK"], s["C"]), s["EV"]),
-          lambda idx, d, v: lambda: torch.zeros(v, d.shape[1], device=d.device).index_add_(0, idx, d)),
-        W("adamw", "adamw", lambda r, s: (_n(r, s["E"]), _n(r, s["E"]), _n(r, s["E"], scale=0.1),
-                                          np.abs(_n(r, s["E"], scale=0.01))) + ad,
-          lambda p, g, m, v, *h: lambda: _torch_adamw(p, g, m, v, *h)),
-    ]  # fmt: skip
-
-
-def make_inputs(w: Workload, index: int, size: str) -> tuple:
-    """The numpy arguments of workload number `index`, the same on every machine."""
-    return w.make(np.random.default_rng([SEED, index]), SIZES[size])
+    return get_backend(name, arithmetic)
 
 
 def digest(outputs) -> str:
@@ -190,7 +80,7 @@ class Report:
     """Results so far, written to OUT_DIR after every stage (a timeout keeps what was done)."""
 
     def __init__(self, out: Path, meta: dict):
-        self.out, self.data = out, {"meta": meta, "audit": {}, "cases": {}, "ops": []}
+        self.out, self.data = out, {"meta": meta, "audit": {}, "cases": {}, "ops": [], "golden": {}}
         out.mkdir(parents=True, exist_ok=True)
 
     def save(self) -> None:
@@ -203,6 +93,7 @@ class Report:
             any(a["problems"] for a in d["audit"].values())
             or any(d["cases"].values())
             or any(not o["equal"] for o in d["ops"])
+            or any(not g["equal"] for g in d.get("golden", {}).values())
         )
 
 
@@ -217,7 +108,7 @@ def audit_kernels(report: Report, arch: int) -> None:
     for spec in P.kernel_specs():
         t = time.perf_counter()
         try:
-            problems = P.audit(P.compile_spec(spec, arch=arch))
+            problems = P.audit(P.compile_spec(spec, arch=arch), spec.fused)
         except Exception as e:  # one kernel that fails to compile must not stop the run
             problems = [f"compile error: {type(e).__name__}: {e}"[:500]]
         report.data["audit"][spec.name] = {"problems": problems, "compile_s": round(time.perf_counter() - t, 2)}
@@ -226,20 +117,63 @@ def audit_kernels(report: Report, arch: int) -> None:
 
 
 def check_cases(report: Report, small: bool) -> None:
-    """Stage 3: the shared kernel cases, Triton against kernels.cpu, live."""
+    """Stage 4: the shared kernel cases, Triton against kernels.cpu, live; the folds at both versions."""
     from kernel_cases import OPS, check_backend
 
-    from kernels import cpu, triton_backend
+    from kernels.versions import FOLDS
 
-    for op in OPS:
+    runs = [(op, 1) for op in OPS] + [(op, 2) for op in OPS if op in FOLDS]
+    for op, version in runs:
+        name = op if version == 1 else f"{op}@v2"
         t = time.perf_counter()
         try:
-            failures = check_backend(triton_backend, cpu, op, SEED, small=small)
+            failures = check_backend(backend("triton", version), backend("cpu", version), op, SEED, small=small)
         except Exception as e:
             failures = [f"error: {type(e).__name__}: {e}"[:500]]
-        report.data["cases"][op] = failures[:5]
-        log(f"cases {op}: {len(failures)} differ ({time.perf_counter() - t:.1f}s)")
+        report.data["cases"][name] = failures[:5]
+        log(f"cases {name}: {len(failures)} differ ({time.perf_counter() - t:.1f}s)")
     report.save()
+
+
+def golden_state_digest(backend_name: str, arithmetic: int) -> tuple[str, float]:
+    """The state digest after the golden tiny run on `backend_name`, and the mean seconds per step.
+
+    The run of p2paudit/run/golden.py and tests/engine/test_golden_backends.py:
+    train_config("tiny", steps=8, seed=0) on the shipped corpus, stepped by the engine alone.
+    """
+    from p2paudit.engine.config import train_config
+    from p2paudit.engine.schedule import batch_for_step
+    from p2paudit.engine.state import init_state
+    from p2paudit.engine.step import train_step
+    from p2paudit.run.digest import digest_bytes, digest_state
+    from p2paudit.run.golden import GOLDEN_TINY_STEPS
+    from p2paudit.run.shards import corpus_tokens
+
+    be = backend(backend_name, arithmetic)
+    cfg = train_config("tiny", steps=GOLDEN_TINY_STEPS, seed=0)
+    tokens = corpus_tokens()
+    data_key = digest_bytes(tokens.tobytes())  # the manifest's data.data_key
+    state = init_state(cfg)
+    t = time.perf_counter()
+    for n in range(GOLDEN_TINY_STEPS):
+        state = train_step(state, batch_for_step(tokens, data_key, cfg, n), cfg, be).state
+    return digest_state(state).text(), (time.perf_counter() - t) / GOLDEN_TINY_STEPS
+
+
+def check_golden(report: Report, backend_name: str = "triton") -> None:
+    """Stage 3: the golden tiny run on `backend_name` in each version, against the committed digests."""
+    from p2paudit.run.golden import GOLDEN_TINY_DIGESTS
+
+    for version, want in sorted(GOLDEN_TINY_DIGESTS.items()):
+        try:
+            got, s_per_step = golden_state_digest(backend_name, version)
+            row = {"equal": got == want, "digest": got, "want": want, "s_per_step": s_per_step}
+            log(f"golden tiny run v{version} on {backend_name}: equal={row['equal']} ({s_per_step:.2f} s/step)")
+        except Exception as e:
+            row = {"equal": False, "want": want, "error": f"{type(e).__name__}: {e}"[:500]}
+            log(f"golden tiny run v{version} on {backend_name}: ERROR {row['error']}")
+        report.data["golden"][f"v{version}"] = row
+        report.save()
 
 
 def time_ms(fn: Callable, device: str, budget_s: float = 0.25, max_iter: int = 100) -> float:
@@ -271,13 +205,12 @@ def _host(result):
     return tuple(r.cpu().numpy() for r in result) if isinstance(result, tuple) else result.cpu().numpy()
 
 
-def _check_op(w: Workload, i: int, size: str, device: str, stored: dict, cpu_live: bool) -> dict:
-    """Digest comparison and timings of workload `w` (number i); a mismatch is described."""
+def _check_op(w: Workload, size: str, device: str, stored: dict, cpu_live: bool) -> dict:
+    """Digest comparison and timings of workload `w`; a mismatch is described."""
     from kernel_cases import compare_outputs
 
-    from kernels import cpu, triton_backend
-
-    args = make_inputs(w, i, size)
+    cpu, triton_backend = backend("cpu", w.arithmetic), backend("triton", w.arithmetic)
+    args = make_inputs(w, size)
     dev = _to_device(args, device)
     out = _host(getattr(triton_backend, w.op)(*dev))
     got = digest(out)
@@ -286,6 +219,7 @@ def _check_op(w: Workload, i: int, size: str, device: str, stored: dict, cpu_liv
         want, source = digest(getattr(cpu, w.op)(*args)), "live"
     row = {
         "name": w.name,
+        "arithmetic": w.arithmetic,
         "shapes": [list(np.shape(a)) for a in args if isinstance(a, np.ndarray)],
         "equal": got == want,
         "cpu_digest": source,
@@ -308,9 +242,9 @@ def _check_op(w: Workload, i: int, size: str, device: str, stored: dict, cpu_liv
 def check_ops(report: Report, size: str, device: str, cpu_live: bool) -> None:
     """Stage 2: each op at size `size`: digest against the CPU backend's, and time against torch."""
     stored = json.loads(DIGESTS.read_text())["digests"].get(size, {}) if DIGESTS.exists() else {}
-    for i, w in enumerate(workloads()):
+    for w in workloads():
         try:
-            row = _check_op(w, i, size, device, stored, cpu_live)
+            row = _check_op(w, size, device, stored, cpu_live)
             log(
                 f"{w.name:24s} equal={row['equal']} ({row['cpu_digest']})  triton {row['triton_ms']:.3f} ms  "
                 f"torch {row['torch_ms']:.3f} ms  x{row['ratio']:.2f}"
@@ -334,6 +268,9 @@ def markdown(d: dict) -> str:
     lines.append(f"PTX audit: {len(d['audit'])} kernels, {len(bad)} with forbidden instructions {bad or ''}")
     diff = {k: v for k, v in d["cases"].items() if v}
     lines.append(f"Shared cases against kernels.cpu: {len(d['cases'])} ops, {len(diff)} with differences {diff or ''}")
+    for version, g in sorted(d.get("golden", {}).items()):
+        seen = g.get("error") or f"{g['digest']}, {g['s_per_step']:.2f} s/step"
+        lines.append(f"Golden tiny run {version}: {'equal' if g['equal'] else 'DIFFERENT'} ({seen}; want {g['want']})")
     lines += [
         "",
         "| op | shapes | bitwise equal to cpu | triton ms | torch fp32 ms | triton / torch |",
@@ -353,20 +290,18 @@ def markdown(d: dict) -> str:
 
 
 def prepare(backend_name: str) -> None:
-    """Write a CPU backend's digests of every workload, both sizes, to DIGESTS.
+    """Write a CPU backend's digests of every workload (each at its version), both sizes, to DIGESTS.
 
     "cpu" and "reference" are held bitwise equal by the test suite, so either
     gives the same digests; "reference" is slower but needs no numba.
     """
-    from kernels import get_backend
-
-    backend = get_backend(backend_name)
     out = {"seed": SEED, "sizes": SIZES, "backend": backend_name, "machine": platform.platform(), "digests": {}}
     for size in SIZES:
         out["digests"][size] = {}
-        for i, w in enumerate(workloads()):
+        for w in workloads():
             t = time.perf_counter()
-            out["digests"][size][w.name] = digest(getattr(backend, w.op)(*make_inputs(w, i, size)))
+            be = backend(backend_name, w.arithmetic)
+            out["digests"][size][w.name] = digest(getattr(be, w.op)(*make_inputs(w, size)))
             log(f"{backend_name} {size} {w.name}: {time.perf_counter() - t:.1f}s")
     DIGESTS.parent.mkdir(parents=True, exist_ok=True)
     DIGESTS.write_text(json.dumps(out, indent=1) + "\n")
@@ -377,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/gpu_check"), help="directory for gpu_check.json/.md")
     ap.add_argument("--quick", action="store_true", help="small shapes (the interpreter dry run uses these)")
     ap.add_argument("--cpu-live", action="store_true", help="recompute CPU digests here instead of the prepared ones")
-    ap.add_argument("--skip-cases", action="store_true", help="skip stage 2 (the shared cases)")
+    ap.add_argument("--skip-cases", action="store_true", help="skip stage 4 (the shared cases)")
+    ap.add_argument("--skip-golden", action="store_true", help="skip stage 3 (the golden tiny run; --quick skips it)")
     ap.add_argument("--prepare", action="store_true", help=f"compute CPU digests into {DIGESTS.relative_to(REPO)}")
     ap.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="backend for --prepare")
     args = ap.parse_args(argv)
@@ -418,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     # The training-size figures first: if the run is cut short, they are what
     # matter most, and the report on disk already holds them.
     check_ops(report, size, device, args.cpu_live)
+    if not (args.skip_golden or args.quick):
+        check_golden(report)
     if not args.skip_cases:
         check_cases(report, small=args.quick)
     report.save()

@@ -38,7 +38,11 @@ from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
 ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
-K_BLOCK = 128  # k values of A packed at a time: a tile's panel strip (16 KiB) and the packed A block (16 KiB) share L1
+# k values of A packed at a time. 64, not 128: a tile's panel strip is K_BLOCK rows of 128 bytes 512 bytes
+# apart, which fall in 16 of the 64 sets of a 48 KiB 12-way L1 (Intel), so 128 rows (16 lines a set) could
+# not stay in L1 and came from L2 for every row tile; 64 rows (8 a set) do. Measured (docs/benchmarks.md):
+# 1.13x-1.56x single-threaded on an Intel Xeon, the same bits.
+K_BLOCK = 64
 
 
 @njit(parallel=True, cache=True)

@@ -2,7 +2,11 @@
 
 The interpreter proves the kernels' arithmetic; this proves the compiler keeps
 it: no fused multiply-add on float32 (enable_fp_fusion=False), no approximate
-division, reciprocal, square root or transcendental, no flush-to-zero. It runs
+division, reciprocal, square root or transcendental, no flush-to-zero. The one
+exception is arithmetic version 2's fold (matmul_kernel with FUSED=True): there
+the correctly rounded `fma.rn.f32` is the primitive the spec names, so it is
+required, and every other multiply-add form (mad, fma with another rounding
+mode, LLVM's fmuladd, which may round twice) is still refused. It runs
 without a GPU (Triton ships ptxas), given P2PAUDIT_TRITON_COMPILE_ONLY=1 or
 CUDA, and again on the GPU in benchmarks/gpu_check.py.
 """
@@ -46,8 +50,15 @@ FORBIDDEN = {
 # log, where m is built from bits in [1, 2); they change no value.)
 FORBIDDEN_LLIR = {
     "fast-math flags": re.compile(r"= f(add|sub|mul|div)( [a-z]+)*? (fast|reassoc|contract|nsz|arcp|afn)\b"),
-    "fused multiply-add intrinsic": re.compile(r"@llvm\.(fma|fmuladd)\.f32"),
+    "fused multiply-add intrinsic": re.compile(r"@llvm\.(fma|fmuladd)\.(v\d+)?f32\b"),  # scalar or vector
 }
+
+# A version 2 fold (FUSED=True): the round-to-nearest fma is its primitive, any other multiply-add is not.
+FUSED_FMA = re.compile(r"\bfma\.rn\.f32\b")
+FORBIDDEN_FUSED = dict(FORBIDDEN)
+FORBIDDEN_FUSED["fused multiply-add"] = re.compile(r"\b(mad(\.[a-z0-9]+)*|fma(?!\.rn\.f32\b)(\.[a-z0-9]+)*)\.f32\b")
+FORBIDDEN_LLIR_FUSED = dict(FORBIDDEN_LLIR)
+FORBIDDEN_LLIR_FUSED["fused multiply-add intrinsic"] = re.compile(r"@llvm\.fmuladd\.(v\d+)?f32\b")
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,11 @@ class KernelSpec:
     kernel: Any  # a @triton.jit function: Triton ships no type information
     constexprs: dict[str, int]
     int_ptrs: tuple[str, ...] = ()
+
+    @property
+    def fused(self) -> bool:
+        """True for arithmetic version 2's fold, whose PTX must hold fma.rn.f32."""
+        return bool(self.constexprs.get("FUSED", False))
 
     @property
     def name(self) -> str:
@@ -79,7 +95,11 @@ class KernelSpec:
 def kernel_specs() -> list[KernelSpec]:
     """Every kernel of the backend, with the constexpr variants that change its code."""
     S = KernelSpec
-    specs = [S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s}) for s in (False, True)]
+    specs = [
+        S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s, "FUSED": f})
+        for f in (False, True)
+        for s in (False, True)
+    ]
     specs += [
         S(tk.row_tree_kernel, {"BR": max(1, 4096 >> w), "LOG2W": w, "IS_MAX": m})
         for w in (0, 10)
@@ -133,11 +153,19 @@ def _find(patterns: dict[str, re.Pattern[str]], text: str) -> list[str]:
     return found
 
 
-def audit_ptx(ptx: str) -> list[str]:
-    """The forbidden instructions in `ptx`, one line each ("fused multiply-add: fma.rn.f32 x3")."""
-    return _find(FORBIDDEN, ptx)
+def audit_ptx(ptx: str, fused: bool = False) -> list[str]:
+    """The forbidden instructions in `ptx`, one line each ("fused multiply-add: fma.rn.f32 x3").
+
+    `fused`: the kernel is a version 2 fold, so fma.rn.f32 is allowed and
+    must be there ("no fma.rn.f32 in a fused fold" otherwise: the fold
+    would have been compiled as version 1's two roundings).
+    """
+    if not fused:
+        return _find(FORBIDDEN, ptx)
+    missing = [] if FUSED_FMA.search(ptx) else ["no fma.rn.f32 in a fused fold"]
+    return missing + _find(FORBIDDEN_FUSED, ptx)
 
 
-def audit(asm: dict[str, str]) -> list[str]:
-    """Forbidden instructions in the PTX and fast-math flags or fma intrinsics in the LLVM IR."""
-    return audit_ptx(asm["ptx"]) + _find(FORBIDDEN_LLIR, asm["llir"])
+def audit(asm: dict[str, str], fused: bool = False) -> list[str]:
+    """Forbidden instructions in the PTX and fast-math flags or fma intrinsics in the LLVM IR (see audit_ptx)."""
+    return audit_ptx(asm["ptx"], fused) + _find(FORBIDDEN_LLIR_FUSED if fused else FORBIDDEN_LLIR, asm["llir"])

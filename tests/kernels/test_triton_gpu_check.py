@@ -1,8 +1,9 @@
 """benchmarks/gpu_check.py: refuses to run without CUDA, and its CPU-side parts work.
 
 The real run needs a GPU; here the script's dry run (TRITON_INTERPRET=1
---quick) goes through every stage but the PTX audit, and its prepared CPU
-digests are checked against the reference backend.
+--quick) goes through every stage but the PTX audit and the golden run, its
+prepared CPU digests (both arithmetic versions) are checked against the
+reference backend, and the golden-run stage is run on the cpu backend.
 """
 
 from __future__ import annotations
@@ -57,15 +58,46 @@ def test_digest_sees_bits_but_not_nan_payloads(gpu_check):
 
 
 def test_prepared_digests_match_the_reference_backend(gpu_check):
-    from kernels import reference
-
     stored = json.loads(gpu_check.DIGESTS.read_text())
     assert stored["seed"] == gpu_check.SEED and stored["sizes"] == gpu_check.SIZES, "stale: rerun --prepare"
     names = [w.name for w in gpu_check.workloads()]
     assert sorted(stored["digests"]["full"]) == sorted(names), "stale: rerun --prepare"
-    for i, w in enumerate(gpu_check.workloads()):
-        got = gpu_check.digest(getattr(reference, w.op)(*gpu_check.make_inputs(w, i, "quick")))
+    for w in gpu_check.workloads():
+        reference = gpu_check.backend("reference", w.arithmetic)
+        got = gpu_check.digest(getattr(reference, w.op)(*gpu_check.make_inputs(w, "quick")))
         assert got == stored["digests"]["quick"][w.name], f"{w.name}: reference differs from the prepared cpu digest"
+
+
+def test_every_fold_is_checked_in_both_versions_on_the_same_inputs(gpu_check):
+    from kernels.versions import FOLDS
+
+    by_name = {w.name: w for w in gpu_check.workloads()}
+    folds = [w for w in by_name.values() if w.op in FOLDS and w.arithmetic == 1]
+    assert {w.op for w in folds} == set(FOLDS)
+    stored = json.loads(gpu_check.DIGESTS.read_text())["digests"]
+    for w in folds:
+        twin = by_name[f"{w.name}@v2"]
+        assert (twin.op, twin.inputs, twin.arithmetic) == (w.op, w.inputs, 2)
+        assert gpu_check.make_inputs(twin, "quick")[0].tobytes() == gpu_check.make_inputs(w, "quick")[0].tobytes()
+        for size in ("quick", "full"):  # the inputs tell the versions apart: a v1 fold cannot pass as v2
+            assert stored[size][w.name] != stored[size][twin.name], (size, w.name)
+    assert not [w.name for w in by_name.values() if w.op not in FOLDS and w.arithmetic != 1]
+
+
+def test_golden_stage_reaches_both_digests_on_the_cpu_backend(gpu_check, tmp_path):
+    from p2paudit.run.golden import GOLDEN_TINY_DIGESTS
+
+    report = gpu_check.Report(
+        tmp_path, {"device": "d", "mode": "cuda", "size": "full", "torch": "t", "triton": "t", "when": "now"}
+    )
+    gpu_check.check_golden(report, "cpu")
+    golden = json.loads((tmp_path / "gpu_check.json").read_text())["golden"]
+    assert sorted(golden) == ["v1", "v2"]
+    for version in (1, 2):
+        row = golden[f"v{version}"]
+        assert row["equal"] and row["digest"] == GOLDEN_TINY_DIGESTS[version], row
+    assert not report.failed()
+    assert "Golden tiny run v2: equal (sha256:" in (tmp_path / "gpu_check.md").read_text()
 
 
 @pytest.mark.slow
@@ -73,7 +105,11 @@ def test_interpreter_dry_run_checks_every_op(tmp_path):
     proc = _run(["--quick", "--skip-cases", "--out", str(tmp_path)], {"TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert len(report["ops"]) == 22
+    assert len(report["ops"]) == 28  # 22 ops, the 6 that fold dot products again at version 2
+    assert sorted(o["name"] for o in report["ops"] if o["arithmetic"] == 2) == [
+        "attention@v2", "attention_backward@v2", "bmm@v2", "matmul@v2", "matmul_nt@v2", "matmul_tn@v2"
+    ]  # fmt: skip
+    assert report["golden"] == {}  # --quick: the interpreter would take minutes per step
     unequal = [o["name"] for o in report["ops"] if not o["equal"]]
     assert not unequal, unequal
     assert {o["cpu_digest"] for o in report["ops"]} == {"prepared"}
@@ -106,3 +142,12 @@ def test_report_marks_errors_and_differences_as_failures(gpu_check, tmp_path):
     report.data["ops"] = [ok]
     report.data["audit"] = {"k": {"problems": ["fused multiply-add: fma.rn.f32 x1"], "compile_s": 1.0}}
     assert report.failed()
+    report.data["audit"] = {}
+    want = "sha256:" + "0" * 64
+    report.data["golden"] = {"v2": {"equal": False, "digest": "sha256:" + "1" * 64, "want": want, "s_per_step": 0.1}}
+    assert report.failed()
+    report.save()
+    assert (
+        f"Golden tiny run v2: DIFFERENT (sha256:{'1' * 64}, 0.10 s/step; want {want})"
+        in (tmp_path / "gpu_check.md").read_text()
+    )
