@@ -62,7 +62,11 @@ _BELOW_NORMAL = np.float64(2.0**-126).view(np.uint64) - _ONE  # |s| - 1 below th
 
 
 def fused_fold(
-    col_a: Callable[[int], HostArray], row_b: Callable[[int], HostArray], k: int, shape: tuple[int, ...]
+    col_a: Callable[[int], HostArray],
+    row_b: Callable[[int], HostArray],
+    k: int,
+    shape: tuple[int, ...],
+    operands: tuple[HostArray, HostArray] | None = None,
 ) -> HostArray:
     """acc = fma(col_a(i), row_b(i), acc) for i = 0..k-1 from +0.0, as float32 of `shape`: fma's bits, faster.
 
@@ -71,6 +75,12 @@ def fused_fold(
     nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
     only a sum that lands exactly on one may have come from either side. Those entries, and every sum
     below 2^-126 (where binary32's spacing is another), take fma's exact path; they are rare.
+
+    `operands` (the two whole matrices the columns and rows come from) lets the fold skip the test for
+    sums below 2^-126 when none can be inexact: if every nonzero |a| * |b| is at least 2^-130, each
+    product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it), and so is every sum
+    (the accumulator is a multiple of 2^-149); a sum below 2^-126 is then fewer than 2^52 such
+    multiples, exact in binary64, and rounds once.
     """
     acc = np.zeros(shape, F64)  # (.., M, N): a float32 value, held in binary64
     out = np.zeros(shape, F32)
@@ -79,6 +89,7 @@ def fused_fold(
     scratch = np.empty(shape, np.uint64)
     hard = np.empty(shape, bool)
     tiny = np.empty(shape, bool)
+    check_tiny = operands is None or _smallest_product(*operands) < 2.0**-130
     with np.errstate(all="ignore"):  # overflow, inf - inf and inf * 0 are part of the spec
         for i in range(k):
             a, b = col_a(i), row_b(i)  # (.., M, 1), (.., 1, N)
@@ -86,11 +97,22 @@ def fused_fold(
             np.add(s, acc, out=s)  # rounded to nearest
             np.copyto(out, s, casting="unsafe")  # rounded to nearest float32
             np.equal(np.bitwise_and(bits, _LOW29, out=scratch), _HALF29, out=hard)
-            np.bitwise_and(bits, _MAGNITUDE, out=scratch)
-            np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
-            np.logical_or(hard, tiny, out=hard)
+            if check_tiny:
+                np.bitwise_and(bits, _MAGNITUDE, out=scratch)
+                np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
+                np.logical_or(hard, tiny, out=hard)
             if hard.any():
                 at = np.nonzero(hard)
                 out[at] = fma(np.broadcast_to(a, shape)[at], np.broadcast_to(b, shape)[at], acc[at].astype(F32))
             np.copyto(acc, out)
     return out
+
+
+def _smallest_product(a: HostArray, b: HostArray) -> float:
+    """The smallest nonzero |x| times the smallest nonzero |y| over x in a, y in b (+inf if either is all zeros)."""
+    least = []
+    for m in (a, b):
+        mag = np.abs(m.astype(F64))
+        nonzero = mag[mag > 0]
+        least.append(float(nonzero.min()) if nonzero.size else np.inf)
+    return least[0] * least[1]

@@ -106,14 +106,15 @@ def _fold(
     k: int,
     shape: tuple[int, ...],
     fused: bool,
+    operands: tuple[HostArray, HostArray],
 ) -> np.ndarray:
-    """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3).
+    """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3); `operands`: the two matrices.
 
     Version 1 (fused False): acc + (a * b), two roundings per k. Version 2
     (fused True): fma(a, b, acc), one rounding per k (kernels/exact_fma.fused_fold).
     """
     if fused:
-        return fused_fold(col_a, row_b, k, shape)  # fma(a, b, acc) per k, exactly
+        return fused_fold(col_a, row_b, k, shape, operands)  # fma(a, b, acc) per k, exactly
     acc = np.zeros(shape, dtype=F32)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
         for i in range(k):
@@ -124,19 +125,21 @@ def _fold(
 def matmul(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
     m, k, n = validate.check_matmul(a, b, "nn")
-    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused)
+    return _fold(
+        lambda i: a[..., :, i : i + 1], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused, (a, b)
+    )
 
 
 def matmul_nt(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched."""
     m, k, n = validate.check_matmul(a, b, "nt")
-    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., None, :, i], k, a.shape[:-2] + (m, n), fused)
+    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., None, :, i], k, a.shape[:-2] + (m, n), fused, (a, b))
 
 
 def matmul_tn(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched."""
     m, k, n = validate.check_matmul(a, b, "tn")
-    return _fold(lambda i: a[..., i, :, None], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused)
+    return _fold(lambda i: a[..., i, :, None], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused, (a, b))
 
 
 # ------------------------------------------------------ elementary functions

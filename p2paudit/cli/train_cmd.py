@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kernels import ARITHMETIC_VERSION
 from p2paudit.cli import cli
 from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
 
@@ -58,7 +59,7 @@ def _publish_with_progress(
 @click.option(
     "--arithmetic",
     type=click.Choice(["1", "2"]),
-    default="2",
+    default=str(ARITHMETIC_VERSION),
     show_default=True,
     help="The arithmetic version (docs/arithmetic.md): 2 folds products with a fused multiply-add; 1 does not.",
 )

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from kernels import ARITHMETIC_VERSION
 from p2paudit.cli import cli
 from p2paudit.identity import identity_from_seed, save_identity
 from p2paudit.run.golden import GOLDEN_TINY_DIGEST
@@ -272,12 +273,12 @@ def test_an_unavailable_backend_exits_2(cli_run, tmp_path):
     assert result.returncode == 2 and not (tmp_path / "new").exists(), result.stderr
 
 
-def test_a_publisher_that_relabels_a_version_2_run_as_version_1_is_caught(run_copy, tmp_path):
-    """The manifest's arithmetic_version is part of the claim: the states were made under version 2, so a
-    manifest re-signed to say version 1 makes every replay (at version 1) a mismatch."""
+def test_a_publisher_that_relabels_a_run_as_the_other_arithmetic_version_is_caught(run_copy, tmp_path):
+    """The manifest's arithmetic_version is part of the claim: the states were made under one version, so a
+    manifest re-signed to name the other makes every replay (in the version named) a mismatch."""
     body = json.loads((run_copy / "manifest.json").read_bytes())
-    assert body["arithmetic_version"] == 2  # train's default
-    body["arithmetic_version"] = 1
+    assert body["arithmetic_version"] == ARITHMETIC_VERSION  # train's default
+    body["arithmetic_version"] = 3 - ARITHMETIC_VERSION
     from p2paudit.run.manifest import write_manifest
 
     write_manifest(run_copy, body, PUBLISHER)
@@ -286,16 +287,17 @@ def test_a_publisher_that_relabels_a_version_2_run_as_version_1_is_caught(run_co
     assert result.output.count("mismatch") >= 3
 
 
-def test_train_arithmetic_1_publishes_a_version_1_run_that_verifies(tmp_path):
+def test_train_arithmetic_publishes_a_run_of_the_other_version_that_verifies(tmp_path):
+    other = 3 - ARITHMETIC_VERSION
     key = tmp_path / "key.pem"
     save_identity(PUBLISHER, key)
     args = ["train", str(tmp_path / "run"), "--steps", "2", "--backend", "reference", "--key", str(key)]
-    trained = _invoke([*args, "--arithmetic", "1"], tmp_path / "home")
+    trained = _invoke([*args, "--arithmetic", str(other)], tmp_path / "home")
     assert trained.exit_code == 0, trained.output
-    assert json.loads((tmp_path / "run" / "manifest.json").read_bytes())["arithmetic_version"] == 1
+    assert json.loads((tmp_path / "run" / "manifest.json").read_bytes())["arithmetic_version"] == other
     checked = _invoke(["verify-range", "0-1", "--run", str(tmp_path / "run"), "--backend", "cpu"], tmp_path)
     assert checked.exit_code == 0, checked.output
-    resumed = _invoke([*args, "--arithmetic", "2"], tmp_path / "home")  # the run exists with version 1
+    resumed = _invoke([*args, "--arithmetic", str(ARITHMETIC_VERSION)], tmp_path / "home")  # exists in `other`
     assert resumed.exit_code == 2, resumed.output
     bad = _invoke(["train", str(tmp_path / "other"), "--arithmetic", "3"], tmp_path / "home")
     assert bad.exit_code == 2 and "'3' is not one of '1', '2'" in bad.output

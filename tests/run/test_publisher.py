@@ -66,19 +66,20 @@ def test_golden_digest_of_the_builtin_tiny_run(tmp_path, publisher):
     run_dir = tmp_path / "golden"
     publish_run(TrainPlan(run_dir, "tiny", steps=GOLDEN_TINY_STEPS, ckpt_every=4, backend="reference"), publisher)
     assert read_manifest(run_dir).state_digest(GOLDEN_TINY_STEPS).text() == GOLDEN_TINY_DIGEST
-    assert read_manifest(run_dir).arithmetic == ARITHMETIC_VERSION == 2  # a new run's default
+    assert read_manifest(run_dir).arithmetic == ARITHMETIC_VERSION  # a new run's default
 
 
-def test_a_version_1_run_still_trains_and_replays_to_its_golden_digest(tmp_path, publisher):
-    run_dir = tmp_path / "v1"
-    plan = TrainPlan(run_dir, "tiny", steps=GOLDEN_TINY_STEPS, ckpt_every=4, backend="reference", arithmetic=1)
+def test_the_other_arithmetic_version_trains_and_replays_to_its_golden_digest(tmp_path, publisher):
+    other = 3 - ARITHMETIC_VERSION
+    run_dir = tmp_path / f"v{other}"
+    plan = TrainPlan(run_dir, "tiny", steps=GOLDEN_TINY_STEPS, ckpt_every=4, backend="cpu", arithmetic=other)
     publish_run(plan, publisher)
     manifest = read_manifest(run_dir)
-    assert manifest.arithmetic == 1 and manifest.head["arithmetic_version"] == 1
-    assert manifest.state_digest(GOLDEN_TINY_STEPS).text() == GOLDEN_TINY_DIGESTS[1]
-    report = verify_range(open_run(run_dir), parse_step_range("6-7", GOLDEN_TINY_STEPS), "cpu")
+    assert manifest.arithmetic == other and manifest.head["arithmetic_version"] == other
+    assert manifest.state_digest(GOLDEN_TINY_STEPS).text() == GOLDEN_TINY_DIGESTS[other]
+    report = verify_range(open_run(run_dir), parse_step_range("6-7", GOLDEN_TINY_STEPS), "reference")
     assert [a.verdict for a in report.audits] == ["match", "match"]
-    assert {a.arithmetic_version for a in report.audits} == {1}
+    assert {a.arithmetic_version for a in report.audits} == {other}
 
 
 @pytest.mark.slow
