@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from kernel_cases import tie_products
 
+from kernels import get_backend
 from kernels.exact_fma import fma, fused_fold
 from tests.kernels.rational_fma import fma_exact, round_dyadic, same_bits
 
@@ -177,3 +178,6 @@ def test_the_fast_fold_is_exact_at_a_subnormal_midpoint():
     )
     assert same_bits(got[0, 0], want)
     assert same_bits(fma(a, b, c), want)
+    # Through the reference's matmul, which skips that test only when no product is small enough to need it.
+    product = get_backend("reference", 2).matmul(np.array([[1.0, a]], F32), np.array([[c], [b]], F32))
+    assert same_bits(product[0, 0], want)
