@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kernels import ARITHMETIC_VERSION
 from p2paudit.cli import cli
 from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
 
@@ -59,9 +58,9 @@ def _publish_with_progress(
 @click.option(
     "--arithmetic",
     type=click.Choice(["1", "2"]),
-    default=str(ARITHMETIC_VERSION),
-    show_default=True,
-    help="The arithmetic version (docs/arithmetic.md): 2 folds products with a fused multiply-add; 1 does not.",
+    default=None,
+    help="The arithmetic version (docs/arithmetic.md): 2 folds products with a fused multiply-add; 1 does not "
+    "(default: what a new run uses, kernels.ARITHMETIC_VERSION, now 1).",
 )
 @click.option(
     "--mode",
@@ -102,7 +101,7 @@ def train(
     backend: str,
     seed: int | None,
     traces: bool,
-    arithmetic: str,
+    arithmetic: str | None,
     mode: str,
     scratch_dir: Path | None,
     key_path: Path | None,
@@ -115,7 +114,7 @@ def train(
     from p2paudit.run.digest import format_digest
     from p2paudit.run.manifest_body import read_config_file
     from p2paudit.run.publisher import check_plan, data_spec
-    from p2paudit.run.training import TrainPlan
+    from p2paudit.run.training import ARITHMETIC_VERSION, TrainPlan
 
     config = None
     if config_name not in CONFIGS:
@@ -129,7 +128,7 @@ def train(
         micro_batches, seed = config.micro_batches, config.seed
     plan = TrainPlan(
         run_dir, config.model.name if config else config_name, steps, micro_batches, seed or 0, ckpt_every,
-        world_size, backend, traces, int(arithmetic),
+        world_size, backend, traces, ARITHMETIC_VERSION if arithmetic is None else int(arithmetic),
     )  # fmt: skip
     options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
     cfg = check_plan(plan, **options)
