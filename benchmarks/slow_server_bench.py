@@ -15,10 +15,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +35,7 @@ from p2paudit.node.daemon import DaemonConfig  # noqa: E402
 from p2paudit.node.daemon_run import run_daemon  # noqa: E402
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest  # noqa: E402
 from p2paudit.run.publisher import TrainPlan, publish_run  # noqa: E402
-from tests.slow_http import SlowServer  # noqa: E402
+from tests.slow_http import SlowServer, serving_port  # noqa: E402
 
 PUBLISHER = identity_from_seed(b"\x73" * 32)
 
@@ -60,21 +58,10 @@ def serve_and_stop(run: Path, home: Path) -> tuple[float, float, int]:
 
 
 def _wait_serving(home: Path, proc: subprocess.Popen, timeout: float = 120.0) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the daemon exited ({proc.returncode}): {proc.stderr.read()[-500:]}")
-        try:
-            listen = json.loads((home / "status.json").read_text())["listen"]
-        except (FileNotFoundError, ValueError, KeyError):
-            listen = []
-        for addr in listen:
-            parts = addr.split("/")
-            if "tcp" in parts:
-                with socket.create_connection(("127.0.0.1", int(parts[parts.index("tcp") + 1])), timeout=2.0):
-                    return time.monotonic()
-        time.sleep(0.05)
-    raise SystemExit("the daemon never served peers")
+    try:
+        return serving_port(home, proc, timeout)[1]
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def healthy_beside_stalled(

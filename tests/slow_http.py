@@ -12,7 +12,11 @@ Every request is logged as (path, behavior); `stop()` ends every transfer at onc
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -126,3 +130,25 @@ def _handler(server: SlowServer) -> type[BaseHTTPRequestHandler]:
                 server.stopped.wait(600)
 
     return Handler
+
+
+def serving_port(home: Path, proc: subprocess.Popen[str], timeout: float) -> tuple[int, float]:
+    """(a daemon's libp2p TCP port once its status file lists it and it accepts a connection, when by
+    time.monotonic()); RuntimeError if the daemon exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read()[-2000:] if proc.stderr is not None else ""
+            raise RuntimeError(f"the daemon exited early ({proc.returncode}): {err}")
+        try:
+            listen = json.loads((home / "status.json").read_text())["listen"]
+        except (FileNotFoundError, ValueError, KeyError):
+            listen = []
+        for addr in listen:
+            parts = addr.split("/")
+            if "tcp" in parts:
+                port = int(parts[parts.index("tcp") + 1])
+                with socket.create_connection(("127.0.0.1", port), timeout=2.0):
+                    return port, time.monotonic()
+        time.sleep(0.05)
+    raise RuntimeError(f"the daemon did not serve peers within {timeout:.0f} s")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from p2paudit.node.daemon import DaemonConfig
 from p2paudit.node.daemon_run import run_daemon
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
 from p2paudit.run.publisher import TrainPlan, publish_run
-from tests.slow_http import SlowServer
+from tests.slow_http import SlowServer, serving_port
 
 PUBLISHER = identity_from_seed(b"\x71" * 32)
 SERVE_WITHIN_S = 30.0  # from the process's start, imports included (a loaded 2-core machine)
@@ -47,23 +46,10 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _listening_port(home: Path, proc: subprocess.Popen, timeout: float) -> tuple[int, float]:
-    """(the daemon's libp2p TCP port once its status lists it and it accepts a connection, when)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"daemon exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-        try:
-            listen = json.loads((home / "status.json").read_text())["listen"]
-        except (FileNotFoundError, ValueError, KeyError):
-            listen = []
-        for addr in listen:
-            parts = addr.split("/")
-            if "tcp" in parts:
-                port = int(parts[parts.index("tcp") + 1])
-                with socket.create_connection(("127.0.0.1", port), timeout=2.0):
-                    return port, time.monotonic()
-        time.sleep(0.1)
-    raise AssertionError(f"the daemon served no peer within {timeout:.0f} s")
+    try:
+        return serving_port(home, proc, timeout)
+    except RuntimeError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 @pytest.mark.slow
