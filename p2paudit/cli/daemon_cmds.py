@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from p2paudit.cli import cli
+from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_option, silence_option
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 STATUS_FILE = "status.json"
@@ -86,21 +87,8 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     help="Audit every run this publisher key (64 hex) announces on the network (repeatable); "
     'config.json\'s "follow" are added.',
 )
-@click.option(
-    "--cache-size",
-    type=click.IntRange(min=1),
-    default=16 * 1024**3,
-    show_default=True,
-    help="Bytes the cache of remote runs' verified files may hold ($P2PAUDIT_HOME/cache); LRU eviction.",
-)
-@click.option(
-    "--fetch-timeout",
-    type=click.FloatRange(min=0.001),
-    default=60.0,
-    show_default=True,
-    help="Seconds a run's web server may stay silent before a fetch fails (the run is retried later); also the "
-    "window over which it must send at least 1 KiB/s (a request also fails after an hour).",
-)
+@cache_size_option("the cache of remote runs' verified files ($P2PAUDIT_HOME/cache)")
+@silence_option("--fetch-timeout", "a run's web server", " (the run is retried later)")
 @click.option(
     "--publisher",
     "publisher_keys",
@@ -109,11 +97,7 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     help="Refuse a --run unless its manifest is signed by this key (64 hex; repeatable: any of them); checked "
     "from a remote run's signature before anything else of it is fetched.",
 )
-@click.option(
-    "--allow-other-hosts",
-    is_flag=True,
-    help="Follow a remote run's redirects to other hosts or ports (never to another scheme); refused by default.",
-)
+@allow_other_hosts_option
 @click.option(
     "--listen",
     multiple=True,

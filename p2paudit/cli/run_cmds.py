@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from p2paudit.cli import cli
+from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_option, silence_option
 
 if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.audit.records import StepAudit
@@ -303,26 +304,9 @@ def _local_run_dir(
     default=None,
     help="Cache of verified files of remote runs (default: $P2PAUDIT_HOME/cache).",
 )
-@click.option(
-    "--cache-size",
-    type=click.IntRange(min=1),
-    default=16 * 1024**3,
-    show_default=True,
-    help="Bytes the cache may hold; least recently used files are evicted.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.001),
-    default=60.0,
-    show_default=True,
-    help="Seconds a remote server may stay silent before the fetch fails; also the window over which it must "
-    "send at least 1 KiB/s (a request also fails after an hour).",
-)
-@click.option(
-    "--allow-other-hosts",
-    is_flag=True,
-    help="Follow a remote run's redirects to other hosts or ports (never to another scheme); refused by default.",
-)
+@cache_size_option("the cache")
+@silence_option("--timeout", "a remote server")
+@allow_other_hosts_option
 @click.option(
     "--ignore-memory-check", is_flag=True, help="Replay even if the estimated memory exceeds what is available."
 )
