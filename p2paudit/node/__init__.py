@@ -25,9 +25,9 @@ Over the store (no network):
 
 The network:
 
-- `libp2p_adapter` (with `libp2p_host`, `libp2p_gossip`, `libp2p_pubsub`,
-  `libp2p_requests`, `libp2p_peers`, `libp2p_framing`, `libp2p_config` and
-  `libp2p_containment`, the wall that keeps any peer's input from ending the
+- `libp2p_adapter` (with `_host`, `_gossip`, `_pubsub`,
+  `_requests`, `_peers`, `_framing`, `_config` and
+  `_containment`, the wall that keeps any peer's input from ending the
   node): the only modules that touch py-libp2p; the rest speaks peers, topics
   and bytes.
 - `daemon`: one volunteer node: audit, gossip, sync, witness, report; its

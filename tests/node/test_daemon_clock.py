@@ -12,10 +12,10 @@ import trio.testing
 from test_libp2p_adapter import config, ident
 
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node.daemon import SPILL_GRACE, DaemonConfig
-from p2paudit.node.daemon_sync import RETRY_MAX, RETRY_MIN
-from p2paudit.node.libp2p_adapter import open_node
-from p2paudit.node.libp2p_requests import RequestFailed
+from p2paudit.node.daemon.daemon import SPILL_GRACE, DaemonConfig
+from p2paudit.node.daemon.peer_sync import RETRY_MAX, RETRY_MIN
+from p2paudit.node.net._adapter import open_node
+from p2paudit.node.net._requests import RequestFailed
 
 PEER = peer_id_of(identity_from_seed(b"\x71" * 32).public_key)
 
@@ -25,7 +25,7 @@ def on_mock_clock(body) -> None:
 
 
 def a_daemon(tmp_path, reports: list[str]):
-    from p2paudit.node.daemon import Daemon
+    from p2paudit.node.daemon.daemon import Daemon
 
     config = DaemonConfig((), tmp_path / "ledger.db", tmp_path / "status.json")
     no_store = SimpleNamespace(call=None)  # nothing here reaches the store
