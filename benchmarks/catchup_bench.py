@@ -44,7 +44,7 @@ from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed  # noqa: E402
 from p2paudit.node import wire  # noqa: E402
 from p2paudit.node.daemon.store_owner import StoreOwner  # noqa: E402
-from p2paudit.node.net._adapter import NodeConfig, open_node  # noqa: E402
+from p2paudit.node.net import NodeConfig, open_node  # noqa: E402
 from p2paudit.node.protocols import reconcile, sync
 
 RUN = hashlib.sha256(b"catch-up benchmark run").digest()

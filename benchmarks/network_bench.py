@@ -54,7 +54,7 @@ from p2paudit.attest.record import DOMAIN, decode_signed  # noqa: E402
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed, verify_signature  # noqa: E402
 from p2paudit.node import wire  # noqa: E402
-from p2paudit.node.net._adapter import NodeConfig, open_node  # noqa: E402
+from p2paudit.node.net import NodeConfig, open_node  # noqa: E402
 from p2paudit.node.protocols import sync
 from p2paudit.node.wire.validate import validate_gossip  # noqa: E402
 

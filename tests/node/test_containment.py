@@ -28,7 +28,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.utils.varint import read_varint_prefixed_bytes
 from test_libp2p_adapter import config, grafted, ident, run, wait_until
 
-from p2paudit.node.net._adapter import open_node
+from p2paudit.node.net import open_node
 from p2paudit.node.net._containment import CONTAINED, MALFORMED, classify
 from p2paudit.node.net._pubsub import GuardedPubsub
 

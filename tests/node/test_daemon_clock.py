@@ -14,7 +14,7 @@ from test_libp2p_adapter import config, ident
 from p2paudit.identity import identity_from_seed, peer_id_of
 from p2paudit.node.daemon.daemon import SPILL_GRACE, DaemonConfig
 from p2paudit.node.daemon.peer_sync import RETRY_MAX, RETRY_MIN
-from p2paudit.node.net._adapter import open_node
+from p2paudit.node.net import open_node
 from p2paudit.node.net._requests import RequestFailed
 
 PEER = peer_id_of(identity_from_seed(b"\x71" * 32).public_key)

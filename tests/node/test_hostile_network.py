@@ -41,7 +41,7 @@ from p2paudit.identity import ensure_node_identity, identity_from_seed, peer_id_
 from p2paudit.node import wire
 from p2paudit.node.daemon.run import serve
 from p2paudit.node.localnet import LocalNet, NodeSpec, start_network, start_node, stop, wait_all, wait_listening
-from p2paudit.node.net._adapter import NodeConfig, open_node
+from p2paudit.node.net import NodeConfig, open_node
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 PUBLISHER = identity_from_seed(b"\x66" * 32)

@@ -30,7 +30,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node.net._adapter import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
+from p2paudit.node.net import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
 from p2paudit.node.net._framing import TokenBucket, encode_uvarint, read_frame
 
 # Rates, bans and request time-outs held to the clock (a bucket refilling at 0.5 a second, replies within

@@ -30,7 +30,7 @@ from p2paudit.identity import identity_from_seed
 from p2paudit.node import wire
 from p2paudit.node.daemon import run as daemon_run
 from p2paudit.node.daemon.follow import AnnouncementStore
-from p2paudit.node.net._adapter import NodeConfig, ReachConfig, open_node
+from p2paudit.node.net import NodeConfig, ReachConfig, open_node
 from p2paudit.node.net._requests import Handler
 from p2paudit.node.protocols import announce, reconcile
 from p2paudit.node.protocols.witness import Witness, witness_checkpoint, witness_signer

@@ -21,7 +21,7 @@ from p2paudit.node.assign.auditor import AuditPolicy
 from p2paudit.node.daemon.daemon import DaemonConfig
 from p2paudit.node.daemon.run import run_daemon, serve
 from p2paudit.node.daemon.sources import LocalSource
-from p2paudit.node.net._adapter import open_node
+from p2paudit.node.net import open_node
 from p2paudit.node.net._containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
 from p2paudit.node.protocols import reconcile, sync
 from p2paudit.run.publisher import TrainPlan, publish_run

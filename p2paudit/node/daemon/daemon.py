@@ -239,7 +239,7 @@ class Daemon(GossipWork, PeerSync, FetchAhead):
 
     def node_report(self, kind: str, peer: str, detail: str) -> None:
         if self.node is not None:
-            self.node._emit(kind, peer, detail)
+            self.node.report(kind, peer, detail)
 
     async def resume_following(self) -> None:
         """Adopt the runs announced before this start; a failure is logged, never the end of the daemon."""

@@ -78,7 +78,7 @@ async def run_daemon(
             async with trio.open_nursery() as nursery:
                 # Every loop supervised: an exception is logged with its traceback and the loop restarts
                 # after a back-off; nothing a peer sends, and no bug of ours in one loop, ends the daemon.
-                report = node._emit
+                report = node.report
                 daemon.nursery = nursery
                 # Remote runs only now, with the node serving peers: a slow lab never delays it (daemon_fetch).
                 for url in config.urls:

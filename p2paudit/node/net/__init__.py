@@ -5,7 +5,7 @@ nothing outside node/net imports one of its private modules (tests/layering_rule
 The rest of the node speaks our terms through `open_node` and `Node`: peers are base58 peer-id
 strings, addresses are multiaddr strings, payloads are opaque bytes.
 
-Inside, each module one job: `_adapter` (the running node, `open_node`), `_host` (the
+Inside, each module one job: `_adapter` (the Node, holding its parts), `_open` (`open_node`), `_host` (the
 Noise-only host, peer-id gating), `_inbound` (the library's inbound-stream hook), `_dialling`
 (bans, dialling, bootstrap redial), `_discovery` (peer exchange, DHT), `_peers` (peer-exchange
 encoding), `_gossip` and `_pubsub` (GossipSub set up to lose nothing), `_requests` and
@@ -17,13 +17,14 @@ Why each library setting is what it is: those modules' docstrings and
 shared/notes/py-libp2p-0.8.1.md.
 """
 
-from p2paudit.node.net._adapter import LIBRARY_LOGGERS, Node, open_node
+from p2paudit.node.net._adapter import LIBRARY_LOGGERS, Node
 from p2paudit.node.net._addresses import check_announce
 from p2paudit.node.net._config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
 from p2paudit.node.net._containment import supervise
 from p2paudit.node.net._discovery import PEERS_PROTOCOL
 from p2paudit.node.net._framing import TokenBucket
 from p2paudit.node.net._gossip import IGNORE
+from p2paudit.node.net._open import open_node
 from p2paudit.node.net._requests import BadResponse, RequestFailed, RequestHandler, RequestTimedOut
 
 __all__ = [

@@ -1,81 +1,45 @@
-"""The libp2p adapter: the one place p2paudit.node meets py-libp2p 0.8.1.
+"""The Node: a running libp2p node in our terms, holding its parts (adapter-internal; node/net's face
+re-exports it).
 
-The rest of `p2paudit.node` speaks our terms through `open_node` and `Node`:
-peers are base58 peer-id strings, addresses are multiaddr strings, payloads are
-opaque bytes. Internals live in _host (Noise-only host, peer-id gating),
-_dialling (bans, dialling, bootstrap redial), _discovery (peer exchange, DHT),
-_gossip (GossipSub set up to lose nothing), _requests (framed
-request/response), _peers (peer-exchange encoding), _framing and
-_config. Why each library setting is what it is: those modules'
-docstrings and ../shared/notes/py-libp2p-0.8.1.md.
-
-Peers: bootstrap peers are kept with a permanent address and redialled by our
-own loop with exponential back-off (the library's bootstrap forgets a peer after
-3 failures; `connect()` stores addresses for 120 s). Every connected peer is
-asked for its peers (/p2paudit/peers/1.0.0), and Kademlia provider records
-find peers beyond both. A peer that misbehaves is `penalize`d: disconnected and
-refused in both directions until its ban ends.
+Peers are base58 peer-id strings, addresses multiaddr strings, payloads opaque bytes. The parts, each
+made with what it needs: `keeping` (_dialling: bans, dialling, bootstrap peers redialled by our own loop
+with exponential back-off: the library's bootstrap forgets a peer after 3 failures, `connect()` stores
+addresses for 120 s), `discovery` (_discovery: every connected peer asked for its peers, Kademlia
+provider records beyond), `gossip` (_gossip), `requests` (_requests) and `reach` (_reach). A peer that
+misbehaves is `penalize`d: disconnected and refused in both directions until its ban ends. Why each
+library setting is what it is: those modules' docstrings and shared/notes/py-libp2p-0.8.1.md.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 import trio
 from libp2p.identity_utils import create_identity_from_seed
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo
 
 from p2paudit.errors import InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
-from p2paudit.node.net._addresses import check_announce
-from p2paudit.node.net._config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
-from p2paudit.node.net._containment import background_contained_service, supervise
-from p2paudit.node.net._dialback import dialback_spec
+from p2paudit.node.net._config import NodeConfig, NodeEvent, Reachability
 from p2paudit.node.net._dialling import PeerKeeping
-from p2paudit.node.net._discovery import PEERS, PEERS_PROTOCOL, PeerDiscovery
-from p2paudit.node.net._gossip import IGNORE, Gossip, GossipHandler, GossipValidator, raise_library_queues
+from p2paudit.node.net._discovery import PeerDiscovery
+from p2paudit.node.net._gossip import Gossip, GossipHandler, GossipValidator
 from p2paudit.node.net._host import (
     Notifee,
     build_host,
     parse_listen_addr,
-    run_host,
 )
 from p2paudit.node.net._reach import Reach
 from p2paudit.node.net._requests import (
-    BadResponse,
     Handler,
     RequestFailed,
     RequestHandler,
     Requests,
-    RequestTimedOut,
 )
-from p2paudit.node.timing.backoff import BackoffPolicy
 from p2paudit.node.timing.bounded_map import BoundedMap
 from p2paudit.node.wire import ProtocolSpec
-
-__all__ = [
-    "IGNORE",
-    "LIBRARY_LOGGERS",
-    "BadResponse",
-    "Node",
-    "NodeConfig",
-    "NodeEvent",
-    "RequestFailed",
-    "RequestHandler",
-    "RequestTimedOut",
-    "check_announce",
-    "PEERS_PROTOCOL",
-    "PeerLink",
-    "ReachConfig",
-    "Reachability",
-    "RelayServiceLimits",
-    "open_node",
-    "supervise",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +51,10 @@ MAX_BANS = 4096
 LIBRARY_LOGGERS = ("libp2p", "multiaddr")
 
 
-class Node(PeerKeeping, PeerDiscovery):
-    """A running libp2p node in our terms. Made by `open_node`; not constructed directly."""
+class Node:
+    """A running libp2p node in our terms. Made by `open_node`; not constructed directly. It holds its parts:
+    `keeping` (bans, dialling, bootstrap peers), `discovery` (peer exchange, DHT), `gossip`, `requests`,
+    `reach`; what they share is handed to each when it is made."""
 
     def __init__(self, identity: Identity, config: NodeConfig, on_event: Callable[[NodeEvent], None] | None) -> None:
         self.config = config
@@ -97,33 +63,71 @@ class Node(PeerKeeping, PeerDiscovery):
         self.peer_id = peer_id_of(identity.public_key)
         if str(ID.from_pubkey(key_pair.public_key)) != self.peer_id:
             raise InternalError("libp2p peer id differs from p2paudit.identity.peer_id_of")
-        self._bans: BoundedMap[str, str] = BoundedMap(MAX_BANS)  # peer -> reason, over when the ban ends
-        self._redial = BackoffPolicy(config.redial_min, config.redial_max)  # bad values: InputError, here
-        self._connected: set[str] = set()
-        self._bootstrap: dict[str, PeerInfo] = {}
-        self._nursery: trio.Nursery | None = None
+        bans: BoundedMap[str, str] = BoundedMap(MAX_BANS)  # peer -> reason, over when the ban ends
+        self._nursery: trio.Nursery | None = None  # while open_node runs it
         self._listen = [parse_listen_addr(a) for a in config.listen]
-        self.reach = Reach(config.reach, self._emit)
+        self.reach = Reach(config.reach, self.report)
         self.host = build_host(
             key_pair,
             self._listen,
             config.dial_timeout,
-            lambda p: self.is_banned(str(p)),
+            lambda p: bans.alive(str(p), trio.current_time()),
             config.mdns,
             config.max_connections,
             config.reach.connections_per_peer,
         )
-        self.gossip = Gossip(self.host, config, self.peer_id, self._emit)
+        self.gossip = Gossip(self.host, config, self.peer_id, self.report)
+        self.keeping = PeerKeeping(self.host, config, self.peer_id, bans, self.gossip.pubsub, self.reach, self.report)
         self.requests = Requests(
-            self.host, config.max_request, config.max_requests_per_peer, self.is_banned, self._emit
+            self.host, config.max_request, config.max_requests_per_peer, self.keeping.is_banned, self.report
         )
         # Provider records only. The per-subnet cap would admit two loopback peers at most. A short-lived node
         # (config.dht_server False: `announce`) is a client: it serves no DHT requests, so no peer's routing
         # table takes it in (py-libp2p admits only peers whose identify lists the DHT protocol).
         mode = DHTMode.SERVER if config.dht_server else DHTMode.CLIENT
         self.dht = KadDHT(self.host, mode, enable_values=False, max_peers_per_subnet=0)
+        self.discovery = PeerDiscovery(self.host, config, self.dht, self.keeping, self.reach, self.ask)
         self.host.get_network().register_notifee(Notifee(self._on_connected, self._on_disconnected))
-        self.reach.attach(self.host, self.requests.request, lambda peer: peer in self._bootstrap)
+        self.reach.attach(self.host, self.requests.request, self.keeping.is_bootstrap)
+
+    # --- the parts' faces -----------------------------------------------------
+
+    def is_banned(self, peer: str) -> bool:
+        return self.keeping.is_banned(peer)
+
+    def bans(self) -> list[dict[str, object]]:
+        """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
+        return self.keeping.bans()
+
+    async def penalize(self, peer: str, reason: str, seconds: float | None = None) -> None:
+        """Disconnect `peer` and refuse it, both directions, for `seconds` (default config.ban_seconds)."""
+        await self.keeping.penalize(peer, reason, seconds)
+
+    async def connect(self, addr: str) -> str:
+        """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if that fails."""
+        return await self.keeping.connect(addr)
+
+    async def add_bootstrap(self, addr: str) -> None:
+        """Keep this peer for good: permanent address, redialled with back-off while we run."""
+        if self._nursery is None:
+            raise InternalError("add_bootstrap called on a node that is not running")
+        await self.keeping.add_bootstrap(addr, self._nursery)
+
+    def is_bootstrap(self, peer: str) -> bool:
+        """Whether `peer` is one of ours for good (--peer, config.json): redialled while we run."""
+        return self.keeping.is_bootstrap(peer)
+
+    async def exchange_peers(self, peer: str) -> int:
+        """Ask `peer` for its peers and dial the new ones; returns how many we connected to."""
+        return await self.discovery.exchange_peers(peer)
+
+    async def provide(self, key: bytes) -> bool:
+        """Announce in the DHT that we serve `key` (e.g. a run id); True if it was stored."""
+        return await self.discovery.provide(key)
+
+    async def find_providers(self, key: bytes, count: int = 20, timeout: float = 10.0) -> list[tuple[str, list[str]]]:
+        """(peer, addresses) of up to `count` providers of `key` other than us; addresses kept for a while."""
+        return await self.discovery.find_providers(key, count, timeout)
 
     # --- peers, events, bans ------------------------------------------------
 
@@ -142,7 +146,8 @@ class Node(PeerKeeping, PeerDiscovery):
     def connected_peers(self) -> list[str]:
         return sorted(str(p) for p in self.host.get_connected_peers())
 
-    def _emit(self, kind: str, peer: str, detail: str = "") -> None:
+    def report(self, kind: str, peer: str, detail: str = "") -> None:
+        """Tell the node's owner (on_event) what happened: a NodeEvent; a failing callback is only logged."""
         if self._on_event is None:
             return
         try:
@@ -155,26 +160,22 @@ class Node(PeerKeeping, PeerDiscovery):
         if self.is_banned(peer):
             # An upgrade that was already past the handshake when the ban began.
             if self._nursery is not None:
-                self._nursery.start_soon(self._disconnect_quietly, peer_id)
+                self._nursery.start_soon(self.keeping.disconnect_quietly, peer_id)
             return
-        if peer not in self._connected:
-            self._connected.add(peer)
-            self._emit("connected", peer)
+        if peer not in self.keeping.connected:
+            self.keeping.connected.add(peer)
+            self.report("connected", peer)
             if self._nursery is not None:
-                self._nursery.start_soon(self._add_dht_peer, peer_id)
-
-    def is_bootstrap(self, peer: str) -> bool:
-        """Whether `peer` is one of ours for good (--peer, config.json): redialled while we run."""
-        return peer in self._bootstrap
+                self._nursery.start_soon(self.discovery.add_dht_peer, peer_id)
 
     def _on_disconnected(self, peer_id: ID) -> None:
         peer = str(peer_id)
-        if peer in self._connected and not self.host.get_network().get_connections(peer_id):
-            self._connected.discard(peer)
+        if peer in self.keeping.connected and not self.host.get_network().get_connections(peer_id):
+            self.keeping.connected.discard(peer)
             self.requests.forget_peer(peer)
-            if peer not in self._bootstrap:
+            if not self.keeping.is_bootstrap(peer):
                 self._forget_departed(peer_id)
-            self._emit("disconnected", peer)
+            self.report("disconnected", peer)
 
     def _forget_departed(self, peer_id: ID) -> None:
         """A peer that left and is not ours for good (not a bootstrap peer: the `announce` command's node, a
@@ -195,7 +196,7 @@ class Node(PeerKeeping, PeerDiscovery):
         last_clear = trio.current_time()
         while True:
             await trio.sleep(0.25)
-            self._lift_expired_bans()
+            self.keeping.lift_expired_bans()
             if trio.current_time() - last_clear >= self.config.deliveries_clear_interval:
                 self.gossip.clear_deliveries()
                 last_clear = trio.current_time()
@@ -288,52 +289,3 @@ class Node(PeerKeeping, PeerDiscovery):
         except RequestFailed as error:
             await self.reach.drop_dead_relayed(peer, error)
             raise
-
-
-@asynccontextmanager
-async def open_node(
-    identity: Identity,
-    config: NodeConfig | None = None,
-    on_event: Callable[[NodeEvent], None] | None = None,
-) -> AsyncIterator[Node]:
-    """Start a node (listen, gossip, DHT, peer exchange, bootstrap redial); stop all of it on exit.
-
-    on_event(NodeEvent) is called on the trio thread for connected, disconnected,
-    banned, unbanned, refused, rejected, validator_errors, rate_limited, and for
-    what containment caught: malformed (the peer's bytes did not decode) and
-    contained (a network failure or a bug, logged; never the peer's fault).
-    """
-    config = NodeConfig() if config is None else config
-    raise_library_queues(config.queue_size)
-    node = Node(identity, config, on_event)
-    node.serve(PEERS, node._serve_peers)
-    node.serve(dialback_spec(config.reach.dialback_timeout), node.reach.dialback.serve)
-    async with run_host(node.host, node._listen, node._emit):
-        async with (
-            background_contained_service(node.gossip.pubsub, node._emit),
-            background_contained_service(node.gossip.router, node._emit),
-            background_contained_service(node.dht, node._emit),
-            node.reach.services(node._emit),
-        ):
-            await node.gossip.pubsub.wait_until_ready()
-            try:
-                async with trio.open_nursery() as nursery:
-                    node._nursery = nursery
-                    loops = [node._maintain, node._exchange_loop, node.gossip.keep_subscriptions_known]
-                    for loop in loops + node.reach.loops():
-                        nursery.start_soon(supervise, loop, node._emit)
-                    for addr in config.bootstrap:
-                        await node.add_bootstrap(addr)
-                    try:
-                        yield node
-                    finally:
-                        node._nursery = None
-                        nursery.cancel_scope.cancel()
-            finally:
-                # Close every connection and listener while pubsub still runs: otherwise an
-                # inbound gossip RPC arriving during teardown spawns into pubsub's closed
-                # nursery ("Nursery is closed to new arrivals") and the whole node raises.
-                # In a finally: a node left by cancellation or an error closes its sockets too
-                # (its peers saw it connected, and kept its relay reservations, until then).
-                with trio.move_on_after(5, shield=True):
-                    await node.host.get_network().close()

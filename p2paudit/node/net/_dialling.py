@@ -1,4 +1,4 @@
-"""Bans and dialling, the peer-keeping half of `Node` (adapter-internal).
+"""Bans and dialling: the peer-keeping part a `Node` holds (adapter-internal).
 
 A peer that misbehaves is `penalize`d: disconnected, its addresses dropped, its
 gossip refused, and refused both ways until its ban ends (`_lift_expired_bans`,
@@ -16,22 +16,44 @@ import logging
 import time
 
 import trio
+from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
 
-from p2paudit.errors import InternalError, NetworkError
-from p2paudit.node.net._containment import supervise
+from p2paudit.errors import NetworkError
+from p2paudit.node.net._config import NodeConfig
+from p2paudit.node.net._containment import FaultReport, supervise
 from p2paudit.node.net._host import NETWORK_ERRORS, parse_peer_addr, parse_peer_id
+from p2paudit.node.net._pubsub import GuardedPubsub
+from p2paudit.node.net._reach import Reach
 from p2paudit.node.net._requests import RequestFailed, RequestTimedOut
-from p2paudit.node.timing.backoff import Backoff
+from p2paudit.node.timing.backoff import Backoff, BackoffPolicy
+from p2paudit.node.timing.bounded_map import BoundedMap
 
 logger = logging.getLogger(__name__)
 
 
 class PeerKeeping:
-    """Mixed into Node: uses its host, config, gossip, reach, bootstrap table, nursery, connected set and `_emit`;
-    redials on `_redial` (the back-off policy); keeps `_bans` (peer -> reason, each over when its ban ends: made in Node.__init__). Times are trio's clock."""
+    """The peers a Node keeps and refuses: its bans (peer -> reason, each over when its ban ends), the peers
+    connected now, the bootstrap peers redialled for good (on `redial`, a back-off policy), and dialling.
+    Times are trio's clock."""
+
+    def __init__(
+        self,
+        host: IHost,
+        config: NodeConfig,
+        peer_id: str,
+        bans: BoundedMap[str, str],
+        pubsub: GuardedPubsub,
+        reach: Reach,
+        emit: FaultReport,
+    ) -> None:
+        self.host, self.config, self.peer_id, self.reach = host, config, peer_id, reach
+        self._bans, self._pubsub, self._emit = bans, pubsub, emit
+        self.redial = BackoffPolicy(config.redial_min, config.redial_max)  # bad values: InputError, here
+        self.connected: set[str] = set()
+        self.bootstrap: dict[str, PeerInfo] = {}
 
     # --- bans -------------------------------------------------------------------
 
@@ -44,7 +66,7 @@ class PeerKeeping:
         current = sorted((self._bans.until(peer) or now, peer, reason) for peer, reason in self._bans.items(now))
         return [{"peer": p, "reason": reason, "until": wall + u - now} for u, p, reason in current]
 
-    async def _disconnect_quietly(self, peer_id: ID) -> None:
+    async def disconnect_quietly(self, peer_id: ID) -> None:
         try:
             await self.host.disconnect(peer_id)
         except NETWORK_ERRORS as error:
@@ -59,33 +81,33 @@ class PeerKeeping:
         for dropped, _ in self._bans.put(peer, reason[:200], now, until=now + duration):
             self._lift_ban(dropped)
         logger.warning("banning %s for %.0f s: %s", peer, duration, reason[:200])
-        self.gossip.pubsub.add_to_blacklist(peer_id)
+        self._pubsub.add_to_blacklist(peer_id)
         # Without addresses nothing (our loops, the swarm's auto-connector) dials it.
         self.host.get_peerstore().clear_addrs(peer_id)
         self._emit("banned", peer, reason)
-        await self._disconnect_quietly(peer_id)
+        await self.disconnect_quietly(peer_id)
 
-    def _lift_expired_bans(self) -> None:
+    def lift_expired_bans(self) -> None:
         for peer, _ in self._bans.expire(trio.current_time()):
             self._lift_ban(peer)
 
     def _lift_ban(self, peer: str) -> None:
         peer_id = parse_peer_id(peer)
-        self.gossip.pubsub.remove_from_blacklist(peer_id)
-        info = self._bootstrap.get(peer)
+        self._pubsub.remove_from_blacklist(peer_id)
+        info = self.bootstrap.get(peer)
         if info is not None:
             self.host.get_peerstore().add_addrs(peer_id, info.addrs, PERMANENT_ADDR_TTL)
-        self._emit("unbanned", peer)
+        self._emit("unbanned", peer, "")
 
     # --- dialling -------------------------------------------------------------
 
     async def connect(self, addr: str) -> str:
         """Dial a peer at a /p2p/ multiaddr; returns its peer id. RequestFailed if that fails."""
         info = parse_peer_addr(addr)
-        await self._dial(info)
+        await self.dial(info)
         return str(info.peer_id)
 
-    async def _dial(self, info: PeerInfo, ttl: int = PERMANENT_ADDR_TTL) -> None:
+    async def dial(self, info: PeerInfo, ttl: int = PERMANENT_ADDR_TTL) -> None:
         peer = str(info.peer_id)
         if self.is_banned(peer):
             raise RequestFailed(f"peer {peer} is banned")
@@ -119,28 +141,30 @@ class PeerKeeping:
         except NETWORK_ERRORS as error:
             raise RequestFailed(f"dial {peer} failed: {str(error).splitlines()[0][:200]}") from None
 
-    async def add_bootstrap(self, addr: str) -> None:
-        """Keep this peer for good: permanent address, redialled with back-off while we run."""
+    def is_bootstrap(self, peer: str) -> bool:
+        """Whether `peer` is one of ours for good (--peer, config.json): redialled while we run."""
+        return peer in self.bootstrap
+
+    async def add_bootstrap(self, addr: str, nursery: trio.Nursery) -> None:
+        """Keep this peer for good: permanent address, redialled with back-off in `nursery` (the node's)."""
         info = parse_peer_addr(addr)
         peer = str(info.peer_id)
-        if peer == self.peer_id or peer in self._bootstrap:
+        if peer == self.peer_id or peer in self.bootstrap:
             return
-        if self._nursery is None:
-            raise InternalError("add_bootstrap called on a node that is not running")
-        self._bootstrap[peer] = info
+        self.bootstrap[peer] = info
         self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, PERMANENT_ADDR_TTL)
-        self._nursery.start_soon(supervise, functools.partial(self._keep_bootstrap, info), self._emit)
+        nursery.start_soon(supervise, functools.partial(self._keep_bootstrap, info), self._emit)
 
     async def _keep_bootstrap(self, info: PeerInfo) -> None:
-        backoff = Backoff(self._redial)
+        backoff = Backoff(self.redial)
         peer = str(info.peer_id)
         while True:
-            if peer in self._connected or self.is_banned(peer):
+            if peer in self.connected or self.is_banned(peer):
                 backoff.succeeded()
                 await trio.sleep(self.config.redial_min)
                 continue
             try:
-                await self._dial(info)
+                await self.dial(info)
                 backoff.succeeded()
             except NetworkError as error:
                 delay = backoff.failed(trio.current_time())

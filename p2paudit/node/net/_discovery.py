@@ -1,4 +1,4 @@
-"""Peer exchange and Kademlia provider records, the discovery half of `Node` (adapter-internal).
+"""Peer exchange and Kademlia provider records: the discovery part a `Node` holds (adapter-internal).
 
 Every connected peer is asked for its peers (/p2paudit/peers/1.0.0) and the new
 ones are dialled, often while that finds peers, then less often; the answer
@@ -10,16 +10,22 @@ Kademlia provider records (`provide`, `find_providers`) find peers beyond both.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import multiaddr
 import trio
+from libp2p.abc import IHost
+from libp2p.kad_dht.kad_dht import KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
 
 from p2paudit.errors import InputError, NetworkError
+from p2paudit.node.net._config import NodeConfig
+from p2paudit.node.net._dialling import PeerKeeping
 from p2paudit.node.net._host import NETWORK_ERRORS, dht_key, parse_peer_id
 from p2paudit.node.net._peers import decode_peer_list, encode_peer_list, encode_peer_refusal
+from p2paudit.node.net._reach import Reach
 from p2paudit.node.net._requests import RequestTimedOut
 from p2paudit.node.timing.backoff import Backoff, BackoffPolicy
 from p2paudit.node.wire import ProtocolSpec
@@ -35,13 +41,25 @@ PEERS = ProtocolSpec(
 
 
 class PeerDiscovery:
-    """Mixed into Node: uses its host, config, dht, connected set, bans, `_dial`, `request` and `penalize`."""
+    """The discovery part a Node holds: serves and asks for peer lists, and keeps provider records in the
+    DHT. `ask` is the node's (Node.ask); dialling, bans and the connected set are `keeping`'s."""
 
-    async def _serve_peers(self, peer: str, request: bytes) -> bytes:
+    def __init__(
+        self,
+        host: IHost,
+        config: NodeConfig,
+        dht: KadDHT,
+        keeping: PeerKeeping,
+        reach: Reach,
+        ask: Callable[[str, ProtocolSpec, bytes], Awaitable[bytes]],
+    ) -> None:
+        self.host, self.config, self.dht, self.keeping, self.reach, self._ask = host, config, dht, keeping, reach, ask
+
+    async def serve_peers(self, peer: str, request: bytes) -> bytes:
         entries = []
         store = self.host.get_peerstore()
-        for other in self.connected_peers():
-            if other == peer or self.is_banned(other):
+        for other in sorted(str(p) for p in self.host.get_connected_peers()):
+            if other == peer or self.keeping.is_banned(other):
                 continue
             try:
                 known = [str(a) for a in store.addrs(parse_peer_id(other))]
@@ -56,23 +74,23 @@ class PeerDiscovery:
 
     async def exchange_peers(self, peer: str) -> int:
         """Ask `peer` for its peers and dial the new ones; returns how many we connected to."""
-        answer = await self.ask(peer, PEERS, b"")
+        answer = await self._ask(peer, PEERS, b"")
         entries = decode_peer_list(answer, self.config.max_peer_list, self.config.max_addrs_per_peer)
         dialled = 0
         for other, addrs in entries:
-            if other == self.peer_id or other in self._connected or self.is_banned(other):
+            if other == self.keeping.peer_id or other in self.keeping.connected or self.keeping.is_banned(other):
                 continue
-            if len(self._connected) >= self.config.max_peers:
+            if len(self.keeping.connected) >= self.config.max_peers:
                 break
             info = PeerInfo(parse_peer_id(other), [multiaddr.Multiaddr(a) for a in addrs])
             try:
-                await self._dial(info, ttl=self.config.exchanged_addr_ttl)
+                await self.keeping.dial(info, ttl=self.config.exchanged_addr_ttl)
                 dialled += 1
             except (NetworkError, InputError) as error:  # unreachable, banned, or ourselves: a hint, not a lie
                 logger.info("peer %s from %s: %s", other, peer, error)
         return dialled
 
-    async def _exchange_loop(self) -> None:
+    async def exchange_loop(self) -> None:
         # Ask often while it finds peers, then back off (each ask costs every peer a request). An interval
         # above the maximum stays as it is (a node that hardly asks, as in tests).
         base = self.config.peer_exchange_interval
@@ -80,21 +98,21 @@ class PeerDiscovery:
         while True:
             await trio.sleep(backoff.next_delay)
             found = 0
-            for peer in list(self._connected):
-                if len(self._connected) >= self.config.max_peers:
+            for peer in list(self.keeping.connected):
+                if len(self.keeping.connected) >= self.config.max_peers:
                     break
                 try:
                     found += await self.exchange_peers(peer)
                 except NetworkError as error:  # unreachable, too slow or declined: ask again later
                     logger.info("peer exchange with %s: %s", peer, error)
                 except InputError as error:  # its answer was bad data
-                    await self.penalize(peer, f"bad peer-exchange answer: {error}")
+                    await self.keeping.penalize(peer, f"bad peer-exchange answer: {error}")
             if found:
                 backoff.succeeded()
             else:
                 backoff.failed(trio.current_time())
 
-    async def _add_dht_peer(self, peer_id: ID) -> None:
+    async def add_dht_peer(self, peer_id: ID) -> None:
         # Identify must finish first: the routing table admits only peers that speak the DHT protocol.
         await trio.sleep(0.5)
         try:
@@ -113,7 +131,7 @@ class PeerDiscovery:
             out: dict[str, list[str]] = {}
             for info in infos:  # the same provider comes back once per peer that stored it
                 peer = str(info.peer_id)
-                if peer != self.peer_id and info.addrs and peer not in out:
+                if peer != self.keeping.peer_id and info.addrs and peer not in out:
                     self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, self.config.exchanged_addr_ttl)
                     out[peer] = [str(a) for a in info.addrs]
             return list(out.items())
