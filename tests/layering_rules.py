@@ -94,6 +94,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "p2paudit.node.protocols": {
         "p2paudit.node.wire": "each protocol's requests and answers are wire messages with wire's limits",
+        "p2paudit.node.net": "each protocol's asking end sends its request through net's face (Node.ask)",
         "ledger": "the design: history sync and witnessing are over the ledger (proofs, checkpoints, cosignatures)",
         "p2paudit.attest": "sync and reconcile read and append the attestation store",
         "p2paudit.identity": "announcements and cosignatures are signed with the node key",

@@ -131,7 +131,7 @@ PLANTED = {
     # A protocol reaching behind net's face, and importing libp2p itself; the face itself is allowed.
     "p2paudit/node/protocols/__init__.py": "",
     "p2paudit/node/protocols/sync.py": (
-        "from p2paudit.node.net._host import Host\nimport libp2p.abc\nfrom p2paudit.node.wire import Message\n"
+        "from p2paudit.node.net._host import Host\nimport libp2p.abc\nfrom p2paudit.node.net import Node\n"
     ),
     # The assignment imports no network.
     "p2paudit/node/assign/__init__.py": "from p2paudit.node import net\n",
@@ -183,7 +183,7 @@ def test_planted_violations_are_each_found(tmp_path):
         "(_host is private to p2paudit.node.net: import p2paudit.node.net (its face))" in forbidden
     )
     assert "p2paudit.node.protocols.sync:2 imports libp2p.abc: libp2p is confined to p2paudit.node.net.*" in third
-    assert "p2paudit.node.protocols.sync:3" not in forbidden  # the wire
+    assert "p2paudit.node.protocols.sync:3" not in forbidden  # net's face
     assert (
         "p2paudit.node.assign:1 imports p2paudit.node.net (p2paudit.node.assign -> p2paudit.node.net is no edge)"
         in (forbidden)

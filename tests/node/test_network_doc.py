@@ -137,9 +137,7 @@ def _served_handlers() -> dict[str, Handler]:
         return b""
 
     placeholders = types.SimpleNamespace(
-        serve_sync=answer,
-        serve_witness=answer,
-        serve_reconcile=answer,
+        peers=types.SimpleNamespace(serve_sync=answer, serve_witness=answer, serve_reconcile=answer),
         serve_settled=answer,
         follower=types.SimpleNamespace(serve=answer),
     )

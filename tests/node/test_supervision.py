@@ -268,7 +268,11 @@ def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
         runs=(LocalSource(open_run(run_dir)),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json"
     )
     no_store = SimpleNamespace(call=None)  # nothing here reaches the store
-    daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=no_store, ledgered=None, emit=lambda event: None)
+    # The node a daemon is made with, running: the peers named in the events are neither kept nor connected.
+    node = SimpleNamespace(is_bootstrap=lambda peer: False, is_banned=lambda peer: False, report=lambda *args: None)
+    daemon = Daemon(
+        identity_from_seed(b"\x6c" * 32), config, db=no_store, ledgered=None, emit=lambda event: None, node=node
+    )
     for kind in ("validator_errors", "contained", "rate_limited", "refused", "rejected", "malformed"):
         daemon.on_node_event(NodeEvent(kind, f"peer-{kind}", "detail"))
     queued = []

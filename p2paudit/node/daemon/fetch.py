@@ -19,7 +19,10 @@ fetch in progress never delays SIGINT, SIGTERM or --duration.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -27,18 +30,57 @@ import trio
 from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
 from p2paudit.node.assign import auditor
-from p2paudit.node.daemon import jobs as daemon_jobs
+from p2paudit.node.daemon.config import DaemonConfig
 from p2paudit.node.daemon.sources import Prefetched, RemoteSource, RunSource, replay_view
-from p2paudit.node.timing.backoff import Backoff
+from p2paudit.node.daemon.state import Reporter
+from p2paudit.node.net import supervise
+from p2paudit.node.timing.backoff import Backoff, BackoffPolicy, Backoffs
+from p2paudit.run.cache import BlobCache
 
 logger = logging.getLogger(__name__)
 
 IDLE_POLL = 0.5
+MAX_STEP_RETRIES = 4096  # steps (and remote runs) backed off from, remembered at most; the oldest are tried again
+FaultReport = Callable[[str, str, str], None]  # the node's report (Node.report): what supervision caught
 
 
 class FetchAhead:
-    """The Daemon's remote-run work, a base of node.daemon.Daemon: it uses the daemon's config, store, sources,
-    back-off and reports (attributes Daemon.__init__ sets)."""
+    """The daemon's remote-run part. Made with the daemon's config, the store's owner, the cache, the runs
+    audited (the daemon's list), the report lines, the back-offs of steps (shared with the audit loop) and
+    their policy, the daemon's `add_source` (audit a run opened here), the audit part's `pick_step` (a run's
+    next step, or None), the follower's `known_runs` (not adopted again), the node's report (for supervision)
+    and `ready`, where prefetched steps wait for the audit part (shared)."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        cache: BlobCache | None,
+        sources: list[RunSource],
+        report: Reporter,
+        step_retry: Backoffs[tuple[bytes, int]],
+        step_policy: BackoffPolicy,
+        pick_step: Callable[[RunSource], Awaitable[int | None]],
+        add_source: Callable[[RunSource], Awaitable[None]],
+        known_runs: set[bytes],
+        fault_report: FaultReport,
+        ready: dict[bytes, tuple[RunSource, Prefetched]],
+    ) -> None:
+        self.config, self.cache, self.sources, self.report = config, cache, sources, report
+        self.step_retry, self.step_policy = step_retry, step_policy
+        self.pick_step, self.add_source, self.known_runs, self.fault_report = (
+            pick_step,
+            add_source,
+            known_runs,
+            fault_report,
+        )
+        # URLs being opened (-> what is happening), runs opened here, runs backing off (run id), runs with a
+        # fetch in a worker thread, prefetched steps; remote runs whose prefetch loop is still to start.
+        self.opening: dict[str, str] = {url: "waiting" for url in config.urls}
+        self.opened: list[RemoteSource] = []
+        self.run_retry: Backoffs[bytes] = Backoffs(step_policy, MAX_STEP_RETRIES)
+        self.in_flight: set[bytes] = set()
+        self.ready = ready  # the audit part takes them (shared: made by the Daemon)
+        self._to_start, self._starts = trio.open_memory_channel[RemoteSource](math.inf)
 
     # -- opening ------------------------------------------------------------------------------------------------
 
@@ -59,18 +101,16 @@ class FetchAhead:
                 break
             delay = backoff.failed(trio.current_time())
             self.opening[url] = f"failed, retry in {delay:.0f}s"
-            self._report("refused", f"run at {url}: {why}; retry in {delay:.0f}s")
+            self.report("refused", f"run at {url}: {why}; retry in {delay:.0f}s")
             await trio.sleep(delay)
         del self.opening[url]
         self.opened.append(source)
         if any(s.manifest.run_id == source.manifest.run_id for s in self.sources):
-            self._report("refused", f"run at {url} is {source.manifest.run_id.hex()[:12]}.., already audited")
+            self.report("refused", f"run at {url} is {source.manifest.run_id.hex()[:12]}.., already audited")
             return
-        self.follower.known_runs.add(source.manifest.run_id)
+        self.known_runs.add(source.manifest.run_id)
         await self.add_source(source)
-        self._report(
-            "opened", f"run {source.manifest.run_id.hex()[:12]}.. at {url} ({source.manifest.num_steps} steps)"
-        )
+        self.report("opened", f"run {source.manifest.run_id.hex()[:12]}.. at {url} ({source.manifest.num_steps} steps)")
 
     def _open_url(self, url: str) -> RemoteSource:
         """Blocking: the run at `url` as a source, its signature (and pinned publisher) and manifest checked."""
@@ -83,6 +123,17 @@ class FetchAhead:
         except OSError as exc:  # the manifest's spool file in a full or unwritable cache directory
             raise InputError(f"cache for {url}: {exc.strerror or exc}") from None
 
+    def start_prefetch(self, source: RunSource) -> None:
+        """A remote run gets its own loop fetching its next step ahead (started by `prefetch_loops`)."""
+        if isinstance(source, RemoteSource):
+            self._to_start.send_nowait(source)
+
+    async def prefetch_loops(self) -> None:
+        """Run one supervised `prefetch_loop` per remote run, each started as its run is added."""
+        async with trio.open_nursery() as nursery:
+            async for source in self._starts:
+                nursery.start_soon(supervise, functools.partial(self.prefetch_loop, source), self.fault_report)
+
     # -- fetching ahead -----------------------------------------------------------------------------------------
 
     async def prefetch_loop(self, source: RemoteSource) -> None:
@@ -93,7 +144,7 @@ class FetchAhead:
             if run_id in self.ready or wait > 0:
                 await trio.sleep(min(IDLE_POLL, max(0.01, wait)))
                 continue
-            step = await self._pick_step(source)
+            step = await self.pick_step(source)
             if step is None:
                 await trio.sleep(IDLE_POLL)
                 continue
@@ -108,37 +159,13 @@ class FetchAhead:
             self.run_retry.succeeded(run_id)
             self.ready[run_id] = (source, got)
 
-    async def _pick_step(self, source: RunSource) -> int | None:
-        """The next step of `source` alone, avoiding steps backed off from and the one being replayed."""
-        run_id = source.manifest.run_id
-        avoid = {step for rid, step in self.step_retry.waiting(trio.current_time()) if rid == run_id}
-        if self.busy_step is not None and self.busy_step[0] == run_id:
-            avoid.add(self.busy_step[1])
-        picked = await self.db.call(
-            daemon_jobs.pick,
-            self.identity,
-            (source,),
-            self._peer_keys(),
-            self.config.policy,
-            self._may_spill(),
-            {run_id: frozenset(avoid)},
-        )
-        return None if picked is None else picked[1]
-
     def _fetch_failed(self, run_id: bytes, step: int, label: str, exc: InputError) -> None:
         """One line; the step backs off as a step does (its own wait, never longer than the run's: both start
         now), and the whole run doubling while its fetches keep failing (a success resets it)."""
         now = trio.current_time()
         delay = self.run_retry.failed(run_id, now)
         self.step_retry.failed((run_id, step), now)  # its own wait is never longer than the run's
-        self._report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
-
-    def take_ready(self) -> tuple[RunSource, Prefetched] | None:
-        """The prefetched step that has waited longest, taken out of `ready`."""
-        if not self.ready:
-            return None
-        run_id = next(iter(self.ready))
-        return self.ready.pop(run_id)
+        self.report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
 
     def remote_status(self) -> list[dict[str, Any]]:
         """The status file's "remote": each remote run (what it fetches now, bytes received, files the cache

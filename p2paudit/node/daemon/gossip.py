@@ -1,4 +1,4 @@
-"""The daemon's gossip (mixed into daemon.Daemon): batches in, its own attestations and evidence out.
+"""The daemon's gossip, a part the Daemon holds: batches in, its own attestations and evidence out.
 
 - in: a batch the adapter's stateless validator accepted (`stateless_validator`, run in a worker thread) is
   stored with append_many on the store's thread; the new conflicts it creates are announced;
@@ -20,6 +20,10 @@ from p2paudit.attest.record import decode_signed
 from p2paudit.errors import InputError
 from p2paudit.node import wire
 from p2paudit.node.daemon import jobs as daemon_jobs
+from p2paudit.node.daemon.state import Progress, Reporter
+from p2paudit.node.daemon.store_owner import StoreOwner
+from p2paudit.node.net import Node
+from p2paudit.node.timing.bounded_map import BoundedMap
 from p2paudit.node.wire.validate import check_evidence, check_gossip
 
 logger = logging.getLogger(__name__)
@@ -29,8 +33,16 @@ FLUSH_INTERVAL = 1.0
 
 
 class GossipWork:
-    """Mixed into Daemon: uses its node, db, outbox, announced_views, announced_conflicts, received, `_report` and
-    `_changed`."""
+    """The daemon's gossip part: made with the running node, the store's owner, the report lines and the
+    progress it moves; it keeps the outbox and what it has announced."""
+
+    def __init__(self, node: Node, db: StoreOwner, report: Reporter, progress: Progress) -> None:
+        self.node, self.db, self.report, self.progress = node, db, report, progress
+        # Own attestations wait here up to FLUSH_INTERVAL, so that one gossip message carries many of them:
+        # a message costs ~3 ms per copy per node whatever it holds (docs/benchmarks.md, Network).
+        self.outbox: dict[bytes, list[bytes]] = {}
+        self.announced_views: set[tuple[str, str, int]] = set()  # split views (vkey, origin, size) gossiped
+        self.announced_conflicts: BoundedMap[tuple[str, bytes, int, bytes], None] = BoundedMap(MAX_ANNOUNCED_CONFLICTS)
 
     # -- gossip in ------------------------------------------------------------------------------------------
 
@@ -40,14 +52,13 @@ class GossipWork:
             envelopes = wire.decode_batch(data).envelopes
             fresh, new_conflicts = await self.db.call(daemon_jobs.append, list(envelopes))
         except InputError as exc:  # an unknown step or run: state-dependent, judged here
-            self._report("refused", f"batch from {peer[:16]}..: {exc}")
+            self.report("refused", f"batch from {peer[:16]}..: {exc}")
             return
         if fresh:
-            self.received += fresh
-            self._changed()
-            self._report("received", f"{fresh} attestation(s) from {peer[:16]}..")
+            self.progress.got(fresh)
+            self.report("received", f"{fresh} attestation(s) from {peer[:16]}..")
         for signed, kind in new_conflicts:
-            await self._announce(signed, kind)
+            await self.announce(signed, kind)
 
     async def on_evidence(self, peer: str, data: bytes) -> None:
         """Evidence checked from its bytes (the validator did); store the attestations it carries."""
@@ -57,13 +68,13 @@ class GossipWork:
             if view is not None:
                 self.announced_views.add(view)
         except InputError as exc:
-            self._report("refused", f"evidence from {peer[:16]}..: {exc}")
+            self.report("refused", f"evidence from {peer[:16]}..: {exc}")
             return
-        self._report("evidence", f"{kind} from {peer[:16]}..")
+        self.report("evidence", f"{kind} from {peer[:16]}..")
 
     # -- conflicts out --------------------------------------------------------------------------------------
 
-    async def _announce(self, signed: bytes, kind: str) -> None:
+    async def announce(self, signed: bytes, kind: str) -> None:
         """Publish the two signed attestations that prove a new dispute or equivocation: once per disputed step,
         once per equivocating key and step (a flood of attestations joining one dispute proves nothing new and
         must not make us gossip evidence at the flooder's rate)."""
@@ -76,29 +87,31 @@ class GossipWork:
         if found is None:
             return
         step, run_id, message = found
-        self._report("conflict", f"{kind} at step {step} of run {run_id.hex()[:12]}..")
-        if self.node is not None:
-            await self.node.publish(wire.EVIDENCE_TOPIC, message)
+        self.report("conflict", f"{kind} at step {step} of run {run_id.hex()[:12]}..")
+        await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
-    async def _announce_split_views(self) -> None:
+    async def announce_split_views(self) -> None:
         """Gossip each split view this ledger holds and has not announced yet."""
         for key, message in await self.db.call(daemon_jobs.split_views):
             if key in self.announced_views:
                 continue
             self.announced_views.add(key)
-            self._report("conflict", f"split view of {key[1]} at size {key[2]}")
-            if self.node is not None:
-                await self.node.publish(wire.EVIDENCE_TOPIC, message)
+            self.report("conflict", f"split view of {key[1]} at size {key[2]}")
+            await self.node.publish(wire.EVIDENCE_TOPIC, message)
 
     # -- gossip out ----------------------------------------------------------------------------------------
+
+    def queue(self, run_id: bytes, signed: list[bytes]) -> int:
+        """Queue our own new attestations of `run_id` for the next flush; how many wait now, in all."""
+        self.outbox.setdefault(run_id, []).extend(signed)
+        return sum(len(items) for items in self.outbox.values())
 
     async def flush_outbox(self) -> None:
         """Publish the waiting attestations of each run in as few batches as the limits allow."""
         pending, self.outbox = self.outbox, {}
         for run_id, signed in pending.items():
             for message in wire.batches(run_id, signed):
-                if self.node is not None:
-                    await self.node.publish(wire.run_topic(run_id), message)
+                await self.node.publish(wire.run_topic(run_id), message)
 
     async def flush_loop(self) -> None:
         while True:

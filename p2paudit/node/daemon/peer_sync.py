@@ -1,14 +1,13 @@
-"""The daemon's work with its peers: sync, witnessing and discovery (mixed into daemon.Daemon).
+"""The daemon's work with its peers: sync and witnessing (a part the Daemon holds; discovery is daemon.discover).
 
 - sync: every few seconds, with each connected peer, reconcile each run's
-  attestations (node.reconcile: each one we lack fetched once) and, after a
+  attestations (protocols.reconcile: each one we lack fetched once) and, after a
   sync that brought something or once a minute, take its signed checkpoint
   (split views); a peer that does not serve reconciliation is synced by proved
   pages of its log (sync.SyncSession). How the last sync with each peer went
   is kept for the status file (`sync_states`).
 - witness: after the ledger grows, ask each connected peer to cosign the new
-  checkpoint (C2SP tlog-witness), keeping cosignatures and refusals;
-- discover: provide each run id in the DHT and dial the other providers.
+  checkpoint (C2SP tlog-witness), keeping cosignatures and refusals.
 A peer that cannot be reached, is too slow or declines is backed off from
 (RETRY_MIN doubling to RETRY_MAX); one that sends bad data is banned.
 """
@@ -23,13 +22,17 @@ import trio
 
 from ledger.cosignature import CosignatureVerifier
 from p2paudit.errors import InputError, NetworkError
+from p2paudit.identity import Identity
 from p2paudit.node import wire
 from p2paudit.node.daemon import jobs as daemon_jobs
-from p2paudit.node.net import RequestFailed
+from p2paudit.node.daemon.gossip import GossipWork
+from p2paudit.node.daemon.sources import RunSource
+from p2paudit.node.daemon.state import Progress, Reporter
+from p2paudit.node.daemon.store_owner import StoreOwner
+from p2paudit.node.net import Node, RequestFailed
 from p2paudit.node.protocols import reconcile, sync, witness
-from p2paudit.node.protocols.reconcile import RECONCILE
-from p2paudit.node.timing.backoff import BackoffPolicy
-from p2paudit.node.wire import PeerRefused, WireError
+from p2paudit.node.timing.backoff import BackoffPolicy, Backoffs
+from p2paudit.node.timing.bounded_map import BoundedMap
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,6 @@ SYNC_INTERVAL = 3.0
 # with the stream's own ~750 bytes, the answer was 60 % of a quiet sync's bytes every 3 s with every peer.
 CHECKPOINT_INTERVAL = 60.0
 WITNESS_INTERVAL = 3.0
-DISCOVERY_INTERVAL = 10.0
 MAX_SYNC_HISTORY = 256  # peers whose last sync (time, error) is remembered for the status file; the oldest go
 # A peer that could not be reached, was too slow or declined is asked again after this, doubling to the maximum.
 RETRY_MIN = 3.0
@@ -49,39 +51,66 @@ MAX_PEER_RETRIES = 4096  # (what, peer) back-offs remembered at most; the oldest
 
 
 class PeerSync:
-    """Mixed into Daemon: uses its node, db, ledgered, identity, sources, _retry, sync_history, checkpoint_asked,
-    witnessed, synced_since_change, received, sync_bytes, `_report`, `_changed`, `_announce` and
-    `_announce_split_views`."""
+    """The daemon's work with its peers (module docstring), a part the Daemon holds. Made with the running
+    node, the store's owner and what lives beside it (`ledgered`), the node key, the runs audited (the
+    daemon's list: it grows as followed labs announce runs), the report lines, the progress it moves and the
+    gossip part (conflicts and split views found by a sync are announced there)."""
+
+    def __init__(
+        self,
+        node: Node,
+        db: StoreOwner,
+        ledgered: daemon_jobs.Ledgered,
+        identity: Identity,
+        sources: list[RunSource],
+        report: Reporter,
+        progress: Progress,
+        gossip: GossipWork,
+    ) -> None:
+        self.node, self.db, self.ledgered, self.identity = node, db, ledgered, identity
+        self.sources, self.report, self.progress, self.gossip = sources, report, progress, gossip
+        self.retry: Backoffs[tuple[str, str]] = Backoffs(PEER_RETRY, MAX_PEER_RETRIES)  # (what, peer)
+        self.witnessed: dict[str, int] = {}  # peer -> ledger size it last cosigned
+        self.sync_bytes = 0  # bytes received by sync (reconciliation, checkpoints, pages)
+        # peer -> (last ok, unix s; last error); peer -> None, over CHECKPOINT_INTERVAL after we took its checkpoint.
+        self.sync_history: BoundedMap[str, tuple[float | None, str | None]] = BoundedMap(MAX_SYNC_HISTORY)
+        self.checkpoint_asked: BoundedMap[str, None] = BoundedMap(MAX_SYNC_HISTORY, max_age=CHECKPOINT_INTERVAL)
 
     # -- sync -----------------------------------------------------------------------------------------------
 
-    def _due(self, what: str, peer: str) -> bool:
+    def due(self, what: str, peer: str) -> bool:
         """Whether `what` (sync, witness) may be tried with `peer` now: not while its back-off runs."""
-        return self._retry.ready((what, peer), trio.current_time())
+        return self.retry.ready((what, peer), trio.current_time())
 
-    def _unreachable(self, what: str, peer: str, exc: NetworkError) -> None:
+    def unreachable(self, what: str, peer: str, exc: NetworkError) -> None:
         """Back off from `peer` for `what`: unreachable, too slow or declined is nobody's proven fault. A peer
         that has left meanwhile, and that nothing redials, is not tried again: no back-off to wait out."""
-        if self._gone(peer):
-            self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; it left")
+        if self.gone(peer):
+            self.report("peer", f"{what} with {peer[:16]}.. failed: {exc}; it left")
             return
-        delay = self._retry.failed((what, peer), trio.current_time())
-        self._report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
+        delay = self.retry.failed((what, peer), trio.current_time())
+        self.report("peer", f"{what} with {peer[:16]}.. failed: {exc}; next try in {delay:.0f}s")
 
-    def _gone(self, peer: str) -> bool:
+    def gone(self, peer: str) -> bool:
         """`peer` left and is not kept (kept_peer): nothing of ours dials it again."""
-        return self.node is not None and not self.kept_peer(peer) and peer not in self.node.connected_peers()
+        return not self.kept_peer(peer) and peer not in self.node.connected_peers()
 
     def kept_peer(self, peer: str) -> bool:
         """A peer whose sync record stays while it is not connected: a bootstrap peer (redialled), or a banned one
         (the record is part of why; shown until the ban ends)."""
-        return self.node is not None and (self.node.is_bootstrap(peer) or self.node.is_banned(peer))
+        return self.node.is_bootstrap(peer) or self.node.is_banned(peer)
 
-    async def _bad_peer(self, what: str, peer: str, exc: InputError) -> None:
+    async def bad_peer(self, what: str, peer: str, exc: InputError) -> None:
         """The peer sent bad data (the evidence is the message): refuse it for the ban period."""
-        self._report("refused", f"{what} from {peer[:16]}..: {exc}")
-        if self.node is not None:
-            await self.node.penalize(peer, f"bad {what}: {exc}")
+        self.report("refused", f"{what} from {peer[:16]}..: {exc}")
+        await self.node.penalize(peer, f"bad {what}: {exc}")
+
+    def syncable_peers(self) -> set[str]:
+        """Connected peers we can learn from: not those whose sync fails or is declined (backing off), so a peer
+        that does not serve sync (another implementation, a light client) holds back neither spill-over nor
+        --until-covered."""
+        synced = self.progress.synced_since_change
+        return {peer for peer in self.node.connected_peers() if self.due("sync", peer) or peer in synced}
 
     async def sync_with(self, peer: str) -> None:
         """One sync with `peer`: reconcile each run's attestations with it (each one we lack fetched once) and
@@ -96,27 +125,26 @@ class PeerSync:
                 if new or not self.checkpoint_asked.alive(peer, trio.current_time()):  # once a CHECKPOINT_INTERVAL
                     await self._checkpoint_of(peer)
         except NetworkError as exc:  # unreachable, too slow, or a refusal: back off
-            self._sync_tried(peer, str(exc))
-            self._unreachable("sync", peer, exc)
+            self.sync_tried(peer, str(exc))
+            self.unreachable("sync", peer, exc)
             return
         except InputError as exc:  # PageProofError, WireError, AttestationError, BadResponse: the peer lied
-            self._sync_tried(peer, str(exc))
-            await self._bad_peer("sync page", peer, exc)
+            self.sync_tried(peer, str(exc))
+            await self.bad_peer("sync page", peer, exc)
             return
-        self._sync_tried(peer, None)
-        self._retry.succeeded(("sync", peer))
+        self.sync_tried(peer, None)
+        self.retry.succeeded(("sync", peer))
         if new:
-            self.received += new
-            self._changed()
-            self._report("synced", f"{new} attestation(s) from {peer[:16]}..")
-        self.synced_since_change.add(peer)
+            self.progress.got(new)
+            self.report("synced", f"{new} attestation(s) from {peer[:16]}..")
+        self.progress.synced_since_change.add(peer)
         for signed, kind in conflicts:
-            await self._announce(signed, kind)
+            await self.gossip.announce(signed, kind)
 
-    def _sync_tried(self, peer: str, error: str | None) -> None:
+    def sync_tried(self, peer: str, error: str | None) -> None:
         """Remember how the last sync with `peer` went (error None: it worked, now), for the status file."""
         last_ok = time.time() if error is None else self.sync_history.get(peer, (None, None))[0]
-        if last_ok is None and self._gone(peer):  # it left while we asked: forgotten (forget_peer), not failing
+        if last_ok is None and self.gone(peer):  # it left while we asked: forgotten (forget_peer), not failing
             return
         self.sync_history.put(peer, (last_ok, None if error is None else error[:200]))  # the oldest beyond go
 
@@ -128,7 +156,7 @@ class PeerSync:
             self.sync_history.pop(peer, None)
         self.checkpoint_asked.pop(peer, None)
         for what in ("sync", "witness"):
-            self._retry.forget((what, peer))
+            self.retry.forget((what, peer))
 
     def sync_states(self) -> list[dict[str, Any]]:
         """Per peer we sync with: while the node runs, the connected peers and the kept ones (bootstrap or
@@ -136,13 +164,13 @@ class PeerSync:
         (forget_peer). For each: ok, backing-off or never; when it last worked, when it is tried next (while
         backing off) and the last error, times in unix seconds. A peer that left and is not kept is never tried
         again, so it is not listed as failing while the node runs."""
-        connected = self.node.connected_peers() if self.node is not None else []
-        banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()} if self.node is not None else {}
-        kept = {peer for peer in self.sync_history if self.node is None or self.kept_peer(peer)}
+        connected = self.node.connected_peers()
+        banned_until = {ban["peer"]: ban["until"] for ban in self.node.bans()}
+        kept = {peer for peer in self.sync_history if self.kept_peer(peer)}
         now, wall, states = trio.current_time(), time.time(), []
         for peer in sorted(set(connected) | kept):
             last_ok, error = self.sync_history.get(peer, (None, None))
-            backing_off = self._retry.not_before(("sync", peer))
+            backing_off = self.retry.not_before(("sync", peer))
             not_before = now if backing_off is None else backing_off
             # The last try failed: the next waits out its back-off (or is due now, when that has passed).
             state = "backing-off" if error is not None else "ok" if last_ok is not None else "never"
@@ -151,13 +179,10 @@ class PeerSync:
         return states
 
     async def _reconcile_with(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
-        async def ask(data: bytes) -> bytes:
-            return await self.node.ask(peer, RECONCILE, data)
-
         new, conflicts = 0, []
         for source in list(self.sources):
             m = source.manifest
-            done = await reconcile.reconcile_run(ask, self.db.call, m.run_id, m.num_steps)
+            done = await reconcile.reconcile_with(self.node, peer, self.db.call, m.run_id, m.num_steps)
             new += done.new
             conflicts += done.conflicts
             self.sync_bytes += done.received_bytes
@@ -165,24 +190,18 @@ class PeerSync:
 
     async def _checkpoint_of(self, peer: str) -> None:
         """The peer's signed checkpoint (status handshake): kept, so two heads of one size meet here."""
-        request = wire.encode_sync_request(wire.StatusRequest())
-        answer = await self.node.ask(peer, wire.SYNC, request, max_answer=wire.MAX_STATUS_BYTES)
-        self.sync_bytes += len(answer)
-        response = wire.decode_sync_response(answer)
-        if isinstance(response, wire.SyncRefusal):
-            raise PeerRefused(f"peer refused the status request: {response.reason[:200]}")
-        if not isinstance(response, wire.StatusResponse):
-            raise WireError(f"peer answered a status request with a {type(response).__name__}")
+        response, size = await sync.ask_status(self.node, peer)
+        self.sync_bytes += size
         sync.open_peer_checkpoint(response.note)  # signed by the key its origin names, or PageProofError
         await self.db.call(daemon_jobs.record_peer_note, response.note)
         self.checkpoint_asked.put(peer, None, trio.current_time())  # the oldest beyond MAX_SYNC_HISTORY go
-        await self._announce_split_views()
+        await self.gossip.announce_split_views()
 
     async def _pages_from(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
         """Pull the peer's log from our cursor in proved pages (sync.SyncSession)."""
         session = await self.db.call(lambda store: sync.SyncSession(store, self.ledgered.cursor))
         while (request := await self.db.call(lambda _: session.next_request())) is not None:
-            response = await self.node.ask(peer, wire.SYNC, request)
+            response = await sync.ask_page(self.node, peer, request)
             self.sync_bytes += len(response)
             handshake = session.checkpoint is None
             # Proofs, signatures and the append run on the store's thread, off the event loop.
@@ -190,21 +209,13 @@ class PeerSync:
             if handshake:
                 note = wire.decode_sync_response(response).note
                 await self.db.call(daemon_jobs.record_peer_note, note)
-                await self._announce_split_views()
+                await self.gossip.announce_split_views()
         new = sum(applied.new for applied in session.applied)
         indices = [(i.index, i.conflict) for a in session.applied for i in a.appended if i.new and i.conflict]
         conflicts = []
         for index, kind in indices:
             conflicts.append((await self.db.call(lambda store, i=index: store.attestation(i).encoded), kind))
         return new, conflicts
-
-    async def sync_loop(self) -> None:
-        while True:
-            for peer in list(self.node.connected_peers()):
-                if self._due("sync", peer):
-                    await self.sync_with(peer)
-                await self.ask_announcements(peer)
-            await trio.sleep(SYNC_INTERVAL)
 
     async def serve_reconcile(self, peer: str, request: bytes) -> bytes:
         return await self.db.call(reconcile.serve, request)
@@ -216,7 +227,7 @@ class PeerSync:
 
     async def serve_witness(self, peer: str, request: bytes) -> bytes:
         response = await self.db.call(lambda _: witness.witness_checkpoint(self.ledgered.witness, request))
-        await self._announce_split_views()
+        await self.gossip.announce_split_views()
         return response
 
     async def witness_with(self, peer: str) -> None:
@@ -230,8 +241,7 @@ class PeerSync:
             for _ in range(2):  # a size mismatch tells the size the witness holds: retry once from there
                 try:
                     size, note, request = await self.db.call(daemon_jobs.witness_request, self.identity, old)
-                    response = await self.node.ask(peer, wire.WITNESS, request)
-                    cosignature = witness.read_witness_response(note, response, cosigner)
+                    cosignature = await witness.ask_cosignature(self.node, peer, note, request, cosigner)
                 except witness.WitnessRefused as exc:
                     if exc.code == wire.WITNESS_OLD_SIZE_MISMATCH:
                         old = exc.size
@@ -239,47 +249,20 @@ class PeerSync:
                     raise
                 await self.db.call(daemon_jobs.record_cosignature, note, cosignature)
                 self.witnessed[peer] = size
-                self._retry.succeeded(("witness", peer))
-                self._report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
+                self.retry.succeeded(("witness", peer))
+                self.report("witnessed", f"{peer[:16]}.. cosigned tree size {size}")
                 return
         except NetworkError as exc:  # unreachable, too slow, or the witness declined (with its code)
-            self._unreachable("witness", peer, exc)
+            self.unreachable("witness", peer, exc)
         except InputError as exc:  # a malformed answer or a cosignature that does not verify
-            await self._bad_peer("witness answer", peer, exc)
+            await self.bad_peer("witness answer", peer, exc)
 
     async def witness_loop(self) -> None:
         while True:
             for peer in list(self.node.connected_peers()):
-                if self._due("witness", peer):
+                if self.due("witness", peer):
                     await self.witness_with(peer)
             await trio.sleep(WITNESS_INTERVAL)
-
-    # -- discovery ------------------------------------------------------------------------------------------
-
-    async def discover_loop(self) -> None:
-        """Provide each run id in the DHT and dial the other providers: auditors of the same run find each
-        other beyond their bootstrap lists (peer exchange covers the peers of peers)."""
-        while True:
-            for source in list(self.sources):
-                run_id = source.manifest.run_id
-                try:
-                    await self.node.provide(run_id)
-                    providers = await self.node.find_providers(run_id, timeout=5.0)
-                except NetworkError as exc:
-                    self._report("peer", f"DHT lookup of run {run_id.hex()[:12]}.. failed: {exc}")
-                    continue
-                connected = set(self.node.connected_peers())
-                for peer, addrs in providers:
-                    if peer in connected or self.node.is_banned(peer):
-                        continue
-                    for addr in addrs:
-                        try:
-                            await self.node.connect(f"{addr}/p2p/{peer}" if "/p2p/" not in addr else addr)
-                            self._report("peer", f"found {peer[:16]}.. as a provider of run {run_id.hex()[:12]}..")
-                            break
-                        except (NetworkError, InputError):  # unreachable or a bad address: try the next
-                            continue
-            await trio.sleep(DISCOVERY_INTERVAL)
 
 
 def peer_public_key(peer: str) -> bytes:

@@ -19,7 +19,9 @@ answer: the announcements this node holds by those keys, newest last).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from p2paudit.identity import Identity, sign, verify_signature
@@ -39,6 +41,9 @@ from p2paudit.node.wire import (
     pack,
     unpack_message,
 )
+
+if TYPE_CHECKING:
+    from p2paudit.node.net import Node
 from p2paudit.run.manifest import Manifest
 
 MAGIC_ANNOUNCE = "p2paudit/announce"
@@ -169,3 +174,12 @@ ANNOUNCEMENTS = ProtocolSpec(
     encode_list,
     decode_list,
 )
+
+
+def asker(node: Node, peer: str) -> Callable[[bytes], Awaitable[bytes]]:
+    """The asking end for `peer`: request bytes -> its list of announcements, under ANNOUNCEMENTS's limits."""
+
+    async def ask(data: bytes) -> bytes:
+        return await node.ask(peer, ANNOUNCEMENTS, data)
+
+    return ask

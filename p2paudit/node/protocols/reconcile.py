@@ -31,11 +31,15 @@ import hashlib
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ledger.merkle import leaf_hash
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore
 from p2paudit.node.wire import PeerRefused, WireError
+
+if TYPE_CHECKING:
+    from p2paudit.node.net import Node
 from p2paudit.node.wire.reconcile import (
     INIT_STEP as INIT_STEP,
 )
@@ -264,3 +268,12 @@ def _append(store: AttestationStore, entries: list[bytes]) -> tuple[int, list[tu
     appended = store.append_many(entries)
     fresh = [a for a in appended if a.new]
     return len(fresh), [(store.attestation(a.index).encoded, a.conflict) for a in fresh if a.conflict]
+
+
+async def reconcile_with(node: Node, peer: str, call, run_id: bytes, num_steps: int) -> Reconciled:
+    """reconcile_run with `peer` through net's face (RECONCILE's limits): the asking end of the protocol."""
+
+    async def ask(data: bytes) -> bytes:
+        return await node.ask(peer, RECONCILE, data)
+
+    return await reconcile_run(ask, call, run_id, num_steps)

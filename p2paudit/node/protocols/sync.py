@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ledger import Checkpoint, Ledger, LedgerError, NoteVerifier, open_checkpoint
 from ledger.errors import CheckpointError
@@ -48,6 +49,8 @@ from p2paudit.node.protocols.page_proof import (
 from p2paudit.node.wire import (
     MAX_PAGE,
     MAX_PAGE_BYTES,
+    MAX_STATUS_BYTES,
+    SYNC,
     Page,
     PeerRefused,
     RangeProof,
@@ -62,6 +65,9 @@ from p2paudit.node.wire import (
     encode_sync_response,
     origin_public_key,
 )
+
+if TYPE_CHECKING:
+    from p2paudit.node.net import Node
 
 # -- server --------------------------------------------------------------------------------------------------
 
@@ -256,3 +262,23 @@ class SyncSession:
         else:
             raise WireError("sync response arrived with no request outstanding")
         self._waiting = None
+
+
+# -- the asking end (through net's face) ----------------------------------------------------------------------
+
+
+async def ask_status(node: Node, peer: str) -> tuple[StatusResponse, int]:
+    """`peer`'s status (its signed checkpoint and runs) and the answer's size. PeerRefused for a refusal,
+    WireError for anything but a status; what Node.ask raises."""
+    answer = await node.ask(peer, SYNC, encode_sync_request(StatusRequest()), max_answer=MAX_STATUS_BYTES)
+    response = decode_sync_response(answer)
+    if isinstance(response, SyncRefusal):
+        raise PeerRefused(f"peer refused the status request: {response.reason[:200]}")
+    if not isinstance(response, StatusResponse):
+        raise WireError(f"peer answered a status request with a {type(response).__name__}")
+    return response, len(answer)
+
+
+async def ask_page(node: Node, peer: str, request: bytes) -> bytes:
+    """The answer to one request of a SyncSession (SyncSession.handle_response checks it)."""
+    return await node.ask(peer, SYNC, request)

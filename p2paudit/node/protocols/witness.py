@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ledger import EMPTY_ROOT, Checkpoint, Ledger, NoteVerifier, open_checkpoint
 from ledger.cosignature import (
@@ -45,6 +46,7 @@ from ledger.peers import CONSISTENT, FIRST, SPLIT_VIEW, check_storable, insert_c
 from p2paudit.identity import Identity
 from p2paudit.node.wire import (
     MAX_PROOF_HASHES,
+    WITNESS,
     WITNESS_BAD_PROOF,
     WITNESS_BAD_SIGNATURE,
     WITNESS_MALFORMED,
@@ -65,6 +67,9 @@ from p2paudit.node.wire import (
     encode_witness_response,
     origin_public_key,
 )
+
+if TYPE_CHECKING:
+    from p2paudit.node.net import Node
 
 WITNESS_NAME_PREFIX = "p2paudit.dev/witness/"
 
@@ -216,3 +221,11 @@ def record_cosignature(ledger: Ledger, note: str, cosignature: Cosignature) -> N
     """Keep a witness's cosignature on this node's checkpoint (shown by `p2paudit ledger checkpoint`)."""
     with ledger.transaction() as tx:
         insert_cosignature(tx.conn, RECEIVED, cosignature, note)
+
+
+async def ask_cosignature(
+    node: Node, peer: str, note: str, request: bytes, cosigner: CosignatureVerifier
+) -> Cosignature:
+    """The asking end: send `request` (witness_request) to `peer` under WITNESS's limits, and read its
+    cosignature of `note` (WitnessRefused with the witness's code; InputError for a bad answer)."""
+    return read_witness_response(note, await node.ask(peer, WITNESS, request), cosigner)
