@@ -6,7 +6,7 @@ attestations of one 100,000-step run in its own order, each serving
 /p2paudit/reconcile/1.0.0 and /p2paudit/sync/1.0.0 from a store owned by its
 own thread (node.store_owner), as the daemon does. The late joiner (a ninth
 node, empty ledger) runs `reconcile.reconcile_run` against each peer in turn,
-as Daemon.sync_with does, and is timed to the last peer; every attestation
+as PeerSync.sync_with does, and is timed to the last peer; every attestation
 it stores has its signature checked (append_many).
 
 Baseline in the same run: the distinct attestations' bytes, and the old
