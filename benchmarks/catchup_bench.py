@@ -6,7 +6,7 @@ attestations of one 100,000-step run in its own order, each serving
 /p2paudit/reconcile/1.0.0 and /p2paudit/sync/1.0.0 from a store owned by its
 own thread (node.store_owner), as the daemon does. The late joiner (a ninth
 node, empty ledger) runs `reconcile.reconcile_run` against each peer in turn,
-as Daemon.sync_with does, and is timed to the last peer; every attestation
+as PeerSync.sync_with does, and is timed to the last peer; every attestation
 it stores has its signature checked (append_many).
 
 Baseline in the same run: the distinct attestations' bytes, and the old
@@ -42,9 +42,10 @@ from synthetic_attestations import synthetic_attestation  # noqa: E402
 
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed  # noqa: E402
-from p2paudit.node import reconcile, sync, wire  # noqa: E402
-from p2paudit.node.libp2p_adapter import NodeConfig, open_node  # noqa: E402
-from p2paudit.node.store_owner import StoreOwner  # noqa: E402
+from p2paudit.node import wire  # noqa: E402
+from p2paudit.node.daemon.store_owner import StoreOwner  # noqa: E402
+from p2paudit.node.net import NodeConfig, open_node  # noqa: E402
+from p2paudit.node.protocols import reconcile, sync
 
 RUN = hashlib.sha256(b"catch-up benchmark run").digest()
 STEPS = 100_000

@@ -36,7 +36,7 @@ from synthetic_attestations import synthetic_attestation  # noqa: E402
 from p2paudit.audit.replay import open_run  # noqa: E402
 from p2paudit.identity import identity_from_seed  # noqa: E402
 from p2paudit.node import wire  # noqa: E402
-from p2paudit.node.libp2p_adapter import NodeConfig, open_node  # noqa: E402
+from p2paudit.node.net import NodeConfig, open_node  # noqa: E402
 from p2paudit.run.publisher import TrainPlan, publish_run  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")

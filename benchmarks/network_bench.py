@@ -8,15 +8,15 @@ node publishes pre-signed v2 attestations (signed before the timed part) at
 --rate / --nodes per second for --seconds, in gossip batches (wire.batches)
 every --interval seconds; like the daemon it appends its own attestations
 before publishing them, and drains what arrives into its store with
-append_many (Daemon.on_batch). Measured in each node: every attestation's
+append_many (daemon.gossip's GossipWork.on_batch). Measured in each node: every attestation's
 arrival (stored) time, its CPU time (getrusage) idle and under load, and its
 resident memory (VmRSS, ru_maxrss) idle and under load. Publish times travel
 in a side channel (each node's report), clocks are the machine's.
 
 Sync: one node holding --sync-count attestations (10,000), another node
-empty; the empty one syncs over the real adapter (Node.request on
-wire.SYNC_PROTOCOL, sync.SyncSession against sync.serve_sync) as
-Daemon.sync_with does, and is timed to the last page stored.
+empty; the empty one syncs over the real adapter (Node.ask on
+wire.SYNC, sync.SyncSession against sync.serve_sync) as
+PeerSync.sync_with does, and is timed to the last page stored.
 
 Baselines in the same run (parent process, same machine): the Ed25519 check
 alone per attestation, validate_gossip per attestation in batches, and
@@ -53,9 +53,10 @@ from synthetic_attestations import synthetic_attestation  # noqa: E402
 from p2paudit.attest.record import DOMAIN, decode_signed  # noqa: E402
 from p2paudit.attest.store import AttestationStore, origin_for  # noqa: E402
 from p2paudit.identity import Identity, identity_from_seed, verify_signature  # noqa: E402
-from p2paudit.node import sync, wire  # noqa: E402
-from p2paudit.node.libp2p_adapter import NodeConfig, open_node  # noqa: E402
-from p2paudit.node.validate import validate_gossip  # noqa: E402
+from p2paudit.node import wire  # noqa: E402
+from p2paudit.node.net import NodeConfig, open_node  # noqa: E402
+from p2paudit.node.protocols import sync
+from p2paudit.node.wire.validate import validate_gossip  # noqa: E402
 
 RUN = hashlib.sha256(b"network benchmark run").digest()
 STEPS = 100_000
@@ -159,7 +160,7 @@ async def gossip_node(a: argparse.Namespace) -> None:
     counters = {"copies": 0, "validations": 0, "fresh": 0}
     copied: set[str] = set()  # messages that reached pubsub here, whether delivered or not
 
-    async def on_batch(peer: str, data: bytes) -> None:  # Daemon.on_batch, minus its reporting
+    async def on_batch(peer: str, data: bytes) -> None:  # GossipWork.on_batch, minus its reporting
         appended = store.append_many(list(wire.decode_batch(data).envelopes))
         fresh = sum(1 for x in appended if x.new)
         counters["fresh"] += fresh
@@ -281,14 +282,11 @@ async def sync_server(a: argparse.Namespace) -> None:
         store.append_many(items[at : at + wire.MAX_PAGE])
     local = {"wall": time.perf_counter() - began, "cpu": cpu_seconds() - cpu}
 
-    async def serve(peer: str, request: bytes) -> bytes:  # Daemon.serve_sync
+    async def serve(peer: str, request: bytes) -> bytes:  # PeerSync.serve_sync
         return sync.serve_sync(store, request, store.checkpoint(identity))
 
     async with open_node(identity, NodeConfig()) as node:
-        node.set_handler(
-            wire.SYNC_PROTOCOL, serve, max_request=wire.MAX_SYNC_REQUEST_BYTES, max_response=wire.MAX_PAGE_BYTES,
-            timeout=10.0, refuse=wire.sync_refusal,
-        )  # fmt: skip
+        node.serve(wire.SYNC, serve)  # the daemon's limits: the protocol's one object
         say("ADDR", {"addr": node.listen_addrs()[0], "local": local, "size": store.ledger.size})
         cpu0 = cpu_seconds()
         await read_line()  # the client is done
@@ -304,8 +302,8 @@ async def sync_client(a: argparse.Namespace) -> None:
         peer = await node.connect(a.boot)
         began, cpu, pages = time.perf_counter(), cpu_seconds(), 0
         session = sync.SyncSession(store, cursor)
-        while (request := session.next_request()) is not None:  # Daemon.sync_with
-            session.handle_response(await node.request(peer, wire.SYNC_PROTOCOL, request))
+        while (request := session.next_request()) is not None:  # PeerSync.sync_with
+            session.handle_response(await node.ask(peer, wire.SYNC, request))
             pages += 1
         wall, used = time.perf_counter() - began, cpu_seconds() - cpu
         new = sum(applied.new for applied in session.applied)

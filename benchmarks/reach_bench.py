@@ -23,7 +23,7 @@ from contextlib import AsyncExitStack
 import trio
 
 from p2paudit.identity import identity_from_seed
-from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, RelayServiceLimits, open_node
+from p2paudit.node.net import NodeConfig, ReachConfig, RelayServiceLimits, open_node
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
 QUIET = dict(dialback=False, hole_punch=False, max_relays=0)

@@ -30,9 +30,9 @@ import trio  # noqa: E402
 from p2paudit.attest.queries import coverage  # noqa: E402
 from p2paudit.attest.store import AttestationStore  # noqa: E402
 from p2paudit.identity import identity_from_seed  # noqa: E402
-from p2paudit.node.auditor import AuditPolicy  # noqa: E402
-from p2paudit.node.daemon import DaemonConfig  # noqa: E402
-from p2paudit.node.daemon_run import run_daemon  # noqa: E402
+from p2paudit.node.assign.auditor import AuditPolicy  # noqa: E402
+from p2paudit.node.daemon.daemon import DaemonConfig  # noqa: E402
+from p2paudit.node.daemon.run import run_daemon  # noqa: E402
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest  # noqa: E402
 from p2paudit.run.publisher import TrainPlan, publish_run  # noqa: E402
 from tests.slow_http import SlowServer, serving_port  # noqa: E402

@@ -70,7 +70,51 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.identity": "the design: attest signs and verifies with identity",
         "p2paudit.errors": ERRORS,
     },
+    # The node is rooms with one door each (DESIGN: "Where the node is going"). Inside it: wire (the bytes)
+    # and timing (back-off, bounded maps) stand on nothing of the node; net (libp2p) on those two; protocols
+    # on wire and net's face; assign (what to audit) on no network; the daemon composes them all; localnet
+    # (several daemons as processes) stands above the daemon and only reads their status files.
     "p2paudit.node": {
+        "p2paudit.node.daemon": "localnet reads each daemon's status file (daemon.status)",
+        "p2paudit.errors": ERRORS,
+        "p2paudit.defaults": "localnet starts daemons with the one redundancy default",
+    },
+    "p2paudit.node.wire": {
+        "p2paudit.attest": "the wire carries attestations in attest's canonical bytes, decoded by attest",
+        "p2paudit.identity": "evidence and witness requests name keys and check signatures with identity",
+        "ledger": "evidence carries signed checkpoints, parsed and checked with ledger's notes (no store)",
+        "p2paudit.errors": ERRORS,
+    },
+    "p2paudit.node.timing": {"p2paudit.errors": ERRORS},
+    "p2paudit.node.net": {
+        "p2paudit.node.wire": "gossip batches are checked against the wire's limits; the peer list is a wire message",
+        "p2paudit.node.timing": "redial, discovery and relay back-offs, bans and caches kept bounded",
+        "p2paudit.identity": "the node key is the libp2p identity (peer id, Noise)",
+        "p2paudit.errors": ERRORS,
+    },
+    "p2paudit.node.protocols": {
+        "p2paudit.node.wire": "each protocol's requests and answers are wire messages with wire's limits",
+        "p2paudit.node.net": "each protocol's asking end sends its request through net's face (Node.ask)",
+        "ledger": "the design: history sync and witnessing are over the ledger (proofs, checkpoints, cosignatures)",
+        "p2paudit.attest": "sync and reconcile read and append the attestation store",
+        "p2paudit.identity": "announcements and cosignatures are signed with the node key",
+        "p2paudit.run": "an announcement names a run by its manifest",
+        "p2paudit.errors": ERRORS,
+    },
+    "p2paudit.node.assign": {
+        "p2paudit.attest": "the auditor signs attestations and settles disputes over them",
+        "p2paudit.audit": "DESIGN: a daemon audits runs (the replay runs in a worker)",
+        "p2paudit.run": "DESIGN: a daemon audits runs where they live (fetched lazily)",
+        "p2paudit.identity": "an audit is signed with the node key; assignment hashes keys",
+        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
+        "p2paudit.errors": ERRORS,
+    },
+    "p2paudit.node.daemon": {
+        "p2paudit.node.wire": "gossip in and out, evidence, the settled answer",
+        "p2paudit.node.timing": "the daemon's back-offs (fetch, peers, adoption) and bounded memories",
+        "p2paudit.node.net": "the daemon runs on a node opened through net's face",
+        "p2paudit.node.protocols": "the daemon serves and calls every protocol",
+        "p2paudit.node.assign": "the daemon audits what assignment gives it, with the auditor",
         "p2paudit.attest": "the design's arrow: the node gossips, syncs and stores attestations",
         "ledger": "the design: the node's history sync and witnessing are over the ledger",
         "p2paudit.identity": "the design: the node key is the libp2p identity and signs",
@@ -79,19 +123,23 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.errors": ERRORS,
         "p2paudit.durable": "the node writes its status file atomically (DESIGN: node/ touches disk)",
         "p2paudit.regular_files": "the node reads status and announcement files as regular files",
-        "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
     },
     "p2paudit.explorer": {
         "ledger": "DESIGN: web pages over a ledger",
         "p2paudit.attest": "the attestations the ledger holds, read through attest's queries",
         "p2paudit.identity": "keys of the verifiers shown and trusted",
-        "p2paudit.node": "DESIGN: and over a daemon's status (node.status)",
+        "p2paudit.node.daemon": "DESIGN: and over a daemon's status (node.daemon.status, which loads no network)",
+        "p2paudit.node.wire": "a proof page's origin line names its log key (wire.origin_public_key, WireError)",
         "p2paudit.processes": "whether the daemon whose status is shown is still alive",
         "p2paudit.defaults": "the one redundancy default shared by init, daemon, assignment and the explorer",
         "p2paudit.errors": ERRORS,
     },
     "p2paudit.cli": {
-        "p2paudit.node": "the design's arrow: daemon, status, plan, announce",
+        "p2paudit.node": "the design's arrow: demo starts a local network of daemons (node.localnet)",
+        "p2paudit.node.daemon": "the design's arrow: daemon runs one, status reads its status file",
+        "p2paudit.node.net": "daemon and announce open a node (its settings, the library loggers, --announce checks)",
+        "p2paudit.node.protocols": "announce signs and gossips a run announcement",
+        "p2paudit.node.assign": "plan prints coverage; daemon and demo take the auditor's policy and verdicts",
         "p2paudit.explorer": "explore and daemon --http serve the explorer; ledger coverage --png draws its strip",
         "p2paudit.attest": "DESIGN: cli calls the library (ledger commands, --attest)",
         "p2paudit.audit": "DESIGN: cli calls the library (verify-range)",
@@ -122,14 +170,18 @@ LAZY_ALLOWED = ("p2paudit.cli",)
 # its own table, which test_backend_table_stays_inside_kernels holds.
 INDIRECT_ALLOWED = {"kernels": frozenset({"import machinery", "computed module name"})}
 
-LIBP2P = ("p2paudit.node.libp2p_*",)
+LIBP2P = ("p2paudit.node.net.*",)
+NET = "p2paudit.node.net"  # its __init__ is the face; its modules named _x are private to it
 TRITON_KERNELS = ("kernels.triton_*",)
 # top-level name -> (modules that may import it, as fnmatch patterns; why). Any other library is refused.
 THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
     "libp2p": (LIBP2P, "DESIGN: libp2p behind the adapter; the rest of node/ speaks our own terms"),
     "multiaddr": (LIBP2P, "libp2p's addresses, inside the adapter"),
     "google": (LIBP2P, "protobuf: libp2p's wire messages, inside the adapter"),
-    "trio": (("p2paudit.node.*", "p2paudit.cli.*"), "py-libp2p runs on trio: the node's loop, started by the CLI"),
+    "trio": (
+        (NET, "p2paudit.node.net.*", "p2paudit.node.protocols.*", "p2paudit.node.daemon.*", "p2paudit.cli.*"),
+        "py-libp2p runs on trio: the node's loop, started by the CLI (wire, timing and assign run on no loop)",
+    ),
     "numba": (("kernels.cpu_*",), "DESIGN: the fast CPU backend is numba, and only it"),
     "llvmlite": (("kernels.cpu_*",), "the CPU kernels pin numba's code generation (no FMA contraction)"),
     "triton": (TRITON_KERNELS, "DESIGN: the GPU backend is Triton, and only it"),
@@ -138,12 +190,22 @@ THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
         "Triton's device tensors; DESIGN: steps split over processes with torch.distributed (gloo, NCCL)",
     ),
     "numpy": (
-        ("kernels", "kernels.*", "p2paudit.engine.*", "p2paudit.run.*", "p2paudit.audit.*", "p2paudit.node.plan*"),
+        (
+            "kernels",
+            "kernels.*",
+            "p2paudit.engine.*",
+            "p2paudit.run.*",
+            "p2paudit.audit.*",
+            "p2paudit.node.assign.plan",
+        ),
         "arrays: the reference and CPU backends, the engine, runs, replays; plan's Monte Carlo",
     ),
     "cryptography": (("ledger.*", "p2paudit.identity"), "Ed25519: signed notes and cosignatures, the node key"),
     "nacl": (("p2paudit.identity",), "libsodium's Ed25519 verification: the one verifier of every attestation"),
-    "msgpack": (("p2paudit.attest.*", "p2paudit.node.*"), "canonical attestation bytes and the wire format"),
+    "msgpack": (
+        ("p2paudit.attest.*", "p2paudit.node.wire.*", "p2paudit.node.net._peers", "p2paudit.node.net._dialback"),
+        "canonical attestation bytes and the wire format (net's own two messages: peer lists, dial-back answers)",
+    ),
     "httpx": (("p2paudit.run.*",), "DESIGN: a run may live on a web server (run/ touches the network)"),
     "httpcore": (
         ("p2paudit.run.http_guard", "p2paudit.run.run_http"),
@@ -182,6 +244,18 @@ def _is_within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+def private_reach(module: str, target: str) -> str | None:
+    """Why `module` may not import `target`, a private module (`_x`) of a package it is outside, or None.
+
+    A package whose modules are named _x shows its face in its __init__ (node/net: the one place that meets
+    py-libp2p); everybody else imports the face, so the package's insides can change behind it.
+    """
+    package, _, name = target.rpartition(".")
+    if name.startswith("_") and not name.startswith("__") and not _is_within(module, package):
+        return f"{name} is private to {package}: import {package} (its face)"
+    return None
+
+
 def check_edges(imports: list[Import], modules: set[str]) -> dict[str, list[str]]:
     """Imports across units that the table does not allow, edges it allows that nobody uses, stale departures."""
     forbidden, used = [], set()
@@ -193,6 +267,8 @@ def check_edges(imports: list[Import], modules: set[str]) -> dict[str, list[str]
         if mine is None or theirs is None or mine == theirs:
             continue  # a module in no unit is reported once, by the caller
         used.add((mine, theirs))
+        if private_reach(imp.module, target):
+            forbidden.append(f"{imp.module}:{imp.line} imports {imp.target} ({private_reach(imp.module, target)})")
         if theirs not in ALLOWED[mine] and (mine, theirs) not in DEPARTURES:
             forbidden.append(f"{imp.module}:{imp.line} imports {imp.target} ({mine} -> {theirs} is no edge)")
     units = {unit_of(m) for m in modules}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.cli import cli
-from p2paudit.node.status import Status, write_status
+from p2paudit.node.daemon.status import Status, write_status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "attest"))
 from attest_helpers import RUN, key, make_signed  # noqa: E402

@@ -121,10 +121,20 @@ PLANTED = {
         "def load():\n    import importlib\n    return getattr(importlib, 'import_module')('p2paudit.cli')\n"
         "exec('import p2paudit.cli')\n"
     ),
-    # libp2p outside the adapter; a library the table does not know.
+    # libp2p outside the adapter (node/net); a library the table does not know.
     "p2paudit/node/__init__.py": "",
     "p2paudit/node/daemon.py": "import libp2p\nimport requests\n",
-    "p2paudit/node/libp2p_host.py": "import libp2p\n",
+    "p2paudit/node/net/__init__.py": "from p2paudit.node.net._host import Host\n",
+    "p2paudit/node/net/_host.py": "import libp2p\n",
+    # The wire is pure: trio there, and an import of the daemon from it.
+    "p2paudit/node/wire/__init__.py": "import trio\nfrom p2paudit.node.daemon import Daemon\n",
+    # A protocol reaching behind net's face, and importing libp2p itself; the face itself is allowed.
+    "p2paudit/node/protocols/__init__.py": "",
+    "p2paudit/node/protocols/sync.py": (
+        "from p2paudit.node.net._host import Host\nimport libp2p.abc\nfrom p2paudit.node.net import Node\n"
+    ),
+    # The assignment imports no network.
+    "p2paudit/node/assign/__init__.py": "from p2paudit.node import net\n",
     "p2paudit/cli/__init__.py": "def main():\n    import torch\n",
     # A module and a package the table has no place for.
     "p2paudit/helpers.py": "",
@@ -162,6 +172,23 @@ def test_planted_violations_are_each_found(tmp_path):
         assert f"{where} imports {library}: {library} is confined to {', '.join(THIRD_PARTY[library][0])}" in third
     assert "p2paudit.node.daemon:2 imports requests: requests is in no row of THIRD_PARTY" in third
     assert "libp2p_host" not in third
+    # node/wire and node/net: each planted import is found, and what the table allows is not.
+    assert "p2paudit.node.wire:1 imports trio: trio is confined to " in third
+    assert (
+        "p2paudit.node.wire:2 imports p2paudit.node.daemon.Daemon (p2paudit.node.wire -> p2paudit.node.daemon"
+        in forbidden
+    )
+    assert (
+        "p2paudit.node.protocols.sync:1 imports p2paudit.node.net._host.Host "
+        "(_host is private to p2paudit.node.net: import p2paudit.node.net (its face))" in forbidden
+    )
+    assert "p2paudit.node.protocols.sync:2 imports libp2p.abc: libp2p is confined to p2paudit.node.net.*" in third
+    assert "p2paudit.node.protocols.sync:3" not in forbidden  # net's face
+    assert (
+        "p2paudit.node.assign:1 imports p2paudit.node.net (p2paudit.node.assign -> p2paudit.node.net is no edge)"
+        in (forbidden)
+    )
+    assert "p2paudit.node.net:1" not in forbidden and "p2paudit.node.net._host" not in third  # inside net
 
 
 def test_the_probe_sees_an_import_the_scan_cannot_follow(tmp_path):

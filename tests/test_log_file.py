@@ -92,7 +92,7 @@ def clean_logging():
 
 
 def test_the_daemons_log_takes_py_libp2ps_noise_and_stray_tracebacks_off_the_terminal(tmp_path, capfd, clean_logging):
-    from p2paudit.node.libp2p_adapter import LIBRARY_LOGGERS  # imports py-libp2p, which sets its loggers up
+    from p2paudit.node.net import LIBRARY_LOGGERS  # imports py-libp2p, which sets its loggers up
 
     path = open_log_file(tmp_path, libraries=LIBRARY_LOGGERS)
     logging.getLogger("libp2p.network.swarm").error("fail to upgrade mux for peer %s", "12D3KooWPeer")

@@ -43,8 +43,8 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.errors import InputError
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config
-    from p2paudit.node.announce import sign_announcement
-    from p2paudit.node.libp2p_adapter import LIBRARY_LOGGERS
+    from p2paudit.node.net import LIBRARY_LOGGERS
+    from p2paudit.node.protocols.announce import sign_announcement
     from p2paudit.run.cache import BlobCache
     from p2paudit.run.remote import RemoteRun
 
@@ -72,8 +72,8 @@ async def _publish(identity, peers: tuple[str, ...], data: bytes, wait: float) -
     import trio
 
     from p2paudit.errors import NetworkError
-    from p2paudit.node.announce import RUNS_TOPIC
-    from p2paudit.node.libp2p_adapter import NodeConfig, open_node
+    from p2paudit.node.net import NodeConfig, open_node
+    from p2paudit.node.protocols.announce import RUNS_TOPIC
 
     # A node for seconds: a DHT client (no peer's routing table takes in a node about to leave), no peer exchange.
     config = NodeConfig(bootstrap=peers, peer_exchange_interval=3600.0, dht_server=False)

@@ -20,7 +20,7 @@ def open_sources(runs: tuple[str, ...], publishers: frozenset[bytes] | None) -> 
     """(a LocalSource per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
     fetches their signatures and manifests once it serves peers)."""
     from p2paudit.audit.replay import open_run
-    from p2paudit.node.sources import LocalSource
+    from p2paudit.node.daemon.sources import LocalSource
     from p2paudit.run.remote import is_remote
     from p2paudit.run.run_http import run_base_url
 
@@ -64,7 +64,7 @@ def _trusted(path: Path | None) -> frozenset[bytes] | None:
 
 def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     from p2paudit.errors import InputError
-    from p2paudit.node.libp2p_adapter import check_announce
+    from p2paudit.node.net import check_announce
 
     try:
         return tuple(check_announce(addr) for addr in value)
@@ -222,11 +222,11 @@ def daemon(
     from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.cli.status_lines import one_line
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
-    from p2paudit.node.auditor import AuditPolicy
-    from p2paudit.node.daemon import DaemonConfig
-    from p2paudit.node.daemon_run import run_daemon
-    from p2paudit.node.libp2p_adapter import LIBRARY_LOGGERS, ReachConfig
-    from p2paudit.node.loop_monitor import LoopMonitor
+    from p2paudit.node.assign.auditor import AuditPolicy
+    from p2paudit.node.daemon.daemon import DaemonConfig
+    from p2paudit.node.daemon.loop_monitor import LoopMonitor
+    from p2paudit.node.daemon.run import run_daemon
+    from p2paudit.node.net import LIBRARY_LOGGERS, ReachConfig
 
     identity = _node_identity()
     home = home_dir()
@@ -315,7 +315,7 @@ def status_cmd(as_json: bool) -> None:
     from p2paudit.cli.progress_display import busy_line
     from p2paudit.cli.status_lines import one_line, status_detail_lines
     from p2paudit.identity import home_dir
-    from p2paudit.node.status import read_status
+    from p2paudit.node.daemon.status import read_status
     from p2paudit.processes import process_alive
 
     path = home_dir() / STATUS_FILE

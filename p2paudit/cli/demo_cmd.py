@@ -179,7 +179,7 @@ def _report_ledgers(specs, view, names: dict[bytes, str], backend: str) -> list[
     from p2paudit.attest.queries import coverage
     from p2paudit.attest.store import AttestationStore
     from p2paudit.cli.coverage_png import write_coverage_png
-    from p2paudit.node.auditor import checked_by, settle_disputes
+    from p2paudit.node.assign.auditor import checked_by, settle_disputes
 
     problems, held = [], {}
     for spec in specs:

@@ -1,6 +1,6 @@
 """`p2paudit plan`: how much of a run N volunteers cover, and how likely a falsified step is caught.
 
-A thin adapter over `p2paudit.node.plan`: parse, compute, print text or --json.
+A thin adapter over `p2paudit.node.assign.plan`: parse, compute, print text or --json.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def plan(
     over the real assignment function (seeded) and by closed form; the model
     is documented in docs/network.md. Out-of-range values exit 2 with one line.
     """
-    from p2paudit.node.plan import Scenario, closed_form, monte_carlo, per_volunteer_for
+    from p2paudit.node.assign.plan import Scenario, closed_form, monte_carlo, per_volunteer_for
 
     _check_plan_size(steps, volunteers, per_volunteer, trials)
     scenario = Scenario(steps, volunteers, per_volunteer, redundancy, churn, dishonest, spill)

@@ -225,7 +225,7 @@ def _write_line(out: TextIO, line: str) -> None:
 def busy_line(status: dict, now: float) -> str | None:
     """`p2paudit status`'s line for the step being replayed: 'replaying step 12 of run ab12..: 40% (micro-batch
     2/4, layer 3/8), 0:41 elapsed, 1:02 left', the progress aged by the status's age; None when idle."""
-    from p2paudit.node.status import progress_as_of
+    from p2paudit.node.daemon.status import progress_as_of
     from p2paudit.run.progress_meter import view_from_dict
 
     busy = status.get("busy")

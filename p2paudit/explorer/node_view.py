@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from p2paudit.errors import InputError
-from p2paudit.node.status import progress_as_of, read_status
+from p2paudit.node.daemon.status import progress_as_of, read_status
 from p2paudit.processes import process_alive
 
 

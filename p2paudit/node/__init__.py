@@ -1,37 +1,31 @@
 """The peer-to-peer node: which steps to audit, and the network that shares the audits.
 
-Pure (no I/O):
+Rooms, each with one door (tests/layering_rules.py holds the edges between them):
 
-- `assignment`: rendezvous hashing of (run id, step, key) with redundancy r;
-  which keys a step is assigned to, and which steps a node audits next.
-- `plan`: expected coverage of a run and the probability that one falsified
-  step is caught, by closed form and by Monte Carlo over `assignment`.
-- `wire`: every message as canonical msgpack (gossip batches, evidence, sync
-  and witness requests and responses), with their limits.
-- `validate`: the gossip validator (stateless checks only; InputError for the peer's fault) and
-  evidence checked from its bytes alone.
-- `backoff` and `bounded_map`: the one exponential back-off and the one bounded, oldest-first map
-  (optional expiry) of the whole node; the time is an argument, trio's clock under the loop.
-
-Over the store (no network):
-
-- `sync`: page-proved history sync (range proofs under a signed checkpoint),
-  its per-peer cursor, and the server side.
-- `witness`: C2SP tlog-witness (checking, cosigning, storing) and its client.
-- `auditor`: which step to replay next, the replay (run off the event loop),
-  signing, and settling a dispute by replaying it.
-- `conflicts`: evidence of disputes and equivocations, and split views kept from peers' checkpoints.
-- `status`: the daemon's status snapshot, written and read as JSON.
-
-The network:
-
-- `libp2p_adapter` (with `libp2p_host`, `libp2p_gossip`, `libp2p_pubsub`,
-  `libp2p_requests`, `libp2p_peers`, `libp2p_framing`, `libp2p_config` and
-  `libp2p_containment`, the wall that keeps any peer's input from ending the
-  node): the only modules that touch py-libp2p; the rest speaks peers, topics
-  and bytes.
-- `daemon`: one volunteer node: audit, gossip, sync, witness, report; its
-  ledger work runs as `daemon_jobs` on the one thread `store_owner` keeps for
-  the SQLite connection, and `loop_monitor` measures the event loop's stalls.
-- `localnet`: several daemons as processes on loopback (the demo, the tests).
+- `wire/` (pure: no trio, no libp2p, no store, no disk): every message as canonical msgpack (gossip
+  batches, evidence, sync, witness and reconcile requests and answers) with its limits, the wire
+  errors, `ProtocolSpec` (one object per request protocol: id, codecs, byte and time limits, refusal,
+  taken by both ends), and `validate`, the stateless gossip validator and evidence checked from its
+  bytes alone.
+- `timing/` (pure): the one exponential back-off and the one bounded, oldest-first map (optional
+  expiry); the time is an argument, trio's clock under the loop.
+- `net/`: the libp2p adapter, the only importer of py-libp2p, multiaddr and protobuf. Its `__init__` is
+  the face (`open_node`, `Node` with `serve(spec, handler)` and `ask(peer, spec, data)`, the settings and
+  events); its `_x` modules are private to it (the host, dialling and bans, discovery, gossip, framed
+  requests, reachability, relays, dial-back, and the containment wall that keeps any peer's input from
+  ending the node). It imports only wire and timing of the node.
+- `protocols/`: the request protocols over the store, each one module with both ends (the serving
+  function and the asking call through net's face): `sync` (page-proved history sync; `page_proof`,
+  its range proofs), `reconcile`, `witness` (C2SP tlog-witness), `announce` (run announcements),
+  `settled` (--until-covered coordination).
+- `assign/` (no network): `assignment` (rendezvous hashing with redundancy r), `plan` (coverage and the
+  chance a falsified step is caught), `auditor` (next step, the replay, signing, settling disputes),
+  `replays` (a replay's progress).
+- `daemon/`: one volunteer node. `daemon.Daemon` is made with a node already running and holds its
+  parts, each made with what it needs: `audit`, `gossip`, `peer_sync`, `fetch` (remote runs fetched
+  ahead), `follow` (followed labs), sharing only the report lines and the progress (`state`); `run`
+  starts it all; `jobs` run on the one thread `store_owner` keeps for the SQLite connection; `status` is
+  the status file (its `__init__` imports nothing, so a reader of the status loads no network);
+  `loop_monitor` measures the event loop's stalls; `sources`, `conflicts`, `discover`, `config`.
+- `localnet`: several daemons as processes on loopback (the demo, the tests), above the daemon.
 """

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InternalError
-from p2paudit.node.status import read_status
+from p2paudit.node.daemon.status import read_status
 
 STATUS_FILE = "status.json"
 

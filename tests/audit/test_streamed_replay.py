@@ -135,7 +135,7 @@ def test_streamed_step_is_train_step_bit_for_bit(tmp_path, micro_batches):
 def test_planned_replay_streams_only_when_in_memory_would_not_fit(traced_run, tmp_path, monkeypatch):
     import p2paudit.audit.streamed_replay as streamed_replay
     from p2paudit.engine.memory import estimate_memory
-    from p2paudit.node.auditor import AuditPolicy, replay_step
+    from p2paudit.node.assign.auditor import AuditPolicy, replay_step
 
     view = open_run(traced_run)
     estimate = estimate_memory(view.cfg, view.manifest.data.tokens, view.manifest.data.token_bytes)

@@ -17,7 +17,7 @@ import trio
 
 from p2paudit.errors import NetworkError
 from p2paudit.identity import identity_from_seed
-from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, open_node
+from p2paudit.node.net import NodeConfig, ReachConfig, open_node
 
 ECHO = "/p2paudit-test/echo/1.0.0"
 

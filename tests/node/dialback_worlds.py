@@ -21,8 +21,8 @@ import threading
 import trio
 
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, open_node
-from p2paudit.node.libp2p_dialback import DialbackServer, encode_request
+from p2paudit.node.net import NodeConfig, ReachConfig, open_node
+from p2paudit.node.net._dialback import DialbackServer, encode_request
 
 TARGET_IP, PORT = "192.0.2.1", 4001
 QUIET = ReachConfig(dialback=False, hole_punch=False)

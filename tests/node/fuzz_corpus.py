@@ -49,8 +49,9 @@ from p2paudit.attest.record import sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import Identity, identity_from_seed
-from p2paudit.node import wire, witness
-from p2paudit.node.auditor import AuditPolicy, replay_step
+from p2paudit.node import wire
+from p2paudit.node.assign.auditor import AuditPolicy, replay_step
+from p2paudit.node.protocols import witness
 
 # -- valid messages to start from ----------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ DEFAULT_CONFIG = FuzzConfig()
 
 
 def honest_config():
-    from p2paudit.node.libp2p_adapter import NodeConfig
+    from p2paudit.node.net import NodeConfig
 
     return NodeConfig(
         listen=("/ip4/127.0.0.1/tcp/0",), peer_exchange_interval=3600.0, peer_exchange_max_interval=3600.0
@@ -265,7 +265,7 @@ class Campaign:
     async def run(self, protocols: Iterable[str], cases: list[Case] | None = None) -> Report:
         """Fuzz each protocol in turn (or send `cases`, a replay); then confirm findings and check the honest
         peer once more."""
-        from p2paudit.node.libp2p_adapter import open_node
+        from p2paudit.node.net import open_node
 
         self.began = time.monotonic()
         honest_key = identity_from_seed(fuzz_key("honest node"))

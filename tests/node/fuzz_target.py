@@ -21,9 +21,10 @@ from fuzz_inputs import (
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
-from p2paudit.node import sync, wire
+from p2paudit.node import wire
+from p2paudit.node.daemon.status import read_status
 from p2paudit.node.localnet import LocalNet, NodeSpec, start_node, stop, wait_listening
-from p2paudit.node.status import read_status
+from p2paudit.node.protocols import sync
 
 # -- the daemon under test -------------------------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from node_helpers import record
 from p2paudit.attest.record import sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.identity import Identity, identity_from_seed
-from p2paudit.node import sync, wire
-from p2paudit.node.libp2p_adapter import Node, NodeConfig, NodeEvent
+from p2paudit.node import wire
+from p2paudit.node.net import Node, NodeConfig, NodeEvent
+from p2paudit.node.protocols import sync
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
 OTHER_RUN = hashlib.sha256(b"a run nobody follows").digest()

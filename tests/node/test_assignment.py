@@ -6,7 +6,7 @@ import random
 import pytest
 
 from p2paudit.errors import InputError
-from p2paudit.node.assignment import assigned_keys, pick_value, rendezvous_weight, steps_for
+from p2paudit.node.assign.assignment import assigned_keys, pick_value, rendezvous_weight, steps_for
 
 RUN = bytes(range(32))
 KEY_A = bytes([0xAA]) * 32

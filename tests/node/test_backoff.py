@@ -9,9 +9,9 @@ import trio
 import trio.testing
 
 from p2paudit.errors import InputError
-from p2paudit.node.backoff import Backoff, BackoffPolicy, Backoffs
-from p2paudit.node.bounded_map import BoundedMap
-from p2paudit.node.libp2p_framing import TokenBucket
+from p2paudit.node.net._framing import TokenBucket
+from p2paudit.node.timing.backoff import Backoff, BackoffPolicy, Backoffs
+from p2paudit.node.timing.bounded_map import BoundedMap
 
 
 def on_mock_clock(body) -> None:

@@ -28,9 +28,9 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.utils.varint import read_varint_prefixed_bytes
 from test_libp2p_adapter import config, grafted, ident, run, wait_until
 
-from p2paudit.node.libp2p_adapter import open_node
-from p2paudit.node.libp2p_containment import CONTAINED, MALFORMED, classify
-from p2paudit.node.libp2p_pubsub import GuardedPubsub
+from p2paudit.node.net import open_node
+from p2paudit.node.net._containment import CONTAINED, MALFORMED, classify
+from p2paudit.node.net._pubsub import GuardedPubsub
 
 TOPIC = "p2paudit/test/containment"
 # varint 6, then field 1 (subscriptions) with a length varint cut short: the RPC does not decode.

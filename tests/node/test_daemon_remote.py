@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import trio
 
-import p2paudit.node.daemon as daemon_module
+import p2paudit.node.daemon.daemon as daemon_module
 from p2paudit.attest.queries import coverage
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
-from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig
-from p2paudit.node.daemon_run import run_daemon
-from p2paudit.node.sources import RemoteSource
+from p2paudit.node.assign.auditor import AuditPolicy
+from p2paudit.node.daemon.daemon import DaemonConfig
+from p2paudit.node.daemon.run import run_daemon
+from p2paudit.node.daemon.sources import RemoteSource
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.publisher import TrainPlan, publish_run

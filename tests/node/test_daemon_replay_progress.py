@@ -9,8 +9,9 @@ import pytest
 
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
-from p2paudit.node import auditor, status
-from p2paudit.node.replays import ReplayBoard
+from p2paudit.node.assign import auditor
+from p2paudit.node.assign.replays import ReplayBoard
+from p2paudit.node.daemon import status
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 

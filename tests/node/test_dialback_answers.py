@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from p2paudit.node.libp2p_dialback import FAILED, OK, decode_response
+from p2paudit.node.net._dialback import FAILED, OK, decode_response
 from tests.ci_gate import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]

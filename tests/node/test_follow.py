@@ -23,16 +23,16 @@ from p2paudit.attest.queries import coverage
 from p2paudit.attest.store import AttestationStore
 from p2paudit.identity import ensure_node_identity, identity_from_seed
 from p2paudit.node import wire
-from p2paudit.node.announce import (
+from p2paudit.node.assign.auditor import AuditPolicy
+from p2paudit.node.daemon.daemon import DaemonConfig
+from p2paudit.node.daemon.run import run_daemon
+from p2paudit.node.protocols.announce import (
     Announcement,
     check_manifest,
     decode_announcement,
     encode_announcement,
     sign_announcement,
 )
-from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig
-from p2paudit.node.daemon_run import run_daemon
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 LAB = identity_from_seed(b"\x71" * 32)

@@ -39,9 +39,9 @@ from p2paudit.audit.replay import open_run
 from p2paudit.cli import cli
 from p2paudit.identity import ensure_node_identity, identity_from_seed, peer_id_of
 from p2paudit.node import wire
-from p2paudit.node.daemon_run import serve
-from p2paudit.node.libp2p_adapter import NodeConfig, open_node
+from p2paudit.node.daemon.run import serve
 from p2paudit.node.localnet import LocalNet, NodeSpec, start_network, start_node, stop, wait_all, wait_listening
+from p2paudit.node.net import NodeConfig, open_node
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 PUBLISHER = identity_from_seed(b"\x66" * 32)

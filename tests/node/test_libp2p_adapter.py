@@ -30,8 +30,8 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node.libp2p_adapter import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
-from p2paudit.node.libp2p_framing import TokenBucket, encode_uvarint, read_frame
+from p2paudit.node.net import BadResponse, NodeConfig, RequestFailed, RequestTimedOut, open_node
+from p2paudit.node.net._framing import TokenBucket, encode_uvarint, read_frame
 
 # Rates, bans and request time-outs held to the clock (a bucket refilling at 0.5 a second, replies within
 # 1.5 s, bursts within their deadline): run alone, after the parallel run (tests/conftest.py). Where time is
@@ -547,7 +547,7 @@ def test_gossip_message_ids_are_the_documented_content_ids():
 
     from libp2p.pubsub.pb import rpc_pb2
 
-    from p2paudit.node.libp2p_gossip import content_message_id
+    from p2paudit.node.net._gossip import content_message_id
 
     data = b"a gossip batch"
     msg = rpc_pb2.Message(data=data, seqno=b"\x00" * 8)

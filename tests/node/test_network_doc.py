@@ -27,11 +27,13 @@ from p2paudit.attest.codec import MAX_SIGNED_SIZE
 from p2paudit.attest.record import decode_signed
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.identity import identity_from_seed
-from p2paudit.node import announce, daemon_run, reconcile, wire
-from p2paudit.node.follow import AnnouncementStore
-from p2paudit.node.libp2p_adapter import NodeConfig, ReachConfig, open_node
-from p2paudit.node.libp2p_requests import Handler
-from p2paudit.node.witness import Witness, witness_checkpoint, witness_signer
+from p2paudit.node import wire
+from p2paudit.node.daemon import run as daemon_run
+from p2paudit.node.daemon.follow import AnnouncementStore
+from p2paudit.node.net import NodeConfig, ReachConfig, open_node
+from p2paudit.node.net._requests import Handler
+from p2paudit.node.protocols import announce, reconcile
+from p2paudit.node.protocols.witness import Witness, witness_checkpoint, witness_signer
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, sign_body
 from p2paudit.run.manifest_body import BODY_KEYS
 
@@ -135,9 +137,7 @@ def _served_handlers() -> dict[str, Handler]:
         return b""
 
     placeholders = types.SimpleNamespace(
-        serve_sync=answer,
-        serve_witness=answer,
-        serve_reconcile=answer,
+        peers=types.SimpleNamespace(serve_sync=answer, serve_witness=answer, serve_reconcile=answer),
         serve_settled=answer,
         follower=types.SimpleNamespace(serve=answer),
     )

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from p2paudit.cli import cli
 from p2paudit.errors import InputError
-from p2paudit.node.plan import Scenario, closed_form, monte_carlo, per_volunteer_for, pick_probability
+from p2paudit.node.assign.plan import Scenario, closed_form, monte_carlo, per_volunteer_for, pick_probability
 
 
 def _exact_q(steps, volunteers, k, r):

@@ -19,20 +19,20 @@ from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_ms
 from test_libp2p_adapter import config, ident, run, wait_until
 
 from p2paudit.errors import InputError
-from p2paudit.node.libp2p_adapter import ReachConfig, RelayServiceLimits, open_node
-from p2paudit.node.libp2p_config import BEHIND_NAT, PUBLIC, UNKNOWN
-from p2paudit.node.libp2p_dialback import (
+from p2paudit.node.net import ReachConfig, RelayServiceLimits, open_node
+from p2paudit.node.net._config import BEHIND_NAT, PUBLIC, UNKNOWN
+from p2paudit.node.net._dialback import (
     DIALBACK_PROTOCOL,
     FAILED,
     OK,
     REFUSED,
     Answer,
-    Tally,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
+from p2paudit.node.net._dialback_client import Tally
 
 QUIET = dict(dialback=False, hole_punch=False)  # nodes that only do what a test asks
 
@@ -294,9 +294,9 @@ def test_status_shows_reachability_relays_and_how_each_peer_is_reached(tmp_path)
     from click.testing import CliRunner
 
     from p2paudit.cli import cli
-    from p2paudit.node.libp2p_adapter import PeerLink, Reachability
-    from p2paudit.node.libp2p_config import RelayServiceState
-    from p2paudit.node.status import Status, write_status
+    from p2paudit.node.daemon.status import Status, write_status
+    from p2paudit.node.net import PeerLink, Reachability
+    from p2paudit.node.net._config import RelayServiceState
 
     relay, a, b = (peer_id_of_seed(i) for i in (70, 71, 72))
     reach = Reachability(

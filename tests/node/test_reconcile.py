@@ -11,7 +11,7 @@ from node_helpers import RUN, key, record
 
 from p2paudit.attest.record import sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
-from p2paudit.node import reconcile
+from p2paudit.node.protocols import reconcile
 from p2paudit.node.wire import WireError, pack
 
 STEPS = 500

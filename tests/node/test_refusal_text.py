@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from p2paudit.node import announce, reconcile
-from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_refusal
+from p2paudit.node.net._peers import decode_peer_list, encode_peer_refusal
+from p2paudit.node.protocols import announce, reconcile
 from p2paudit.node.wire import MAX_TEXT, PeerRefused, clip_text
-from p2paudit.node.wire_sync import SyncRefusal, decode_sync_response, sync_refusal
+from p2paudit.node.wire.sync import SyncRefusal, decode_sync_response, sync_refusal
 
 REASONS = ["é" * 300, "€" * 150, "🙂" * 80, "a" * 199 + "é", "plain ascii, short"]
 DECODERS = {

@@ -11,9 +11,9 @@ import pytest
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.engine.progress import StepProgress
 from p2paudit.identity import identity_from_seed
-from p2paudit.node.daemon import DaemonConfig
-from p2paudit.node.replays import REPLAYS
-from p2paudit.node.status import progress_as_of, read_status, snapshot, write_status
+from p2paudit.node.assign.replays import REPLAYS
+from p2paudit.node.daemon.daemon import DaemonConfig
+from p2paudit.node.daemon.status import progress_as_of, read_status, snapshot, write_status
 
 RUN = hashlib.sha256(b"status fields run").digest()
 ME = identity_from_seed(hashlib.sha256(b"status fields key").digest())
@@ -84,7 +84,7 @@ def test_p2paudit_status_shows_the_replay_with_time_left_bans_and_sync(tmp_path)
     from click.testing import CliRunner
 
     from p2paudit.cli import cli
-    from p2paudit.node.status import Status
+    from p2paudit.node.daemon.status import Status
 
     written = time.time() - 4.0  # a status four seconds old: the time left shown is 4 s less than written
     progress = {

@@ -16,13 +16,14 @@ from hostile_peer import hostile_config, hostile_key, wait_until
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.audit.replay import open_run
 from p2paudit.identity import identity_from_seed
-from p2paudit.node import reconcile, sync, wire
-from p2paudit.node.auditor import AuditPolicy
-from p2paudit.node.daemon import DaemonConfig
-from p2paudit.node.daemon_run import run_daemon, serve
-from p2paudit.node.libp2p_adapter import open_node
-from p2paudit.node.libp2p_containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
-from p2paudit.node.sources import LocalSource
+from p2paudit.node import wire
+from p2paudit.node.assign.auditor import AuditPolicy
+from p2paudit.node.daemon.daemon import DaemonConfig
+from p2paudit.node.daemon.run import run_daemon, serve
+from p2paudit.node.daemon.sources import LocalSource
+from p2paudit.node.net import open_node
+from p2paudit.node.net._containment import CONTAINED, SUPERVISE_MAX_DELAY, supervise
+from p2paudit.node.protocols import reconcile, sync
 from p2paudit.run.publisher import TrainPlan, publish_run
 
 PUBLISHER = identity_from_seed(b"\x68" * 32)
@@ -260,14 +261,18 @@ def test_a_peer_in_step_is_asked_for_its_checkpoint_once_a_minute_not_at_every_s
 
 def test_only_provably_bad_input_is_queued_for_a_ban(tmp_path, run_dir):
     """rejected and malformed ban; our validator's bug, a contained error and a rate limit never do."""
-    from p2paudit.node.daemon import Daemon
-    from p2paudit.node.libp2p_config import NodeEvent
+    from p2paudit.node.daemon.daemon import Daemon
+    from p2paudit.node.net._config import NodeEvent
 
     config = DaemonConfig(
         runs=(LocalSource(open_run(run_dir)),), ledger_path=tmp_path / "l.db", status_path=tmp_path / "s.json"
     )
     no_store = SimpleNamespace(call=None)  # nothing here reaches the store
-    daemon = Daemon(identity_from_seed(b"\x6c" * 32), config, db=no_store, ledgered=None, emit=lambda event: None)
+    # The node a daemon is made with, running: the peers named in the events are neither kept nor connected.
+    node = SimpleNamespace(is_bootstrap=lambda peer: False, is_banned=lambda peer: False, report=lambda *args: None)
+    daemon = Daemon(
+        identity_from_seed(b"\x6c" * 32), config, db=no_store, ledgered=None, emit=lambda event: None, node=node
+    )
     for kind in ("validator_errors", "contained", "rate_limited", "refused", "rejected", "malformed"):
         daemon.on_node_event(NodeEvent(kind, f"peer-{kind}", "detail"))
     queued = []

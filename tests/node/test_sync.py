@@ -9,7 +9,7 @@ from ledger import Checkpoint, Ledger, leaf_hash, root_from_leaf_hashes
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.verification import verify_store
 from p2paudit.node import wire
-from p2paudit.node.sync import (
+from p2paudit.node.protocols.sync import (
     PageProofError,
     SyncCursor,
     SyncSession,

@@ -8,8 +8,8 @@ from node_helpers import OTHER_RUN, RUN, key, signed
 
 from p2paudit.errors import InputError
 from p2paudit.node import wire
-from p2paudit.node.validate import check_evidence, validate_gossip
 from p2paudit.node.wire import Evidence, GossipBatch
+from p2paudit.node.wire.validate import check_evidence, validate_gossip
 
 TOPIC = wire.run_topic(RUN)
 GOOD = [signed(key(1), step).encoded for step in range(5)]

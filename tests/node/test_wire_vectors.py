@@ -29,17 +29,18 @@ from ledger.note import Checkpoint, NoteSigner, parse_note, sign_checkpoint
 from p2paudit.attest.record import decode_signed, sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.identity import identity_from_seed, peer_id_of
-from p2paudit.node import reconcile, wire
-from p2paudit.node.announce import (
+from p2paudit.node import wire
+from p2paudit.node.net._peers import decode_peer_list, encode_peer_list, encode_peer_refusal
+from p2paudit.node.protocols import reconcile
+from p2paudit.node.protocols.announce import (
     decode_announcement,
     decode_list,
     encode_list,
     encode_list_request,
     sign_announcement,
 )
-from p2paudit.node.libp2p_peers import decode_peer_list, encode_peer_list, encode_peer_refusal
+from p2paudit.node.protocols.witness import Witness, witness_checkpoint, witness_signer
 from p2paudit.node.wire import PeerRefused
-from p2paudit.node.witness import Witness, witness_checkpoint, witness_signer
 
 VECTORS = Path(__file__).resolve().parents[2] / "docs" / "network-vectors.json"
 COSIGNED_AT = 1_764_000_000  # seconds since the epoch (C2SP tlog-cosignature's unit)

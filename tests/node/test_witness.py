@@ -17,9 +17,7 @@ from ledger.cosignature import (
 from ledger.errors import CheckpointError
 from ledger.note import key_id
 from p2paudit.node import wire
-from p2paudit.node.validate import check_evidence
-from p2paudit.node.wire import WitnessRequest
-from p2paudit.node.witness import (
+from p2paudit.node.protocols.witness import (
     Witness,
     WitnessRefused,
     read_witness_response,
@@ -29,6 +27,8 @@ from p2paudit.node.witness import (
     witness_request,
     witness_signer,
 )
+from p2paudit.node.wire import WitnessRequest
+from p2paudit.node.wire.validate import check_evidence
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """One plain py-libp2p 0.8.1 node for the reachability experiments, run inside a fabric namespace.
 
-Built the way p2paudit/node/libp2p_host.py builds its hosts (Ed25519 identity from a 32-byte seed,
+Built the way p2paudit/node/net/_host.py builds its hosts (Ed25519 identity from a 32-byte seed,
 Noise only, yamux), with circuit relay v2, DCUtR and AutoNAT switched on per role:
 
     relay     a public node: relay service (hop), AutoNAT server, echo
