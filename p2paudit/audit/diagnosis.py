@@ -10,12 +10,38 @@ output digest differs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
 from p2paudit.run.digest import StateDigest
 
 MAX_NAMES_SHOWN = 8  # in printed lines; to_dict keeps them all
+
+
+class TensorDiffDict(TypedDict):
+    name: str
+    differing: int
+    size: int
+    max_ulps: int | None
+
+
+class DivergenceDict(TypedDict):
+    a: str
+    b: str
+    index: int | None
+    op: str | None
+    compared: int
+
+
+class DiagnosisDict(TypedDict):
+    """Diagnosis.to_dict: the JSON view `verify-range --json` prints."""
+
+    step: int
+    tensors: list[str]
+    diffs: list[TensorDiffDict]
+    divergences: list[DivergenceDict]
+    conclusion: str
 
 
 @dataclass(frozen=True)
@@ -30,7 +56,7 @@ class TensorDiff:
     size: int
     max_ulps: int | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> TensorDiffDict:
         return {"name": self.name, "differing": self.differing, "size": self.size, "max_ulps": self.max_ulps}
 
     def line(self) -> str:
@@ -48,7 +74,7 @@ class Divergence:
     op_name: str | None
     compared: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> DivergenceDict:
         return {
             "a": self.source_a,
             "b": self.source_b,
@@ -73,7 +99,7 @@ class Diagnosis:
     divergences: tuple[Divergence, ...]
     conclusion: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> DiagnosisDict:
         return {
             "step": self.step,
             "tensors": list(self.tensors),

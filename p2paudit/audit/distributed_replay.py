@@ -34,8 +34,8 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from multiprocessing.queues import SimpleQueue
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch.distributed as dist
@@ -205,7 +205,12 @@ def replay_one_process(
     )
 
 
-def _spawned_rank(rank: int, world_size: int, task: ReplayTask, run_id: bytes, reports: Any, watched: bool) -> Any:
+Reports = SimpleQueue[StepAudit | StepProgress]  # rank 0's audits and progress events, as they come
+
+
+def _spawned_rank(
+    rank: int, world_size: int, task: ReplayTask, run_id: bytes, reports: Reports, watched: bool
+) -> RangeReport | P2PAuditError | None:
     """Body of one spawned rank: rank 0 returns its RangeReport, others None; a failure is returned, not raised,
     so the caller can name the rank whose input failed rather than the peer that lost it. Rank 0 puts its
     audits (and, when `watched`, its progress events) on the `reports` queue as they come."""
@@ -236,16 +241,17 @@ def verify_range_spawned(
     view, steps = prepare(task, world_size)
     if world_size == 1 or steps.first is None:
         return view, replay_one_process(view, steps, task, on_audit, progress=progress)
-    reports = mp.get_context("spawn").SimpleQueue()
-    outcome: dict[str, Any] = {}
+    reports: Reports = mp.get_context("spawn").SimpleQueue()
+    results: list[object] = []  # what each rank returned, in rank order (pickled across: checked below)
+    failed: list[BaseException] = []
     watched = progress is not None
 
     def run() -> None:
         try:
             run_id = view.manifest.run_id
-            outcome["results"] = spawn_workers(world_size, _spawned_rank, task, run_id, reports, watched)
+            results.extend(spawn_workers(world_size, _spawned_rank, task, run_id, reports, watched))
         except BaseException as exc:  # re-raised in the calling thread below
-            outcome["error"] = exc
+            failed.append(exc)
 
     thread = threading.Thread(target=run, name="p2paudit-replay-ranks", daemon=True)
     thread.start()
@@ -253,9 +259,8 @@ def verify_range_spawned(
         _drain(reports, on_audit, progress)
         thread.join(timeout=0.1)
     _drain(reports, on_audit, progress)
-    if "error" in outcome:
-        raise outcome["error"]
-    results = outcome["results"]
+    if failed:
+        raise failed[0]
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:  # the rank whose input failed (exit 2) rather than a peer that only lost it
         raise next((e for e in errors if isinstance(e, InputError)), errors[0])
@@ -265,7 +270,9 @@ def verify_range_spawned(
     return view, report
 
 
-def _drain(reports: Any, on_audit: Callable[[StepAudit], None] | None, progress: ProgressHook | None = None) -> None:
+def _drain(
+    reports: Reports, on_audit: Callable[[StepAudit], None] | None, progress: ProgressHook | None = None
+) -> None:
     while not reports.empty():
         report = reports.get()
         if isinstance(report, StepProgress):

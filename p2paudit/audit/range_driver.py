@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from p2paudit.engine import ENGINE_VERSION
 from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import init_state
 from p2paudit.run.digest import StateDigest, digest_state, format_digest
+from p2paudit.run.manifest_body import StepRecord
 from p2paudit.run.training import progress_for_step
 
 
@@ -162,11 +163,26 @@ def audit_initial_state(view: RunView) -> StepAudit:
     )
 
 
-def audit_base(view: RunView, n: int, backend: str) -> dict:
+class ClaimedFields(TypedDict):
+    """The StepAudit fields of a step known before it runs."""
+
+    run_id: bytes
+    step: int
+    input_digest: bytes | None
+    claimed_data: bytes | None
+    claimed_digest: bytes
+    claimed_loss: float | None
+    backend: str
+    seconds: float
+    engine_version: str
+    arithmetic_version: int
+
+
+def audit_base(view: RunView, n: int, backend: str) -> ClaimedFields:
     """The StepAudit fields of step n known before it runs (what the manifest claims)."""
     m = view.manifest
     record = m.steps[n]
-    return dict(
+    return ClaimedFields(
         run_id=m.run_id,
         step=n,
         input_digest=m.state_digest(n).digest,
@@ -198,27 +214,31 @@ def judge_step(view: RunView, n: int, backend: str, outcome: StepOutcome) -> Ste
         findings=(),
         verdict=MATCH,
     )
-    differing = differing_names(view.manifest.steps[n].output, outcome.output)
-    findings, notes = compare_step(audit, outcome.counter, len(differing))
+    claimed = view.manifest.steps[n]
+    differing = differing_names(claimed.output, outcome.output)
+    findings, notes = compare_step(n, claimed, outcome, len(differing))
     return replace(audit, findings=findings, verdict=MISMATCH if findings else MATCH, note="; ".join(notes))
 
 
-def compare_step(audit: StepAudit, counter: int, tensors_differing: int) -> tuple[tuple[str, ...], list[str]]:
-    """(findings in FINDINGS order, one note for each) for a replayed step."""
+def compare_step(
+    n: int, claimed: StepRecord, outcome: StepOutcome, tensors_differing: int
+) -> tuple[tuple[str, ...], list[str]]:
+    """(findings in FINDINGS order, one note for each) for step n's replay against its manifest record."""
     findings, notes = [], []
-    if counter != audit.step:
+    observed_loss = float(outcome.loss)  # as the StepAudit holds it
+    if outcome.counter != n:
         findings.append("counter")
-        notes.append(f"the input state's step counter is {counter}, not {audit.step}")
-    if audit.observed_data != audit.claimed_data:
+        notes.append(f"the input state's step counter is {outcome.counter}, not {n}")
+    if outcome.data_digest != claimed.data_digest:
         findings.append("data")
         notes.append(
-            f"data digest {format_digest(audit.observed_data)} is not the claimed "
-            f"{format_digest(audit.claimed_data)}: the claim used another slice of data"
+            f"data digest {format_digest(outcome.data_digest)} is not the claimed "
+            f"{format_digest(claimed.data_digest)}: the claim used another slice of data"
         )
-    if audit.observed_digest != audit.claimed_digest:
+    if outcome.output.digest != claimed.output.digest:
         findings.append("state")
         notes.append(f"{tensors_differing} tensor(s) differ")
-    if not same_loss(audit.observed_loss, audit.claimed_loss):
+    if not same_loss(observed_loss, claimed.loss):
         findings.append("loss")
-        notes.append(f"loss {audit.observed_loss!r} is not the claimed {audit.claimed_loss!r}")
+        notes.append(f"loss {observed_loss!r} is not the claimed {claimed.loss!r}")
     return tuple(findings), notes

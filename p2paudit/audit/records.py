@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TypedDict
 
 from p2paudit.run.digest import format_digest
 
@@ -39,11 +40,33 @@ FINDINGS = ("init", "counter", "data", "state", "loss")
 
 def loss_bits(loss: float) -> int:
     """The IEEE-754 binary64 bits of a loss: losses are compared as bits (NaN, -0.0 included)."""
-    return struct.unpack("<Q", struct.pack("<d", loss))[0]
+    return int.from_bytes(struct.pack("<d", loss), "little")
 
 
 def same_loss(a: float, b: float) -> bool:
     return loss_bits(a) == loss_bits(b)
+
+
+class StepAuditDict(TypedDict):
+    """StepAudit.to_dict: digests as "sha256:<hex>" (None where absent), losses as floats."""
+
+    run_id: str
+    subject: str
+    step: int
+    input_digest: str | None
+    claimed_data: str | None
+    observed_data: str | None
+    claimed_digest: str | None
+    observed_digest: str | None
+    claimed_loss: float | None
+    observed_loss: float | None
+    findings: list[str]
+    verdict: str
+    backend: str
+    seconds: float
+    note: str
+    engine_version: str
+    arithmetic_version: int
 
 
 @dataclass(frozen=True)
@@ -78,7 +101,7 @@ class StepAudit:
     arithmetic_version: int = 0
     subject: str = STEP
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> StepAuditDict:
         def digest(value: bytes | None) -> str | None:
             return None if value is None else format_digest(value)
 

@@ -19,7 +19,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from p2paudit.audit.diagnosis import Diagnosis, compare_states, conclude, differing_names, first_divergence
+from p2paudit.audit.diagnosis import (
+    Diagnosis,
+    TensorDiff,
+    compare_states,
+    conclude,
+    differing_names,
+    first_divergence,
+)
 from p2paudit.audit.range_driver import (
     StepOutcome,
     audit_base,
@@ -75,7 +82,7 @@ def check_checkpoints(view: RunView, first_state: int, last_state: int) -> dict[
     Precondition: first_state is a checkpointed state; its state is returned
     (the others are dropped after their check: at most two are held at once).
     """
-    first = {}
+    first: dict[str, np.ndarray] = {}
     for c in view.manifest.checkpoints:
         if first_state <= c <= last_state:
             state = view.load_state(c)
@@ -152,7 +159,13 @@ def verify_range(
 
 
 def diagnose_step(
-    view: RunView, n: int, state: dict, batch: np.ndarray, observed_state: dict, backend: str, other: str
+    view: RunView,
+    n: int,
+    state: dict[str, np.ndarray],
+    batch: np.ndarray,
+    observed_state: dict[str, np.ndarray],
+    backend: str,
+    other: str,
 ) -> Diagnosis:
     """Name the differing tensors, measure them against the claimed checkpoint if there is one,
     and bisect the step's trace on two backends (and against the published trace, if any).
@@ -162,19 +175,22 @@ def diagnose_step(
     m = view.manifest
     claimed = m.steps[n].output
     names = differing_names(claimed, digest_state(observed_state))
-    diffs = ()
+    diffs: tuple[TensorDiff, ...] = ()
     if n + 1 in m.checkpoints:
         claimed_state = view.load_state(n + 1)
         diffs = compare_states(claimed_state, observed_state, list(names))
     traces = {b: _trace_step(view, state, batch, b) for b in (backend, other)}
     divergences = [first_divergence(backend, traces[backend], other, traces[other])]
-    if m.steps[n].trace is not None:
-        published = load_trace(view.run_dir, n, m.steps[n].trace)
+    trace = m.steps[n].trace
+    if trace is not None:
+        published = load_trace(view.run_dir, n, trace)
         divergences.append(first_divergence(backend, traces[backend], "published trace", published))
     return Diagnosis(n, names, diffs, tuple(divergences), conclude(tuple(divergences), (backend, other)))
 
 
-def _trace_step(view: RunView, state: dict, batch: np.ndarray, backend: str) -> list[tuple[str, bytes]]:
+def _trace_step(
+    view: RunView, state: dict[str, np.ndarray], batch: np.ndarray, backend: str
+) -> list[tuple[str, bytes]]:
     recorder = TraceRecorder()
     single_process_step(view.cfg, backend, view.manifest.arithmetic)(state, batch, recorder)
     return recorder.ops

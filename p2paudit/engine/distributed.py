@@ -15,7 +15,6 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import timedelta
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from kernels.backend_contract import Backend
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.state import check_state
@@ -118,7 +118,7 @@ def distributed_train_step(
     state: dict[str, np.ndarray],
     batch: np.ndarray,
     cfg: TrainConfig,
-    backend: ModuleType,
+    backend: Backend[Any],
     rank: int,
     world_size: int,
     device: str | None = None,

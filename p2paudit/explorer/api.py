@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ledger import LedgerError, leaf_hash
 from p2paudit.attest.errors import AttestationError
@@ -25,7 +26,7 @@ from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError, P2PAuditError
 from p2paudit.explorer import checkpoints, coverage, proofs, runs, steps
 from p2paudit.explorer.cache import ResultCache
-from p2paudit.explorer.node_view import node_view
+from p2paudit.explorer.node_view import NodeView, PeersView, node_view
 from p2paudit.explorer.overview import COLUMNS, OVERVIEW_MIN, Overviews
 from p2paudit.explorer.query_text import check_names
 from p2paudit.explorer.verdicts import run_sentence
@@ -33,7 +34,8 @@ from p2paudit.identity import parse_public_key_hex
 
 PREFIX = "/api/v1"
 DEFAULT_BUCKETS = COLUMNS
-OVERVIEW_ARGS = (None, None, COLUMNS, OVERVIEW_MIN)  # from, to, buckets, min: what a run's page opens on
+CoverageArgs = tuple[int | None, int | None, int, int]  # from, to, buckets, min
+OVERVIEW_ARGS: CoverageArgs = (None, None, COLUMNS, OVERVIEW_MIN)  # what a run's page opens on
 MAX_TRUSTED = 1000
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"}
 
@@ -64,13 +66,13 @@ class Answer:
     headers: tuple[tuple[str, str], ...] = field(default=())
 
 
-def json_bytes(value: Any) -> bytes:
+def json_bytes(value: object) -> bytes:
     """JSON with every character that could start markup escaped (still the same JSON value)."""
     text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return re.sub(r"[<>&']", lambda m: _JSON_ESCAPES[m.group(0)], text).encode("ascii")
 
 
-def json_answer(value: Any, status: int = 200, download: str | None = None) -> Answer:
+def json_answer(value: object, status: int = 200, download: str | None = None) -> Answer:
     headers = (("Content-Disposition", f'attachment; filename="{download}"'),) if download else ()
     return Answer(status, "application/json; charset=utf-8", json_bytes(value), headers)
 
@@ -82,7 +84,12 @@ class Request:
     parts: tuple[str, ...]
     params: dict[str, str]
 
+    @overload
+    def integer(self, name: str, default: int, low: int = 0, high: int = 2**62) -> int: ...
+    @overload
+    def integer(self, name: str, default: None, low: int = 0, high: int = 2**62) -> int | None: ...
     def integer(self, name: str, default: int | None, low: int = 0, high: int = 2**62) -> int | None:
+        """The parameter as an integer in low..high, or `default` when it is absent or empty."""
         text = self.params.get(name)
         if text is None or text == "":
             return default
@@ -97,7 +104,11 @@ class Explorer:
     def __init__(self, ledger_path: Path, status_path: Path | None = None) -> None:
         self.ledger_path = Path(ledger_path)
         self.status_path = status_path
-        self.cache = ResultCache()
+        # Answers kept per ledger size, one cache per kind of answer (each holds at most cache.MAX_ENTRIES).
+        self.cache: ResultCache[coverage.CoverageStrip] = ResultCache()  # coverage strips, overviews among them
+        self.summaries: ResultCache[runs.RunSummary] = ResultCache()
+        self.found_disputes: ResultCache[list[runs.DisputedClaim]] = ResultCache()
+        self.views: ResultCache[dict[str, Any]] = ResultCache()  # the checkpoints and equivocations pages
         self.overviews = Overviews(self.ledger_path, self.cache)
         run = r"/runs/((?:sha256:)?[0-9a-fA-F]{64})"
         self.routes: list[tuple[re.Pattern[str], Callable[[AttestationStore, Request], Answer], tuple[str, ...]]] = [
@@ -129,7 +140,7 @@ class Explorer:
             if match:
                 request = Request(match.groups(), params)
                 check = (takes, PREFIX + path.rstrip("/"))
-                return self._guarded(lambda h=handler, r=request, c=check: self._with_store(h, r, c))
+                return self._guarded(partial(self._with_store, handler, request, check))
         malformed = malformed_path(path)
         if malformed:
             return json_answer({"error": malformed}, 400)
@@ -164,8 +175,9 @@ class Explorer:
         except (AttestationError, LedgerError) as exc:
             return json_answer({"error": str(exc)}, 503)
 
-    def _cached(self, store: AttestationStore, key: tuple, compute: Callable[[], Any]) -> Any:
-        return self.cache.get_or_compute((str(self.ledger_path), store.ledger.size, *key), compute)
+    def _key(self, store: AttestationStore, *parts: Hashable) -> tuple[Hashable, ...]:
+        """A cache key: this ledger at the store's size, and what was asked."""
+        return (str(self.ledger_path), store.ledger.size, *parts)
 
     # -- helpers -----------------------------------------------------------------------------------------
 
@@ -218,18 +230,24 @@ class Explorer:
             }
         )
 
-    def _strip(self, store: AttestationStore, run_id: bytes, args: tuple, trusted=None) -> coverage.CoverageStrip:
+    def _strip(
+        self, store: AttestationStore, run_id: bytes, args: CoverageArgs, trusted: frozenset[bytes] | None = None
+    ) -> coverage.CoverageStrip:
         """A run's coverage, kept per ledger size; the whole run by every key is the run's overview (kept fresh)."""
         if args == OVERVIEW_ARGS and trusted is None:
             return self.overviews.get(store, run_id)
-        key = ("coverage", run_id, *args, trusted)
-        return self._cached(store, key, lambda: coverage.bucket_coverage(store, run_id, *args[:3], args[3], trusted))
+        start, stop, buckets, min_count = args
+        key = self._key(store, "coverage", run_id, *args, trusted)
+        return self.cache.get_or_compute(
+            key, lambda: coverage.bucket_coverage(store, run_id, start, stop, buckets, min_count, trusted)
+        )
 
     def _summary(self, store: AttestationStore, run_id: bytes) -> dict[str, Any]:
         strip = self.overviews.get(store, run_id)
         key = (str(self.ledger_path), strip.ledger_size, "run", run_id)
-        summary = self.cache.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip).to_dict())
-        return {**summary, "verdict": run_sentence(summary, OVERVIEW_MIN), **runs.publisher_view(store, run_id)}
+        summary = self.summaries.get_or_compute(key, lambda: runs.run_summary(store, run_id, strip))
+        verdict = run_sentence(summary, OVERVIEW_MIN)
+        return {**summary.to_dict(), "verdict": verdict, **runs.publisher_view(store, run_id)}
 
     def runs(self, store: AttestationStore, request: Request) -> Answer:
         found = [self._summary(store, info.run_id) for info in store.runs()]
@@ -240,7 +258,7 @@ class Explorer:
 
     def coverage(self, store: AttestationStore, request: Request) -> Answer:
         run_id = self._run_id(store, request.parts[0])
-        args = (
+        args: CoverageArgs = (
             request.integer("from", None),
             request.integer("to", None),
             request.integer("buckets", DEFAULT_BUCKETS, 1, coverage.MAX_BUCKETS),
@@ -265,7 +283,8 @@ class Explorer:
         run_id = self._run_id(store, request.params["run"]) if request.params.get("run") else None
         offset, limit = request.integer("offset", 0), request.integer("limit", 100, 1, runs.MAX_PAGE)
         runs.check_page(offset, limit)
-        found = self._cached(store, ("disputes", run_id), lambda: runs.disputed_claims(store, run_id))
+        key = self._key(store, "disputes", run_id)
+        found = self.found_disputes.get_or_compute(key, lambda: runs.disputed_claims(store, run_id))
         page = [runs.claim_sides(store, claim) for claim in found[offset : offset + limit]]
         disputed = sum(claim.disputed for claim in found)
         return json_answer(
@@ -273,10 +292,12 @@ class Explorer:
         )
 
     def equivocations(self, store: AttestationStore, request: Request) -> Answer:
-        return json_answer(self._cached(store, ("equivocations",), lambda: checkpoints.equivocations_view(store)))
+        key = self._key(store, "equivocations")
+        return json_answer(self.views.get_or_compute(key, lambda: checkpoints.equivocations_view(store)))
 
     def checkpoints(self, store: AttestationStore, request: Request) -> Answer:
-        return json_answer(self._cached(store, ("checkpoints",), lambda: checkpoints.ledger_view(store)))
+        key = self._key(store, "checkpoints")
+        return json_answer(self.views.get_or_compute(key, lambda: checkpoints.ledger_view(store)))
 
     def entry(self, store: AttestationStore, request: Request) -> Answer:
         index = self._entry(store, request.parts[0])
@@ -293,9 +314,9 @@ class Explorer:
         download = f"entry-{index}-proof.json" if request.params.get("download") else None
         return json_answer(proofs.build_proof(store, index), download=download)
 
-    def node(self, peers_only: bool = False) -> dict[str, Any]:
+    def node(self, peers_only: bool = False) -> NodeView | PeersView:
         view = node_view(self.status_path, time.time())
-        if peers_only and view.get("available"):
+        if peers_only and view["available"]:
             status = view["status"]
             return {
                 "available": True,

@@ -5,13 +5,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Generic, TypeVar
 
 MAX_ENTRIES = 256
 
+V = TypeVar("V")
 
-class ResultCache:
-    """A small thread-safe LRU of computed answers; the key must include the ledger size they were read at.
+
+class ResultCache(Generic[V]):
+    """A small thread-safe LRU of computed answers of one kind (V); the key must include the ledger size they
+    were read at.
 
     Two requests for one key compute it once: the second waits for the first
     (a page asks for a run's summary and its coverage at the same time, and
@@ -19,29 +22,30 @@ class ResultCache:
     """
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
         self._computing: dict[Hashable, threading.Lock] = {}
         self._max = max_entries
 
-    def _lookup(self, key: Hashable) -> tuple[bool, Any]:
+    def _lookup(self, key: Hashable) -> tuple[V] | None:
+        """(the answer,) when held (a tuple, so that a held None is told from none held), else None."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return True, self._items[key]
-            return False, None
+                return (self._items[key],)
+            return None
 
-    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+    def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The cached answer for `key`, else compute() once (other threads asking for `key` meanwhile wait)."""
-        found, value = self._lookup(key)
-        if found:
-            return value
+        held = self._lookup(key)
+        if held is not None:
+            return held[0]
         with self._lock:
             gate = self._computing.setdefault(key, threading.Lock())
         with gate:
-            found, value = self._lookup(key)
-            if found:
-                return value
+            held = self._lookup(key)
+            if held is not None:
+                return held[0]
             try:
                 value = compute()
             except BaseException:

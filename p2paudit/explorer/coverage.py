@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.attest.runs import RunInfo
+from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.views import split_sql
 from p2paudit.errors import InputError
 from p2paudit.explorer.db import json_list
@@ -172,7 +173,7 @@ def _bucket_coverage(
     size = store.ledger.size
     run = store.run_info(run_id)
     lo, hi, n = check_range(run, start, stop, buckets)
-    params: dict[str, Any] = {"run": store.run_number(run_id), "lo": lo, "hi": hi, "n": n, "min": min_count}
+    params: dict[str, int | str] = {"run": store.run_number(run_id), "lo": lo, "hi": hi, "n": n, "min": min_count}
     keys_filter, known = "", None
     if trusted is not None:
         numbers = trusted_key_numbers(store, trusted)
@@ -185,7 +186,7 @@ def _bucket_coverage(
     return CoverageStrip(run, lo, hi, min_count, known, made, _total(lo, hi, made), last, size)
 
 
-def _bucket(lo: int, hi: int, n: int, b: int, row: tuple | None) -> Bucket:
+def _bucket(lo: int, hi: int, n: int, b: int, row: tuple[int, ...] | None) -> Bucket:
     width = hi - lo
     first, end = lo + -(-b * width // n), lo + -(-(b + 1) * width // n)
     attested, checked, covered, checks, matches, mismatches, errors, mm_steps, disputed, rows, _ = row or (0,) * 11

@@ -19,7 +19,9 @@ operation trace. `MISSING` says so, and what recomputes it.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+from p2paudit.explorer.outcomes import Outcome
 
 # (part, the claim's field, an attestation's observed field, the stage it names), in the order a step computes
 STEP_PARTS = (
@@ -60,26 +62,61 @@ def ulps_between(a_hex: str | None, b_hex: str | None) -> int | None:
     return abs(_ordered(int(a_hex, 16)) - _ordered(int(b_hex, 16)))
 
 
-def _sides(views: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each outcome's observed values, from its first signer's attestation (every signer of it observed the same
-    output; data and loss are taken from that one, with the findings every signer named)."""
+class Side(TypedDict):
+    """One outcome as the diagnosis shows it: its number (from 1), verdict, keys and the findings they named."""
+
+    outcome: int
+    verdict: str
+    keys: int
+    findings: list[str]
+
+
+class Part(TypedDict):
+    """One part of the claim beside what each outcome observed of it (the loss also as values and ulps)."""
+
+    part: str
+    claimed: str | None
+    observed: list[str | None]
+    agree: bool
+    claimed_value: NotRequired[float | str | None]
+    observed_values: NotRequired[list[float | str | None]]
+    ulps_from_claim: NotRequired[list[int | None]]
+    max_ulps_between_outcomes: NotRequired[int | None]
+
+
+class Diagnosis(TypedDict):
+    sides: list[Side]
+    parts: list[Part]
+    first_departure: str | None
+    stage: str | None
+    tensor: None
+    operation: None
+    missing: str
+
+
+def _sides(views: list[dict[str, Any]], outcomes: list[Outcome]) -> list[tuple[Side, dict[str, Any]]]:
+    """Each outcome, with the attestation view its observed values are read from: its first signer's (every
+    signer of it observed the same output; data and loss are taken from that one, with the findings every
+    signer named)."""
     by_index = {view["index"]: view for view in views}
     sides = []
     for number, outcome in enumerate(outcomes, 1):
         signed = [by_index[s["index"]] for s in outcome["signers"] if s["index"] in by_index]
         first = signed[0]
         findings = sorted({f for view in signed for f in view.get("findings", [])})
-        sides.append(
-            {"outcome": number, "verdict": outcome["verdict"], "keys": len(signed), "findings": findings, "view": first}
-        )
+        side = Side(outcome=number, verdict=outcome["verdict"], keys=len(signed), findings=findings)
+        sides.append((side, first))
     return sides
 
 
-def _part(name: str, claimed_field: str, observed_field: str, claim: dict[str, Any], sides: list[dict]) -> dict:
+def _part(
+    name: str, claimed_field: str, observed_field: str, claim: dict[str, Any], seen: list[dict[str, Any]]
+) -> Part:
+    """`seen`: the attestation view each outcome is read from, in the order of the outcomes."""
     claimed = claim.get(claimed_field)
-    observed = [side["view"].get(observed_field) for side in sides]
+    observed = [view.get(observed_field) for view in seen]
     known = [value for value in observed if value is not None]
-    item: dict[str, Any] = {
+    item: Part = {
         "part": name,
         "claimed": claimed,
         "observed": observed,  # per outcome, in the order of `outcomes` (None: not observed, an error)
@@ -94,21 +131,24 @@ def _part(name: str, claimed_field: str, observed_field: str, claim: dict[str, A
     return item
 
 
-def claim_diagnosis(subject: str, claims: list[dict[str, Any]], views: list[dict[str, Any]], outcomes: list[dict]):
+def claim_diagnosis(
+    subject: str, claims: list[dict[str, Any]], views: list[dict[str, Any]], outcomes: list[Outcome]
+) -> Diagnosis | None:
     """The part-by-part comparison of the claim and each outcome, the first part where they depart and the stage
     it names; None when nothing departs (no attestation, or every outcome matches the claim)."""
     if not outcomes or (len(outcomes) < 2 and outcomes[0]["verdict"] != "mismatch"):
         return None
-    sides = _sides(views, outcomes)
+    found = _sides(views, outcomes)
+    sides, seen = [side for side, _ in found], [view for _, view in found]
     claim = claims[0] if claims else {}
     table = INIT_PARTS if subject == "init" else STEP_PARTS
-    parts = [_part(name, c, o, claim, sides) for name, c, o, _ in table]
+    parts = [_part(name, c, o, claim, seen) for name, c, o, _ in table]
     if any("counter" in side["findings"] for side in sides):  # named by the findings only: no observed value is signed
         table = (COUNTER_PART, *table)
         parts.insert(0, {"part": "counter", "agree": False, "claimed": None, "observed": [None] * len(sides)})
     first = next((n for n, part in enumerate(parts) if not part["agree"]), None)
     return {
-        "sides": [{k: v for k, v in side.items() if k != "view"} for side in sides],
+        "sides": sides,
         "parts": parts,
         "first_departure": None if first is None else parts[first]["part"],
         "stage": None if first is None else table[first][3],

@@ -8,14 +8,39 @@ absent. Nothing here talks to the daemon.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from p2paudit.errors import InputError
 from p2paudit.node.daemon.status import progress_as_of, read_status
 from p2paudit.processes import process_alive
 
 
-def node_view(status_path: Path | None, now: float) -> dict[str, Any]:
+class NoNode(TypedDict):
+    available: Literal[False]
+    reason: str
+
+
+class NodeStatus(TypedDict):
+    available: Literal[True]
+    running: bool | None  # None: the file names no process id
+    age_seconds: float | None
+    progress: dict[str, Any] | None
+    status: dict[str, Any]  # the file as the daemon wrote it (node.status: whatever fields it has)
+
+
+class PeersView(TypedDict):
+    """The peers part of a status file: each field as the daemon wrote it (None or [] when absent)."""
+
+    available: Literal[True]
+    peers: object
+    bans: object
+    sync: object
+
+
+NodeView = NoNode | NodeStatus
+
+
+def node_view(status_path: Path | None, now: float) -> NodeView:
     """{"available": False, "reason": ...} without a readable status file, else the status and its freshness."""
     if status_path is None:
         return {

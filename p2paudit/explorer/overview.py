@@ -35,7 +35,7 @@ _REFRESH_ERRORS = (AttestationError, LedgerError, sqlite3.Error)  # a ledger tha
 
 
 class Overviews:
-    def __init__(self, ledger_path: Path, cache: ResultCache) -> None:
+    def __init__(self, ledger_path: Path, cache: ResultCache[CoverageStrip]) -> None:
         self.ledger_path = ledger_path
         self.cache = cache
         self._latest: dict[bytes, CoverageStrip] = {}
@@ -108,7 +108,7 @@ class Overviews:
         strips = [{**strip.to_dict(), "root": store.ledger.root(strip.ledger_size).hex()} for strip in held]
         return {"format": SAVED_FORMAT, "version": SAVED_VERSION, "origin": store.ledger.origin, "strips": strips}
 
-    def restore(self, store: AttestationStore, data: Any) -> int:
+    def restore(self, store: AttestationStore, data: object) -> int:
         """Take back the saved overviews that are true of this ledger (its origin, a size it has reached, the root
         at that size); how many were taken. Anything else in `data` is ignored: it is only a cache."""
         if not isinstance(data, dict) or (data.get("format"), data.get("version")) != (SAVED_FORMAT, SAVED_VERSION):
@@ -127,7 +127,7 @@ class Overviews:
                     taken += 1
         return taken
 
-    def restore_from(self, data: Any) -> int:
+    def restore_from(self, data: object) -> int:
         """`restore` on the ledger file, opened read-only; 0 when it cannot be read now (no ledger yet)."""
         try:
             with AttestationStore.open_readonly(self.ledger_path) as store:

@@ -37,10 +37,14 @@ ORIGIN_PREFIX = "p2paudit.dev/ledger/"
 
 def _checkpoint_covering(store: AttestationStore, index: int) -> tuple[int, str, str] | None:
     """(size, note, vkey) of the smallest own checkpoint that includes entry `index`, if any."""
-    return store.conn.execute(
+    row = store.conn.execute(
         "SELECT size, note, vkey FROM checkpoints WHERE kind = 'own' AND size > ? ORDER BY size ASC, id ASC LIMIT 1",
         (index,),
     ).fetchone()
+    if row is None:
+        return None
+    size, note, vkey = row  # INTEGER, TEXT, TEXT, each NOT NULL (ledger.schema)
+    return size, note, vkey
 
 
 def build_proof(store: AttestationStore, index: int) -> dict[str, Any]:
@@ -85,7 +89,7 @@ class ProofCheck:
         return self.origin if self.signer_key is not None else None
 
 
-def _hex(value: Any, what: str, length: int = 32) -> bytes:
+def _hex(value: object, what: str, length: int = 32) -> bytes:
     try:
         raw = bytes.fromhex(value) if isinstance(value, str) else None
     except ValueError:
@@ -136,7 +140,7 @@ class _Signed:
     unchecked: int
 
 
-def _parse_checkpoint(note: Any) -> tuple[Note, Checkpoint]:
+def _parse_checkpoint(note: object) -> tuple[Note, Checkpoint]:
     if not isinstance(note, str):
         raise InputError(f"proof file: checkpoint is {type(note).__name__}, want a signed note (text)")
     try:
@@ -190,7 +194,7 @@ def _check_checkpoint(data: dict[str, Any], size: int, root: bytes, key: bytes |
     return _Signed(origin, checked, key is not None, len(parsed.signatures) - len(own))
 
 
-def check_proof(data: Any, key: bytes | None = None) -> ProofCheck:
+def check_proof(data: object, key: bytes | None = None) -> ProofCheck:
     """Check a proof file's values (InputError if malformed, MismatchError if anything fails to verify)."""
     if not isinstance(data, dict):
         raise InputError("proof file is not a JSON object")

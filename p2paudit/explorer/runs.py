@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
-from p2paudit.attest.record import VERDICTS, decode_signed
-from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+from p2paudit.attest.record import decode_signed
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP, VERDICTS
 from p2paudit.attest.report import digest_text
-from p2paudit.attest.store import AttestationStore, RunInfo
+from p2paudit.attest.runs import RunInfo
+from p2paudit.attest.store import AttestationStore
 from p2paudit.attest.views import split_sql
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InputError
 from p2paudit.explorer.coverage import Bucket, CoverageStrip, bucket_coverage
 from p2paudit.explorer.db import query
+from p2paudit.explorer.outcomes import Outcome
 from p2paudit.explorer.times import utc_text_ms
 
 MAX_PAGE = 500
@@ -92,7 +94,12 @@ def run_summary(store: AttestationStore, run_id: bytes, strip: CoverageStrip | N
     return RunSummary(strip.run, strip.totals, init, last, when, strip.ledger_size)
 
 
-def publisher_view(store: AttestationStore, run_id: bytes) -> dict[str, Any]:
+class Publishers(TypedDict):
+    publisher: str | None
+    publishers: list[str]
+
+
+def publisher_view(store: AttestationStore, run_id: bytes) -> Publishers:
     """The keys recorded as the run's publisher: `publisher` (the first, or None: unknown) and `publishers` (all).
     Read at each request, not kept per ledger size: registering a run's key appends no entry."""
     keys = store.publishers(run_id)
@@ -132,7 +139,7 @@ def claim_sides(store: AttestationStore, claim: DisputedClaim) -> dict[str, Any]
         "WHERE i.run = ? AND i.step = ? ORDER BY i.leaf",
         (claim.run, claim.step),
     ).fetchall()
-    sides: dict[tuple, dict[str, Any]] = {}
+    sides: dict[tuple[int, bytes | None], Outcome] = {}
     for public_key, verdict, observed, leaf in rows:
         side = sides.setdefault(
             (verdict, observed),

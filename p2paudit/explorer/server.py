@@ -139,7 +139,8 @@ class ExplorerServer(HTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{f'[{host}]' if ':' in str(host) else host}:{port}/"
+        name = host if isinstance(host, str) else bytes(host).decode("ascii")  # AF_INET(6): always str
+        return f"http://{f'[{name}]' if ':' in name else name}:{port}/"
 
     def allowed_host(self, header: str | None) -> bool:
         """Only loopback names (or none) reach a loopback server: no DNS rebinding."""
@@ -265,7 +266,7 @@ def make_server(
     ledger_path: Path,
     status_path: Path | None = None,
     log: Callable[[str], None] | None = None,
-    saved: Any = None,
+    saved: object = None,
 ) -> ExplorerServer:
     """A server bound to `listen` (HOST:PORT) over the ledger file; InputError for a bad or busy address.
 

@@ -10,13 +10,14 @@ tensor and which operation first departs is not in the signed record: `verify-ra
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from p2paudit.attest.record import SignedAttestation, attestation_to_dict
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError
 from p2paudit.explorer.diagnosis_view import claim_diagnosis, loss_value, ulps_between
+from p2paudit.explorer.outcomes import Outcome
 from p2paudit.explorer.times import utc_text_ms
 from p2paudit.explorer.verdicts import claim_verdict
 from p2paudit.identity import peer_id_of
@@ -30,7 +31,18 @@ _PAIRS = (
 _CLAIM_FIELDS = ("input_digest", "claimed_data_digest", "data_digest", "claimed_output_digest", "claimed_loss_bits")
 
 
-def differences(view: dict[str, Any]) -> list[dict[str, Any]]:
+class Difference(TypedDict):
+    """An observed value that is not its claim: which pair, both values (and, for the loss, values and ulps)."""
+
+    finding: str
+    claimed: str
+    observed: str
+    claimed_value: NotRequired[float | str | None]
+    observed_value: NotRequired[float | str | None]
+    ulps: NotRequired[int | None]
+
+
+def differences(view: dict[str, Any]) -> list[Difference]:
     """Each observed value that differs from its claim: which pair, both values (and ulps for the loss)."""
     found = []
     pairs = (("init", "claimed_output_digest", "observed_output_digest"),) if view.get("subject") == "init" else _PAIRS
@@ -38,9 +50,10 @@ def differences(view: dict[str, Any]) -> list[dict[str, Any]]:
         a, b = view.get(claimed), view.get(observed)
         if a is None or b is None or a == b:
             continue
-        item = {"finding": finding, "claimed": a, "observed": b}
+        item = Difference(finding=finding, claimed=a, observed=b)
         if finding == "loss":
-            item.update(claimed_value=loss_value(a), observed_value=loss_value(b), ulps=ulps_between(a, b))
+            item["claimed_value"], item["observed_value"] = loss_value(a), loss_value(b)
+            item["ulps"] = ulps_between(a, b)
         found.append(item)
     return found
 
@@ -63,10 +76,10 @@ def attestation_view(index: int, signed: SignedAttestation) -> dict[str, Any]:
     }
 
 
-def _outcomes(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple, dict[str, Any]] = {}
+def _outcomes(views: list[dict[str, Any]]) -> list[Outcome]:
+    groups: dict[tuple[str, str | None], Outcome] = {}
     for view in views:
-        key = (view["verdict"], view["observed_output_digest"])
+        key: tuple[str, str | None] = (view["verdict"], view["observed_output_digest"])
         group = groups.setdefault(key, {"verdict": key[0], "observed_output_digest": key[1], "signers": []})
         group["signers"].append({"verifier": view["verifier"], "index": view["index"]})
     return list(groups.values())
@@ -74,7 +87,7 @@ def _outcomes(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _claims(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The distinct claims the attestations were made against (honest verifiers all read the same manifest)."""
-    groups: dict[tuple, dict[str, Any]] = {}
+    groups: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
     for view in views:
         claim = {name: view[name] for name in _CLAIM_FIELDS if name in view}
         group = groups.setdefault(tuple(sorted(claim.items())), {**claim, "attestations": 0})
@@ -85,7 +98,7 @@ def _claims(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _equivocating(store_views: list[tuple[SignedAttestation, dict[str, Any]]]) -> list[str]:
-    results: dict[bytes, set] = {}
+    results: dict[bytes, set[tuple[object, ...]]] = {}
     for signed, _ in store_views:
         results.setdefault(signed.attestation.verifier, set()).add(signed.attestation.result())
     return sorted(key.hex() for key, found in results.items() if len(found) > 1)

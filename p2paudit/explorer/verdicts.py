@@ -15,7 +15,9 @@ outcome it signed, so a key that signed two results (an equivocation) is on both
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
+
+from p2paudit.explorer.runs import RunSummary
 
 # What a mismatch's finding means, in words
 FOUND = {
@@ -25,6 +27,29 @@ FOUND = {
     "loss": "a different loss",
     "state": "a different state",
 }
+
+
+Tone = Literal["none", "upheld", "split", "failed"]
+
+
+class RunVerdict(TypedDict):
+    tone: Tone
+    sentence: str
+
+
+class KeyCounts(TypedDict):
+    """Distinct keys among a claim's attestations: all, with a result (match or mismatch), and by verdict."""
+
+    keys: int
+    checked_keys: int
+    match_keys: int
+    mismatch_keys: int
+    error_keys: int
+
+
+class ClaimVerdict(KeyCounts):
+    tone: Tone
+    sentence: str
 
 
 def _keys(count: int) -> str:
@@ -38,7 +63,7 @@ def _found(views: list[dict[str, Any]]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def claim_verdict(subject: str, step: int, views: list[dict[str, Any]]) -> dict[str, Any]:
+def claim_verdict(subject: str, step: int, views: list[dict[str, Any]]) -> ClaimVerdict:
     """The tone and sentence of one claim from its attestations' JSON views (steps.attestation_view)."""
     what = "the initial state" if subject == "init" else f"step {step}"
     by = {
@@ -46,8 +71,8 @@ def claim_verdict(subject: str, step: int, views: list[dict[str, Any]]) -> dict[
     }
     matched, mismatched, errors = len(by["match"]), len(by["mismatch"]), len(by["error"])
     checked = len(by["match"] | by["mismatch"])
-    counts = {"keys": len({v["verifier"] for v in views}), "checked_keys": checked, "match_keys": matched,
-              "mismatch_keys": mismatched, "error_keys": errors}  # fmt: skip
+    counts = KeyCounts(keys=len({v["verifier"] for v in views}), checked_keys=checked, match_keys=matched,
+                       mismatch_keys=mismatched, error_keys=errors)  # fmt: skip
     failed = f"; {_keys(errors)} could not replay it (an error)" if errors else ""
     both = by["match"] & by["mismatch"]
     if both:  # an equivocation: the key is counted on both sides, and the reader is told why the sums overlap
@@ -74,11 +99,12 @@ def claim_verdict(subject: str, step: int, views: list[dict[str, Any]]) -> dict[
     return {"tone": "failed", "sentence": f"{head}; {reported}{failed}: {follows}.", **counts}
 
 
-def run_sentence(summary: dict[str, Any], redundancy: int) -> dict[str, Any]:
-    """The tone and sentence of a run from its summary (runs.RunSummary.to_dict: totals over every step)."""
-    t, steps = summary["totals"], summary["steps"]
-    checked, covered, found, disputed = t["checked_steps"], t["covered_steps"], t["mismatch_steps"], t["disputed_steps"]
-    init = summary["init"]
+def run_sentence(summary: RunSummary, redundancy: int) -> RunVerdict:
+    """The tone and sentence of a run from its summary (totals over every step)."""
+    t, steps = summary.totals, summary.run.steps
+    checked, covered, found, disputed = t.checked_steps, t.covered_steps, t.mismatch_steps, t.disputed_steps
+    init = summary.init
+    tone: Tone
     head = f"The publisher claims {steps} training step{'s' if steps != 1 else ''}"
     if checked == 0:
         sentence = f"{head}; no key has checked any of them yet."
@@ -98,9 +124,7 @@ def run_sentence(summary: dict[str, Any], redundancy: int) -> dict[str, Any]:
             step_word = "step" if found == 1 else "steps"
             sentence = f"{head}; on {found} {step_word} a key reported a different result ({'; '.join(parts)})."
             tone = "failed" if lone else "split"
-    if init["mismatch"]:
-        sentence += (
-            f" The initial state: {init['mismatch']} of {init['match'] + init['mismatch']} checks found a difference."
-        )
-        tone = "failed" if init["match"] < init["mismatch"] else ("split" if tone in ("none", "upheld") else tone)
+    if init.mismatch:
+        sentence += f" The initial state: {init.mismatch} of {init.match + init.mismatch} checks found a difference."
+        tone = "failed" if init.match < init.mismatch else ("split" if tone in ("none", "upheld") else tone)
     return {"tone": tone, "sentence": sentence}

@@ -120,11 +120,12 @@ class CheckpointWriter:
         if missing:
             raise InternalError(f"checkpoint writer: tensors never written: {missing[:4]}")
         self._pwrite(checkpoint_header(self._step, self._shapes, digest.text()), 0)
+        fd = self._open_fd()
         try:
-            os.fsync(self._fd)
+            os.fsync(fd)
         except OSError as exc:
             raise self._failed(exc) from None
-        os.close(self._fd)
+        os.close(fd)
         self._fd = None
         os.replace(self._tmp, self.path)
         fsync_dir(self.path.parent)
@@ -143,11 +144,16 @@ class CheckpointWriter:
     def __exit__(self, *exc: object) -> None:
         self.abort()
 
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            raise InternalError(f"checkpoint writer of {self.path} used after finish or abort")
+        return self._fd
+
     def _pwrite(self, data: bytes, offset: int) -> None:
-        view, done = memoryview(data), 0
+        fd, view, done = self._open_fd(), memoryview(data), 0
         while done < len(view):
             try:
-                done += os.pwrite(self._fd, view[done:], offset + done)
+                done += os.pwrite(fd, view[done:], offset + done)
             except OSError as exc:
                 raise self._failed(exc) from None
 
@@ -213,7 +219,7 @@ class CheckpointReader:
             raise InternalError(f"checkpoint {self.path} read after close")
         span = self.layout.tensors[name]
         out = np.empty(span.shape, dtype=span.dtype.newbyteorder("<"))
-        view = memoryview(out.reshape(-1)).cast("B")
+        view = out.reshape(-1).data.cast("B")
         done = 0
         while done < len(view):
             try:

@@ -18,7 +18,6 @@ time: `CheckpointLayout.tensors[name]` gives its absolute byte range.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -65,7 +64,7 @@ def header_length(prefix: bytes, count: int, where: str) -> int:
     """N from the first 8 bytes; InputError if they are missing or N exceeds max_header_bytes(count)."""
     if len(prefix) < 8:
         raise InputError(f"{where} is not a valid safetensors file: {len(prefix)} bytes, shorter than its header")
-    (n,) = struct.unpack("<Q", prefix[:8])
+    n = int.from_bytes(prefix[:8], "little")
     limit = max_header_bytes(count)
     if n < 2 or n > limit:
         raise InputError(f"{where} is not a valid safetensors file: header length {n}, want 2..{limit}")

@@ -26,6 +26,7 @@ import hashlib
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -34,8 +35,16 @@ from p2paudit.errors import InputError
 TENSOR_DOMAIN = b"p2paudit tensor v1\x00"
 STATE_DOMAIN = b"p2paudit state v1\x00"
 DIGEST_PREFIX = "sha256:"
-_CANONICAL_NAN = {np.dtype(np.float32): np.uint32(0x7FC00000), np.dtype(np.float64): np.uint64(0x7FF8000000000000)}
+_CANONICAL_NAN: dict[np.dtype[Any], np.unsignedinteger[Any]] = {
+    np.dtype(np.float32): np.uint32(0x7FC00000),
+    np.dtype(np.float64): np.uint64(0x7FF8000000000000),
+}
 _ALLOWED_KINDS = "fiub"
+
+
+class StateDigestDict(TypedDict):
+    digest: str
+    tensors: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class StateDigest:
         """Tensor name -> raw tensor digest."""
         return dict(self.tensors)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> StateDigestDict:
         """JSON-ready form: the digest and every tensor digest as `sha256:<hex>`."""
         return {"digest": self.text(), "tensors": {n: format_digest(d) for n, d in self.tensors}}
 
@@ -152,7 +161,7 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
     ]
     h = hashlib.sha256(b"".join(header))
     if data.size:
-        h.update(memoryview(data).cast("B"))  # the array's own buffer: no copy
+        h.update(data.data.cast("B"))  # the array's own buffer: no copy
     return h.digest()
 
 

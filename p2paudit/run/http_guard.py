@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -179,7 +180,12 @@ class GuardedBackend(httpcore.NetworkBackend):
             return GuardedStream(stream, self.budget)
         raise error if error is not None else RefusedAddress(f"{host}: no address to connect to")
 
-    def connect_unix_socket(self, *args, **kwargs) -> httpcore.NetworkStream:  # type: ignore[no-untyped-def]
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
         raise RefusedAddress("unix sockets are not used for runs")
 
     def sleep(self, seconds: float) -> None:
@@ -215,9 +221,11 @@ class GuardedStream(httpcore.NetworkStream):
     def close(self) -> None:
         self.inner.close()
 
-    def start_tls(self, ssl_context, server_hostname: str | None = None, timeout: float | None = None):  # type: ignore[no-untyped-def]
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         tls = self.inner.start_tls(ssl_context, server_hostname, self.budget.timeout(timeout))
         return GuardedStream(tls, self.budget)
 
-    def get_extra_info(self, info: str):  # type: ignore[no-untyped-def]
+    def get_extra_info(self, info: str) -> object:
         return self.inner.get_extra_info(info)

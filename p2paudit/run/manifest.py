@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from p2paudit.engine.config import TrainConfig
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, InternalError
 from p2paudit.identity import Identity, sign, verify_signature
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
 from p2paudit.run.manifest_body import (
@@ -49,7 +50,7 @@ MANIFEST_MEMORY_RATIO = 9  # checking a body holds at most about this many times
 class Manifest:
     """A parsed, checked manifest body plus its stored bytes, run id and signature."""
 
-    head: dict  # the body's fields but "steps" and "loss_curve" (those are held parsed, in `steps`)
+    head: dict[str, Any]  # the body's fields but "steps" and "loss_curve" (those are held parsed, in `steps`)
     body_bytes: bytes
     run_id: bytes
     public_key: bytes
@@ -61,8 +62,11 @@ class Manifest:
     config: TrainConfig | None = None  # the parsed config (always set by read_manifest)
 
     @property
-    def config_dict(self) -> dict:
-        return self.head["config"]
+    def config_dict(self) -> dict[str, Any]:
+        config = self.head["config"]
+        if not isinstance(config, dict):  # check_body parsed it as a TrainConfig
+            raise InternalError(f"manifest {self.run_id.hex()[:16]}: config is not an object")
+        return config
 
     @property
     def arithmetic(self) -> int:
@@ -83,7 +87,7 @@ class Manifest:
         return max(c for c in self.checkpoints if c <= n)
 
 
-def sign_body(body: dict, identity: Identity) -> tuple[bytes, dict]:
+def sign_body(body: dict[str, Any], identity: Identity) -> tuple[bytes, dict[str, Any]]:
     """(canonical body bytes, signature file object) for `body` signed by `identity`."""
     body_bytes = canonical_json(body)
     signature = sign(identity, SIGNATURE_DOMAIN + body_bytes)
@@ -98,7 +102,7 @@ def sign_body(body: dict, identity: Identity) -> tuple[bytes, dict]:
     return body_bytes, envelope
 
 
-def write_manifest(run_dir: Path, body: dict, identity: Identity) -> bytes:
+def write_manifest(run_dir: Path, body: dict[str, Any], identity: Identity) -> bytes:
     """Sign and write manifest.json and manifest.sig.json (signature last); returns the run id."""
     body_bytes, envelope = sign_body(body, identity)
     # The body first: a kill between the two writes leaves a signature that no
@@ -186,7 +190,7 @@ def _parse_body(body_bytes: bytes, body_where: str) -> Body:
         raise InputError(f"{body_where}: {exc}") from None
 
 
-def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict, Body]:
+def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict[str, Any], Body]:
     """(body, checked body) of a publisher's progress file: a canonical, unsigned, partial manifest body.
 
     InputError (one line) if the file is not a regular file in its directory,
@@ -199,7 +203,7 @@ def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict
     return body, check_body(body, complete=False)
 
 
-def _parse_object(data: bytes, path: Path | str) -> dict:
+def _parse_object(data: bytes, path: Path | str) -> dict[str, Any]:
     value = parse_json(data, str(path))
     if not isinstance(value, dict):
         raise InputError(f"{path} holds a JSON {type(value).__name__}, want an object")

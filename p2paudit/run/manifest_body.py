@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from p2paudit.engine.config import MAX_SCHEDULE_STEPS, TrainConfig, check_preset
 from p2paudit.engine.schedule import SCHEDULE_FUNCTION
 from p2paudit.engine.state import state_names
 from p2paudit.errors import InputError
-from p2paudit.run.digest import StateDigest, format_digest, parse_digest
+from p2paudit.run.digest import StateDigest, StateDigestDict, format_digest, parse_digest
 from p2paudit.run.shards import TOKENIZER, DataSpec
 from p2paudit.run.storage import parse_json, read_file
 
@@ -67,7 +68,7 @@ def canonical_json(value: object) -> bytes:
         raise InputError(f"manifest body cannot be canonical JSON: {exc}") from None
 
 
-def canonical_pieces(value: dict) -> Iterator[bytes]:
+def canonical_pieces(value: Mapping[str, object]) -> Iterator[bytes]:
     """canonical_json(value) in pieces: the object key by key, a list (or iterator) value item by item.
 
     JSON nests, so the pieces join to exactly canonical_json(value): this only
@@ -107,7 +108,7 @@ def show_value(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _keys(value: object, keys: tuple[str, ...], where: str) -> dict:
+def _keys(value: object, keys: tuple[str, ...], where: str) -> dict[str, Any]:
     """`value` as a dict with exactly `keys`; InputError naming `where` otherwise."""
     if not isinstance(value, dict):
         raise InputError(f"{where} is {show_value(value)}, want an object")
@@ -137,6 +138,16 @@ def _loss(value: object, where: str) -> float:
     return value
 
 
+class StepDict(TypedDict):
+    """StepRecord.to_dict: one of the body's "steps" ("trace" only when the publisher wrote traces)."""
+
+    step: int
+    data: str
+    loss: float
+    output: StateDigestDict
+    trace: NotRequired[str]
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """What the publisher claims for one step: batch digest, loss, digest of the state it produces."""
@@ -147,8 +158,8 @@ class StepRecord:
     output: StateDigest
     trace: bytes | None = None  # SHA-256 of the published trace file, if the publisher wrote one
 
-    def to_dict(self) -> dict:
-        out = {
+    def to_dict(self) -> StepDict:
+        out: StepDict = {
             "step": self.step,
             "data": format_digest(self.data_digest),
             "loss": self.loss,
@@ -195,7 +206,7 @@ class Body:
     steps: tuple[StepRecord, ...]
     checkpoints: tuple[int, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The body as the publisher writes it; canonical_json of this is the one encoding."""
         return self._fields([r.to_dict() for r in self.steps])
 
@@ -203,13 +214,13 @@ class Body:
         """canonical_json(self.to_dict()) in pieces, one step record at a time (never the whole body at once)."""
         return canonical_pieces(self._fields(r.to_dict() for r in self.steps))
 
-    def head(self) -> dict:
+    def head(self) -> dict[str, Any]:
         """The body's fields but the per-step ones ("steps" and "loss_curve"), as to_dict writes them."""
         fields = self._fields([])
         del fields["steps"], fields["loss_curve"]
         return fields
 
-    def _fields(self, steps: list[dict] | Iterator[dict]) -> dict:
+    def _fields(self, steps: list[StepDict] | Iterator[StepDict]) -> dict[str, Any]:
         return {
             "format": RUN_FORMAT,
             "version": RUN_VERSION,
@@ -229,7 +240,7 @@ class Body:
         }
 
 
-def schedule_object(cfg: TrainConfig, data: DataSpec) -> dict:
+def schedule_object(cfg: TrainConfig, data: DataSpec) -> dict[str, Any]:
     """The manifest's "schedule": what batch_for_step reads, each value a copy of the config's or data's."""
     return {
         "function": SCHEDULE_FUNCTION,

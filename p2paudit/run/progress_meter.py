@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from p2paudit.engine.progress import ProgressHook, StepProgress
 
@@ -72,12 +72,13 @@ class ProgressView:
         }
 
 
-def view_from_dict(data: Any) -> ProgressView | None:
+def view_from_dict(data: object) -> ProgressView | None:
     """A view read back from JSON (a status file), or None when `data` is not one (an older daemon, a bad file)."""
     if not isinstance(data, dict):
         return None
     fraction, elapsed, eta = data.get("fraction"), data.get("elapsed"), data.get("eta_seconds")
-    counts = data.get("counts") if isinstance(data.get("counts"), dict) else {}
+    given = data.get("counts")
+    counts = given if isinstance(given, dict) else {}
     step = data.get("step")
     if not _number(fraction) or not _number(elapsed) or not (eta is None or _number(eta)):
         return None
@@ -91,8 +92,11 @@ def view_from_dict(data: Any) -> ProgressView | None:
     )
 
 
-def _number(value: Any) -> bool:
-    return type(value) in (int, float) and value == value and abs(value) != float("inf")
+def _number(value: object) -> TypeGuard[int | float]:
+    """A finite int or float (not a bool, NaN or an infinity)."""
+    if type(value) is int or type(value) is float:
+        return value == value and abs(value) != float("inf")
+    return False
 
 
 class ProgressMeter:
@@ -135,8 +139,8 @@ class ProgressMeter:
         counts = {name: getattr(event, name) for name in COUNT_NAMES}
         view = ProgressView(event.step, event.phase, fraction, counts, elapsed, time_left(fraction, elapsed))
         self._held, self._last_event_at = (view, now), now
-        due = view.finished or self._last_shown_at is None
-        if not due and now - self._last_shown_at < self._interval:
+        last = self._last_shown_at
+        if not view.finished and last is not None and now - last < self._interval:
             return None
         self._last_shown_at = now
         return view

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -123,7 +124,7 @@ def data_spec(data_dir: Path | None) -> DataSpec:
     return read_data_spec(data_dir) if data_dir is not None else describe_corpus(CORPUS_NAME)
 
 
-def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict:
+def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: TrainPlan) -> dict[str, Any]:
     """The manifest body before any step: everything but the step records."""
     return {
         "format": RUN_FORMAT,
@@ -151,7 +152,7 @@ def new_body(cfg: TrainConfig, data: DataSpec, initial: StateDigest, plan: Train
     }
 
 
-def _same_plan(head: dict, cfg: TrainConfig, plan: TrainPlan) -> bool:
+def _same_plan(head: dict[str, Any], cfg: TrainConfig, plan: TrainPlan) -> bool:
     return (
         head.get("config") == json.loads(canonical_json(cfg.to_dict()))
         and head.get("arithmetic_version") == plan.arithmetic
@@ -219,10 +220,14 @@ def publish_run(
         body, tokens, state = _start_or_resume(run_dir, cfg, plan, data_dir, steps.streaming)
         resumed_from = len(body["steps"])
         if steps.streaming:
+            if scratch_dir is None:  # refused above, before the run directory was touched
+                raise InternalError("a streamed run needs a scratch directory")
             start = _last_claimed(body)
             train_steps_streamed(
                 run_dir, body, tokens, start, cfg, plan, scratch_dir, steps.spill, on_step, progress=progress
             )
+        elif state is None:
+            raise InternalError("an in-memory run was started without its state")
         elif plan.world_size > 1:
             train_distributed(run_dir, body, tokens, state, cfg, plan, on_step, progress=progress)
         else:
@@ -233,7 +238,7 @@ def publish_run(
     return PublishResult(run_id, run_dir, plan.steps, False, resumed_from)
 
 
-def _last_claimed(body: dict) -> StateDigest:
+def _last_claimed(body: dict[str, Any]) -> StateDigest:
     """The digest of the state the steps so far end at (state 0 before any)."""
     last = body["steps"][-1]["output"] if body["steps"] else body["initial_state"]
     return StateDigest.from_dict(last, "progress")
@@ -241,7 +246,7 @@ def _last_claimed(body: dict) -> StateDigest:
 
 def _start_or_resume(
     run_dir: Path, cfg: TrainConfig, plan: TrainPlan, data_dir: Path | None = None, streaming: bool = False
-) -> tuple[dict, np.ndarray, dict | None]:
+) -> tuple[dict[str, Any], np.ndarray, dict[str, np.ndarray] | None]:
     """(body so far, corpus tokens, state at the last checkpoint), writing shards and state 0 if new.
 
     The shards are the built-in corpus's, or copies of those in `data_dir` (imported token ids).
@@ -258,7 +263,7 @@ def _start_or_resume(
             with open_checkpoint(run_dir, n, claimed, state_names(cfg), state_shapes(cfg)) as reader:
                 reader.verify(claimed)
             return body, tokens, None
-        state = load_checkpoint(run_dir, n, claimed, state_names(cfg), state_shapes(cfg))
+        state: dict[str, np.ndarray] | None = load_checkpoint(run_dir, n, claimed, state_names(cfg), state_shapes(cfg))
         return body, tokens, state
     if data_dir is not None:
         data = read_data_spec(data_dir)
@@ -277,7 +282,7 @@ def _start_or_resume(
     return body, tokens, state
 
 
-def _read_progress(progress: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict, DataSpec, StateDigest]:
+def _read_progress(progress: Path, cfg: TrainConfig, plan: TrainPlan) -> tuple[dict[str, Any], DataSpec, StateDigest]:
     """(body so far, its data spec, claimed digest of its last checkpointed state) from progress.json.
 
     The file is checked as strictly as a manifest: a bounded regular file, safe JSON, every field."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,7 +73,7 @@ from p2paudit.run.manifest import (
     manifest_from_bytes,
     parse_signature,
 )
-from p2paudit.run.remote_checkpoint import CheckpointPieces, Refused
+from p2paudit.run.remote_checkpoint import CheckpointPieces, Pieces, Refused
 from p2paudit.run.remote_files import RemoteFile, files_for_range
 from p2paudit.run.run_http import CONNECT_TIMEOUT, READ_TIMEOUT, FetchStats, Progress, RunHttp
 from p2paudit.run.step_shards import replay_memory, shards_for_range
@@ -317,7 +317,7 @@ class RemoteRun:
                 self.http.body(response, url, item.path), 0, lambda at: self.http.report(item.path, at, plan.size)
             )
 
-            def in_order(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
+            def in_order(bounds: list[tuple[int, int]]) -> Generator[bytes, None, None]:
                 for start, end in bounds:
                     stream.skip_to(start)
                     data = stream.take(end - start)
@@ -327,13 +327,11 @@ class RemoteRun:
 
             plan.assemble(partial, layout, have, in_order, self.request_bytes)
 
-    def _range_pieces(
-        self, path: str, total: Callable[[], int | None]
-    ) -> Callable[[list[tuple[int, int]]], Iterator[bytes]]:
+    def _range_pieces(self, path: str, total: Callable[[], int | None]) -> Pieces:
         """pieces(bounds): the bytes of each [start, end) of `bounds` (consecutive) of `path`, from one
         Range request for all of them (a checked 206 reply); progress is reported against `total()`."""
 
-        def pieces(bounds: list[tuple[int, int]]) -> Iterator[bytes]:
+        def pieces(bounds: list[tuple[int, int]]) -> Generator[bytes, None, None]:
             start, end = bounds[0][0], bounds[-1][1]
             if end <= start:
                 yield from (b"" for _ in bounds)

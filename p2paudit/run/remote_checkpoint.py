@@ -10,7 +10,7 @@ fetch resumes after the verified prefix, which is checked again first.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +19,16 @@ import numpy as np
 
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
-from p2paudit.run.checkpoint_layout import CheckpointLayout, TensorSpan, header_length, parse_layout
+from p2paudit.run.checkpoint_layout import CheckpointLayout, Shapes, TensorSpan, header_length, parse_layout
 from p2paudit.run.digest import digest_tensor, format_digest
 
 
 class Refused(Exception):
     """The server's bytes are not the manifest's file: the cache entry is discarded (a one-line reason)."""
+
+
+# pieces(bounds): the bytes of each (start, end) of bounds, in order (a generator: closed when left early)
+Pieces = Callable[[list[tuple[int, int]]], Generator[bytes, None, None]]
 
 
 @dataclass
@@ -35,7 +39,7 @@ class CheckpointPieces:
     state: int
     state_digest: str  # sha256:<hex>, as the metadata must say
     digests: dict[str, bytes]  # tensor name -> the manifest's tensor digest
-    shapes: dict
+    shapes: Shapes
     size: int | None = None  # the file's length, known once its header is parsed
 
     def parse(self, prefix: bytes, header: bytes) -> CheckpointLayout:
@@ -101,7 +105,7 @@ class CheckpointPieces:
         partial: Path,
         layout: CheckpointLayout | None,
         have: int,
-        pieces: Callable[[list[tuple[int, int]]], Iterator[bytes]],
+        pieces: Pieces,
         request_bytes: int,
     ) -> None:
         """Fetch what `partial` lacks after its verified prefix of `have` bytes: the header if there is

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -62,6 +63,24 @@ def token_dtype_for(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 65536 else "uint32"
 
 
+class ShardDict(TypedDict):
+    path: str
+    tokens: int
+    digest: str
+
+
+class DataDict(TypedDict):
+    """DataSpec.to_dict: the manifest's "data" object (dtype and vocab_size for token ids only)."""
+
+    tokenizer: str
+    corpus: str
+    tokens: int
+    data_key: str
+    shards: list[ShardDict]
+    dtype: NotRequired[str]
+    vocab_size: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One shard file: its path relative to the run directory, size in tokens and file digest."""
@@ -70,7 +89,7 @@ class ShardInfo:
     tokens: int
     digest: bytes
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ShardDict:
         return {"path": self.path, "tokens": self.tokens, "digest": format_digest(self.digest)}
 
 
@@ -104,8 +123,8 @@ class DataSpec:
         header = SHARD_HEADER_IDS if self.token_ids else SHARD_HEADER
         return header.size + info.tokens * self.token_bytes
 
-    def to_dict(self) -> dict:
-        out = {
+    def to_dict(self) -> DataDict:
+        out: DataDict = {
             "tokenizer": self.tokenizer,
             "corpus": self.corpus,
             "tokens": self.tokens,
@@ -130,16 +149,16 @@ class DataSpec:
         """
         if isinstance(data, dict) and data.get("tokenizer") == TOKEN_IDS:
             return _token_ids_from_dict(data)
-        _check_keys(data, DATA_KEYS, "manifest data")
-        if data["tokenizer"] != TOKENIZER:
+        fields = _check_keys(data, DATA_KEYS, "manifest data")
+        if fields["tokenizer"] != TOKENIZER:
             raise InputError(
-                f"manifest data.tokenizer is {str(data['tokenizer'])[:80]!r}, want {TOKENIZER!r} or {TOKEN_IDS!r}"
+                f"manifest data.tokenizer is {str(fields['tokenizer'])[:80]!r}, want {TOKENIZER!r} or {TOKEN_IDS!r}"
             )
-        corpus = data["corpus"]
+        corpus = fields["corpus"]
         if corpus not in KNOWN_CORPORA:
             raise InputError(f"manifest data.corpus is {str(corpus)[:80]!r}, want one of {sorted(KNOWN_CORPORA)}")
-        infos, tokens = _parse_shards(data)
-        spec = DataSpec(TOKENIZER, corpus, tokens, parse_digest(data["data_key"], "manifest data.data_key"), infos)
+        infos, tokens = _parse_shards(fields)
+        spec = DataSpec(TOKENIZER, corpus, tokens, parse_digest(fields["data_key"], "manifest data.data_key"), infos)
         expected = describe_corpus(corpus)
         if spec != expected:
             raise InputError(
@@ -155,7 +174,7 @@ class DataSpec:
         return spec
 
 
-def _token_ids_from_dict(data: dict) -> DataSpec:
+def _token_ids_from_dict(data: dict[str, Any]) -> DataSpec:
     _check_keys(data, DATA_KEYS_IDS, "manifest data")
     vocab = data["vocab_size"]
     if type(vocab) is not int or not 1 <= vocab <= MAX_VOCAB:
@@ -187,7 +206,7 @@ def check_corpus_name(name: object, where: str) -> str:
     return name
 
 
-def _parse_shards(data: dict) -> tuple[tuple[ShardInfo, ...], int]:
+def _parse_shards(data: dict[str, Any]) -> tuple[tuple[ShardInfo, ...], int]:
     shards = data["shards"]
     if not isinstance(shards, list) or not shards:
         raise InputError("manifest data.shards must be a non-empty list")
@@ -200,7 +219,8 @@ def _parse_shards(data: dict) -> tuple[tuple[ShardInfo, ...], int]:
     return infos, tokens
 
 
-def _check_keys(value: object, keys: tuple[str, ...], where: str) -> dict:
+def _check_keys(value: object, keys: tuple[str, ...], where: str) -> dict[str, Any]:
+    """`value` if it is a JSON object with exactly `keys` (its values are the caller's to check)."""
     if not isinstance(value, dict):
         raise InputError(f"{where} is a {type(value).__name__}, want an object")
     if set(value) != set(keys):
@@ -213,14 +233,14 @@ def _check_keys(value: object, keys: tuple[str, ...], where: str) -> dict:
 
 def _parse_shard(item: object, index: int, last: bool) -> ShardInfo:
     where = f"manifest data.shards[{index}]"
-    _check_keys(item, ("digest", "path", "tokens"), where)
-    path, tokens = item["path"], item["tokens"]
+    fields = _check_keys(item, ("digest", "path", "tokens"), where)
+    path, tokens = fields["path"], fields["tokens"]
     if path != shard_path(index):
         raise InputError(f"{where}.path is {str(path)[:80]!r}, want {shard_path(index)!r}")
     if type(tokens) is not int or not (1 <= tokens <= SHARD_TOKENS if last else tokens == SHARD_TOKENS):
         want = f"1..{SHARD_TOKENS} (the last shard)" if last else f"{SHARD_TOKENS} (every shard but the last)"
         raise InputError(f"{where}.tokens is {str(tokens)[:80]}, want {want}")
-    return ShardInfo(path, tokens, parse_digest(item["digest"], f"{where}.digest"))
+    return ShardInfo(path, tokens, parse_digest(fields["digest"], f"{where}.digest"))
 
 
 def shard_path(index: int) -> str:

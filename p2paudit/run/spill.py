@@ -40,7 +40,7 @@ class DiskGradStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._sets: dict[int, tuple[int, dict[str, tuple[int, tuple[int, ...], np.dtype]]]] = {}
+        self._sets: dict[object, tuple[int, dict[str, tuple[int, tuple[int, ...], np.dtype]]]] = {}  # handle: int
         self._next = 0
         self.bytes_written = 0
 
@@ -55,7 +55,7 @@ class DiskGradStore:
         offset = 0
         try:
             for name, array in grads.items():
-                data = memoryview(np.ascontiguousarray(array).reshape(-1)).cast("B")
+                data = np.ascontiguousarray(array).reshape(-1).data.cast("B")
                 done = 0
                 while done < len(data):
                     done += os.pwrite(fd, data[done:], offset + done)
@@ -75,10 +75,10 @@ class DiskGradStore:
     def take(self, handle: object, name: str) -> np.ndarray:
         if handle not in self._sets:
             raise InternalError(f"gradient store: unknown handle {handle!r}")
-        fd, index = self._sets[handle]  # type: ignore[index]
+        fd, index = self._sets[handle]
         offset, shape, dtype = index[name]
         out = np.empty(shape, dtype=dtype)
-        view = memoryview(out.reshape(-1)).cast("B")
+        view = out.reshape(-1).data.cast("B")
         done = 0
         while done < len(view):
             got = os.preadv(fd, [view[done:]], offset + done)
@@ -88,7 +88,7 @@ class DiskGradStore:
         return out
 
     def drop(self, handle: object) -> None:
-        kept = self._sets.pop(handle, None)  # type: ignore[call-overload]
+        kept = self._sets.pop(handle, None)
         if kept is not None:
             os.close(kept[0])
 

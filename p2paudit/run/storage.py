@@ -60,12 +60,14 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"key {duplicate[:80]!r} appears twice in one object")
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"key {name[:80]!r} appears twice in one object")
+            seen.add(name)
     return out
 
 

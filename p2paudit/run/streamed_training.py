@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ class StreamedStepper:
 
 def train_steps_streamed(
     run_dir: Path,
-    body: dict,
+    body: dict[str, Any],
     tokens: np.ndarray,
     start_digest: StateDigest,
     cfg: TrainConfig,

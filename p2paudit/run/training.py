@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from p2paudit.engine.schedule import batch_for_step
 from p2paudit.engine.step import StepResult
 from p2paudit.run.checkpoint import save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_batch, digest_bytes, digest_state
-from p2paudit.run.manifest import StepRecord, canonical_json
+from p2paudit.run.manifest_body import StepRecord, canonical_json
 from p2paudit.run.shards import DataSpec
 from p2paudit.run.storage import write_atomic
 from p2paudit.run.traces import TraceRecorder, encode_trace, trace_path
@@ -90,7 +90,7 @@ def progress_for_step(progress: ProgressHook | None, n: int) -> ProgressHook | N
 
 def train_steps_with(
     run_dir: Path | None,
-    body: dict,
+    body: dict[str, Any],
     tokens: np.ndarray,
     cfg: TrainConfig,
     plan: TrainPlan,
@@ -123,7 +123,11 @@ class InMemoryStepper:
     (None: nothing is written) go the step's trace (with `traces`) and the checkpoints."""
 
     def __init__(
-        self, run_dir: Path | None, state: dict, step_fn: Callable[..., StepResult], traces: bool = False
+        self,
+        run_dir: Path | None,
+        state: dict[str, np.ndarray],
+        step_fn: Callable[..., StepResult],
+        traces: bool = False,
     ) -> None:
         self._run_dir, self._state, self._step_fn, self._traces = run_dir, state, step_fn, traces
 
@@ -147,9 +151,9 @@ class InMemoryStepper:
 
 def train_steps(
     run_dir: Path | None,
-    body: dict,
+    body: dict[str, Any],
     tokens: np.ndarray,
-    state: dict,
+    state: dict[str, np.ndarray],
     cfg: TrainConfig,
     plan: TrainPlan,
     step_fn: Callable[..., StepResult],
