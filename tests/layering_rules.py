@@ -327,5 +327,10 @@ def reachable(unit: str) -> set[str]:
 def loaded_outside(unit: str, loaded: list[str]) -> list[str]:
     """Units a process that imported every module of `unit` holds, beyond what the table lets it reach."""
     allowed = reachable(unit)
-    extra = {unit_of(m) for m in loaded if m.split(".")[0] in ROOTS} - allowed - {None}
+
+    def above_allowed(module: str) -> bool:  # a package's __init__ loads with every module below it: no edge
+        return any(_is_ancestor(module, a) for a in allowed)  # (p2paudit.node's, with node.daemon.status)
+
+    ours = [m for m in loaded if m.split(".")[0] in ROOTS and not above_allowed(m)]
+    extra = {unit_of(m) for m in ours} - allowed - {None}
     return sorted(u for u in extra if not _is_ancestor(u, unit))

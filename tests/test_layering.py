@@ -191,6 +191,15 @@ def test_planted_violations_are_each_found(tmp_path):
     assert "p2paudit.node.net:1" not in forbidden and "p2paudit.node.net._host" not in third  # inside net
 
 
+def test_a_package_init_above_a_reachable_unit_is_loaded_freely_and_nothing_else_of_its_unit():
+    """Loading node.daemon.status loads p2paudit.node's __init__ (Python does): no edge; its localnet is one."""
+    assert loaded_outside("p2paudit.explorer", ["p2paudit.node", "p2paudit.node.daemon.status"]) == []
+    assert loaded_outside("p2paudit.explorer", ["p2paudit.node", "p2paudit.node.localnet"]) == ["p2paudit.node"]
+    assert loaded_outside("p2paudit.node.wire", ["p2paudit.node", "p2paudit.node.daemon.run"]) == [
+        "p2paudit.node.daemon"
+    ]
+
+
 def test_the_probe_sees_an_import_the_scan_cannot_follow(tmp_path):
     """exec hides an import from a reading of the source; the process that runs it still loads the module."""
     root = _plant(

@@ -1,9 +1,9 @@
 """`p2paudit daemon`: one volunteer node: audit, sign, gossip, sync, witness, and report.
 
 Everything that touches the network goes through `p2paudit.node.net`; what the
-bytes mean is `wire`, `validate`, `sync` and `witness`; what to audit is
-`auditor`. The store (SQLite) has one owner thread (`store_owner`), fed jobs
-from `daemon_jobs`: no commit, fsync or scan runs on the event loop. A replay
+bytes mean is `node.wire` (and `wire.validate`), each request protocol's two ends
+`node.protocols`; what to audit is `assign.auditor`. The store (SQLite) has one owner
+thread (`store_owner`), fed jobs from `jobs`: no commit, fsync or scan runs on the event loop. A replay
 runs in a worker thread so gossip, sync and witnessing stay responsive during
 a long step; on shutdown (SIGINT, SIGTERM, --duration) its result is dropped,
 so the daemon stops within seconds even mid-step, after it signs a final
@@ -11,13 +11,14 @@ checkpoint. The daemon reports by `DaemonEvent`s and writes a status snapshot
 (`status.write_status`, on the store's thread) that `p2paudit status` reads.
 
 The Daemon is made with a node already running (run.run_daemon opens it first) and holds its parts,
-each made with what it needs: `gossip` (daemon.gossip: batches in, own attestations and evidence out),
-`peers` (daemon.peer_sync: sync and witnessing), `fetch` (daemon.fetch: remote runs opened and fetched
-ahead) and `follower` (daemon.follow: followed labs' announcements); what they share is handed to each:
-the report lines and the progress (daemon.state).
+each made with what it needs: `audit` (daemon.audit: the next step, the replay, signing), `gossip`
+(daemon.gossip: batches in, own attestations and evidence out), `peers` (daemon.peer_sync: sync and
+witnessing), `fetch` (daemon.fetch: remote runs opened and fetched ahead) and `follower` (daemon.follow:
+followed labs' announcements); what they share is handed to each: the report lines and the progress
+(daemon.state), the step back-offs and the prefetched steps (audit and fetch).
 
 Loops, all in one trio nursery (started by `run.run_daemon`):
-- audit (here): take a remote step fetched ahead (daemon_fetch), or pick the
+- audit (audit): take a remote step fetched ahead (fetch), or pick the
   next step of a local run (auditor.next_step), replay it off-loop,
   sign and append, queue the new attestations for gossip, announce new
   conflicts on the evidence topic;
@@ -32,8 +33,8 @@ Loops, all in one trio nursery (started by `run.run_daemon`):
   making it takes long), from `Daemon.live()` and the store
   (jobs.write_status calls status.snapshot).
 Every loop is supervised (net.supervise): an exception is logged
-with its traceback and the loop restarts after a back-off. Every back-off is a `backoff.Backoff`
-and everything remembered per peer, step or conflict a `bounded_map.BoundedMap`, on trio's clock
+with its traceback and the loop restarts after a back-off. Every back-off is a `timing.backoff.Backoff`
+and everything remembered per peer, step or conflict a `timing.bounded_map.BoundedMap`, on trio's clock
 (`trio.current_time()`), so tests drive the daemon's time with `trio.testing.MockClock`.
 Gossip arrives through the adapter's validator (stateless checks only) and is
 drained continuously into the store with append_many (gossip).

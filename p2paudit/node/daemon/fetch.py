@@ -3,7 +3,7 @@
 - `open_remote(url)`: the run's signature and manifest are fetched and checked
   in a worker thread (run.remote.RemoteRun: deadline, rate floor, --publisher
   first), after the node listens; a failure is one line and a retry after a
-  back-off that doubles (Daemon.step_policy, a backoff.Backoff), so a daemon whose lab is down, slow
+  back-off that doubles (the step policy, a timing.backoff.Backoff), so a daemon whose lab is down, slow
   or hostile serves its peers and audits its other runs meanwhile.
 - `prefetch_loop(source)`, one per remote run: pick that run's next step,
   fetch and check its files in a worker thread of its own (RemoteSource.prefetch),

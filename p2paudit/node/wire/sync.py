@@ -3,7 +3,7 @@
 Sync: a status request and its signed checkpoint, range requests and their
 proved pages, refusals. Witnessing: C2SP tlog-witness add-checkpoint and the
 cosignature or coded refusal. Only shapes, sizes and limits are checked here;
-proofs and signatures are judged by node.sync and node.witness.
+proofs and signatures are judged by node.protocols.sync and node.protocols.witness.
 """
 
 from __future__ import annotations
