@@ -49,8 +49,15 @@ ALLOWED: dict[str, dict[str, str]] = {
         "kernels": "the design's arrow: the engine is built only on kernels",
         "p2paudit.errors": ERRORS,
     },
+    "p2paudit.tensor_digest": {"p2paudit.errors": ERRORS},
+    "p2paudit.lab": {
+        "kernels": "DESIGN, two tiers of models: a lab's aten ops are computed by the canonical kernels",
+        "p2paudit.errors": ERRORS,
+        "p2paudit.tensor_digest": "a lab's state is digested in the engine's state digest format (the leaf)",
+    },
     "p2paudit.run": {
         "p2paudit.engine": "the design's arrow: a run is trained with the engine's step",
+        "p2paudit.tensor_digest": "run's state digests are the leaf's format (re-exported by run.digest)",
         "kernels": "the manifest names the arithmetic version (DESIGN: 'the run manifest names its version')",
         "p2paudit.identity": "the design: run signs and checks manifests with identity",
         "p2paudit.errors": ERRORS,
@@ -134,12 +141,17 @@ THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
     "llvmlite": (("kernels.cpu_*",), "the CPU kernels pin numba's code generation (no FMA contraction)"),
     "triton": (TRITON_KERNELS, "DESIGN: the GPU backend is Triton, and only it"),
     "torch": (
-        TRITON_KERNELS + ("p2paudit.engine.distributed", "p2paudit.audit.distributed_replay", "p2paudit.run.workers"),
-        "Triton's device tensors; DESIGN: steps split over processes with torch.distributed (gloo, NCCL)",
+        TRITON_KERNELS
+        + ("p2paudit.engine.distributed", "p2paudit.audit.distributed_replay", "p2paudit.run.workers")
+        + ("p2paudit.lab", "p2paudit.lab.*"),
+        "Triton's device tensors; DESIGN: steps split over processes with torch.distributed (gloo, NCCL); "
+        "DESIGN, two tiers of models: the lab mode is a TorchDispatchMode over a lab's own torch loop",
     ),
     "numpy": (
-        ("kernels", "kernels.*", "p2paudit.engine.*", "p2paudit.run.*", "p2paudit.audit.*", "p2paudit.node.plan*"),
-        "arrays: the reference and CPU backends, the engine, runs, replays; plan's Monte Carlo",
+        ("kernels", "kernels.*", "p2paudit.engine.*", "p2paudit.run.*", "p2paudit.audit.*", "p2paudit.node.plan*")
+        + ("p2paudit.lab.*", "p2paudit.tensor_digest"),
+        "arrays: the reference and CPU backends, the engine, runs, replays; plan's Monte Carlo; "
+        "the lab mode's tensors as the kernels' arrays; the digest format's bytes",
     ),
     "cryptography": (("ledger.*", "p2paudit.identity"), "Ed25519: signed notes and cosignatures, the node key"),
     "nacl": (("p2paudit.identity",), "libsodium's Ed25519 verification: the one verifier of every attestation"),

@@ -1,0 +1,97 @@
+"""Tiny models for the lab-mode tests, written as a lab would write them (plain torch, nothing of p2paudit).
+
+`TinyLlama`: token embedding, blocks of RMSNorm (hand-written: pow, mean,
+rsqrt), attention with RoPE (sin/cos of the positions) and causal SDPA,
+SwiGLU MLP, a final RMSNorm and an untied head. `train(model, batches, ...)`
+is the loop: cross_entropy, backward, clip_grad_norm_, AdamW(fused=True).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, c: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(c))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of x (B, H, T, D), pairs (2i, 2i+1) rotated by pos * 10000^(-2i/D)."""
+    t, d = x.shape[-2], x.shape[-1]
+    pos = torch.arange(t, dtype=torch.float32)
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    angle = torch.outer(pos, inv)  # (T, D/2)
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, c: int, heads: int, extra_op: bool = False) -> None:
+        super().__init__()
+        self.heads, self.extra_op = heads, extra_op
+        self.norm1, self.norm2 = RMSNorm(c), RMSNorm(c)
+        self.qkv = nn.Linear(c, 3 * c, bias=False)
+        self.proj = nn.Linear(c, c, bias=False)
+        self.gate = nn.Linear(c, 4 * c, bias=False)
+        self.up = nn.Linear(c, 4 * c, bias=False)
+        self.down = nn.Linear(4 * c, c, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape  # (B, T, C)
+        q, k, v = self.qkv(self.norm1(x)).split(c, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        q, k = rope(q), rope(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        h = self.norm2(x)
+        if self.extra_op:
+            h = h * 1.0  # one more op in the graph, the same values
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class TinyLlama(nn.Module):
+    def __init__(self, vocab: int = 64, c: int = 32, heads: int = 4, layers: int = 2, extra_op: bool = False) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, c)
+        self.blocks = nn.ModuleList([Block(c, heads, extra_op) for _ in range(layers)])
+        self.norm = RMSNorm(c)
+        self.head = nn.Linear(c, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)  # (B, T, C)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))  # (B, T, V)
+
+
+def make(seed: int = 0, **kwargs: object) -> tuple[TinyLlama, torch.optim.AdamW]:
+    """A TinyLlama initialised from `seed` and its AdamW(fused=True)."""
+    torch.manual_seed(seed)
+    model = TinyLlama(**kwargs)  # type: ignore[arg-type]
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=True)
+
+
+def batches(steps: int, b: int = 2, t: int = 8, vocab: int = 64, seed: int = 1) -> list[torch.Tensor]:
+    """`steps` int64 token batches (B, T+1)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (b, t + 1), generator=g) for _ in range(steps)]
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> torch.Tensor:
+    """One step of the lab's loop: forward, cross_entropy, backward, clip, AdamW."""
+    logits = model(tokens[:, :-1])  # (B, T, V)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    return loss.detach()
