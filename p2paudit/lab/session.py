@@ -10,6 +10,7 @@
             optimizer.zero_grad()
     run.records[i].state   # StateDigest of params, AdamW moments and step counter after step i
     run.records[i].trace   # the step's dataflow-trace digest (p2paudit.lab.trace)
+    run.initial            # StateDigest of the state before step 0 (moments zero, step 0)
 
 The state is named as the built-in engine's is (params/<name>, opt/m/<name>,
 opt/v/<name>, step) and digested in p2paudit.tensor_digest's format.
@@ -84,6 +85,7 @@ class LabRun:
                     )
         self.records: list[StepRecord] = []
         self.last_mode: CanonicalMode | None = None
+        self.initial = digest_state(self.state_arrays())  # state 0: what a replay starts from
 
     def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         for p in self.model.parameters():

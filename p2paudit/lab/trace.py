@@ -29,14 +29,16 @@ TRACE_DOMAIN = b"p2paudit lab trace v1\x00"
 
 
 def _constant(x: object) -> object:
-    """A non-tensor argument as JSON: numbers, strings, bools, None, lists; anything else by its repr."""
+    """A non-tensor argument as JSON: numbers, strings, bools, None, lists, dtypes and devices; else its type."""
     if x is None or isinstance(x, (bool, int, str)):
         return x
     if isinstance(x, float):
         return repr(x)  # exact text of the binary64 value
     if isinstance(x, (list, tuple)):
         return [_constant(i) for i in x]
-    return repr(x)
+    if isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(x)
+    return type(x).__name__  # a handle (the profiler's ScriptObject): its repr holds an address
 
 
 @dataclass

@@ -8,6 +8,7 @@ is the loop: cross_entropy, backward, clip_grad_norm_, AdamW(fused=True).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,17 +74,30 @@ class TinyLlama(nn.Module):
         return self.head(self.norm(x))  # (B, T, V)
 
 
+def init_from_numpy(model: nn.Module, seed: int) -> None:
+    """Every matrix N(0, 0.02) and every vector ones, drawn by numpy: the same bits on any instruction set.
+
+    torch's own initialisers (uniform_, normal_) take vectorised paths that differ between
+    ATEN_CPU_CAPABILITY settings, so a run's initial state is the lab's published checkpoint, not its RNG.
+    """
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            values = rng.standard_normal(p.shape) * 0.02 if p.dim() > 1 else np.ones(p.shape)
+            p.copy_(torch.from_numpy(values.astype(np.float32)))
+
+
 def make(seed: int = 0, **kwargs: object) -> tuple[TinyLlama, torch.optim.AdamW]:
     """A TinyLlama initialised from `seed` and its AdamW(fused=True)."""
-    torch.manual_seed(seed)
     model = TinyLlama(**kwargs)  # type: ignore[arg-type]
+    init_from_numpy(model, seed)
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=True)
 
 
 def batches(steps: int, b: int = 2, t: int = 8, vocab: int = 64, seed: int = 1) -> list[torch.Tensor]:
-    """`steps` int64 token batches (B, T+1)."""
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (b, t + 1), generator=g) for _ in range(steps)]
+    """`steps` int64 token batches (B, T+1), drawn by numpy."""
+    rng = np.random.default_rng(seed)
+    return [torch.from_numpy(rng.integers(0, vocab, (b, t + 1), dtype=np.int64)) for _ in range(steps)]
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> torch.Tensor:
