@@ -1,7 +1,8 @@
-"""Canonical elementwise functions that op table 1 needs beyond the contract's (docs/arithmetic.md, "Op table 1").
+"""Canonical elementwise functions that op table 1 needs beyond the contract's (docs/arithmetic.md, section 8).
 
 sin, cos (a four-part Cody-Waite reduction by pi/2 and Taylor polynomials on
-[-pi/4, pi/4]), rsqrt, reciprocal, sigmoid and pow with a scalar base, all
+[-pi/4, pi/4]), tanh (a fitted odd polynomial below 0.625, 1 - 2/(exp(2a) + 1)
+above), GELU's tanh form and its derivative, rsqrt, reciprocal, sigmoid and pow with a scalar base, all
 built from the rounded primitives of section 1 and the `exp`/`log` of
 section 3. Every function takes a float32 numpy array of any shape and
 returns a new float32 array of that shape; each is a chain of numpy float32
@@ -96,6 +97,58 @@ def sin(x: np.ndarray) -> np.ndarray:
 def cos(x: np.ndarray) -> np.ndarray:
     """cos(x), |x| <= 65536 (NaN outside, and for inf and NaN); any shape."""
     return _trig(x, 1)
+
+
+# tanh: below TANH_SPLIT, a + (a z) q(z) with q fitted by least squares at Chebyshev nodes of z = a^2 in
+# [0, 0.625^2] (float64, then rounded to float32: the bits below); above, 1 - 2 / (exp(2a) + 1).
+TANH_SPLIT = F32(0.625)
+TANH_C = (  # q's coefficients from z^5 down to z^0: Horner order
+    float32_from_bits(0x3B1677B9),
+    float32_from_bits(0xBC08C248),
+    float32_from_bits(0x3CB25704),
+    float32_from_bits(0xBD5D048C),
+    float32_from_bits(0x3E088875),
+    float32_from_bits(0xBEAAAAAB),
+)
+GELU_K0 = F32(0.7978845608028654)  # float32(sqrt(2 / pi)), 0x3F4C422A
+GELU_K1 = F32(0.044715)  # 0x3D372713
+GELU_K3 = F32(0.134145)  # float32(3 * 0.044715), 0x3E095D4F
+
+
+def _tanh(x: np.ndarray) -> np.ndarray:
+    """tanh on a float32 array, unchecked: the sign of x on tanh(|x|) (copysign is exact)."""
+    a = np.abs(x)
+    z = a * a
+    small = a + (a * z) * _horner(z, TANH_C)
+    big = K.ONE - K.TWO / (reference.exp(np.ascontiguousarray(a * K.TWO)) + K.ONE)
+    y: np.ndarray = np.copysign(np.where(a < TANH_SPLIT, small, big), x)
+    return np.where(np.isnan(x), x, y).astype(F32, copy=False)
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """tanh(x), any shape (+-1 beyond |x| ~ 9, NaN for NaN, -0.0 for -0.0)."""
+    validate.check_elementwise(x)
+    with np.errstate(all="ignore"):
+        return _tanh(x)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """(0.5 x) (1 + tanh(K0 (x + K1 ((x x) x)))): GELU's tanh form in this order."""
+    validate.check_elementwise(x)
+    with np.errstate(all="ignore"):
+        t = _tanh(np.asarray(GELU_K0 * (x + GELU_K1 * ((x * x) * x)), dtype=F32))
+        return np.asarray((K.HALF * x) * (K.ONE + t), dtype=F32)
+
+
+def gelu_tanh_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dy (0.5 (1 + t) + ((0.5 x) (1 - t t)) (K0 (1 + K3 x x))), t = tanh of the forward's inner value."""
+    validate.check_pair(x, "x", dy, "dy")
+    with np.errstate(all="ignore"):
+        x2 = x * x
+        t = _tanh(np.asarray(GELU_K0 * (x + GELU_K1 * (x2 * x)), dtype=F32))
+        left = K.HALF * (K.ONE + t)
+        right = ((K.HALF * x) * (K.ONE - t * t)) * (GELU_K0 * (K.ONE + GELU_K3 * x2))
+        return np.asarray(dy * (left + right), dtype=F32)
 
 
 def reciprocal(x: np.ndarray) -> np.ndarray:

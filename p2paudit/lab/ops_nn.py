@@ -1,4 +1,4 @@
-"""Op table 1's products and network ops: mm, bmm, addmm, causal attention, nll_loss, embedding.
+"""Op table 1's products and network ops: mm, bmm, addmm, causal attention (grouped heads too), nll_loss, embedding.
 
 Each is the backend's canonical kernel (docs/arithmetic.md sections 2.3 and
 4; the folds at the run's arithmetic version), with the layout work in
@@ -58,13 +58,32 @@ def addmm(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         return wrap(out + view(a["self"]))
 
 
-def _heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[np.ndarray, ...]:
-    """q, k, v (B, H, T, D) as C-contiguous (B*H, T, D) arrays; one shape for all three."""
-    shapes = {tuple(t.shape) for t in (q, k, v)}
-    if len(shapes) != 1 or q.dim() != 4:
-        raise refused(name, f"q, k, v of shapes {[tuple(t.shape) for t in (q, k, v)]} (want one (B, H, T, D))")
+def _groups(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
+    """How many query heads share each key/value head: q (B, H, T, D), k and v (B, H/g, T, D)."""
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
+        raise refused(name, f"q, k, v of shapes {[tuple(t.shape) for t in (q, k, v)]} (want (B, H, T, D))")
     b, h, t, d = q.shape
-    return tuple(host(x).reshape(b * h, t, d) for x in (q, k, v))
+    kb, kh, kt, kd = k.shape
+    if (kb, kt, kd) != (b, t, d) or kh == 0 or h % kh:
+        raise refused(name, f"q {tuple(q.shape)} and k, v {tuple(k.shape)} (want H a multiple of k's heads)")
+    return h // kh
+
+
+def _heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[np.ndarray, ...]:
+    """q, k, v as C-contiguous (B*H, T, D) arrays; grouped k, v heads repeated (copies) to H."""
+    g = _groups(name, q, k, v)
+    b, h, t, d = q.shape
+    kv = [host(x) if g == 1 else np.repeat(host(x), g, axis=1) for x in (k, v)]  # head j serves j*g .. j*g+g-1
+    return host(q).reshape(b * h, t, d), kv[0].reshape(b * h, t, d), kv[1].reshape(b * h, t, d)
+
+
+def _fold_groups(ctx: OpContext, dx: np.ndarray, shape: tuple[int, ...], g: int) -> np.ndarray:
+    """A (B*H, T, D) gradient of repeated k or v heads summed back per group: one psum over the g heads."""
+    b, kh, t, d = shape
+    if g == 1:
+        return dx.reshape(shape)
+    grouped = np.ascontiguousarray(np.moveaxis(dx.reshape(b, kh, g, t, d), 2, -1))  # (B, H/g, T, D, g)
+    return np.asarray(ctx.be.sum_rows(grouped.reshape(-1, g))).reshape(shape)
 
 
 def _check_attention_args(name: str, a: dict[str, Any], d: int) -> None:
@@ -110,8 +129,13 @@ def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         _, p = ctx.be.attention(q, k, v)
     do = host(a["grad_out"]).reshape(q.shape)
     dq, dk, dv = ctx.be.attention_backward(q, k, v, np.asarray(p), do)
-    shape = tuple(a["query"].shape)
-    return wrap(np.asarray(dq).reshape(shape)), wrap(np.asarray(dk).reshape(shape)), wrap(np.asarray(dv).reshape(shape))
+    g = _groups(name, a["query"], a["key"], a["value"])
+    kv_shape = tuple(a["key"].shape)
+    return (
+        wrap(np.asarray(dq).reshape(tuple(a["query"].shape))),
+        wrap(_fold_groups(ctx, np.asarray(dk), kv_shape, g)),
+        wrap(_fold_groups(ctx, np.asarray(dv), kv_shape, g)),
+    )
 
 
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}

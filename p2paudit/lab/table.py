@@ -22,6 +22,7 @@ import torch
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import EXACT_INT, view, wrap
 from p2paudit.lab.ops_elementwise import ELEMENTWISE
+from p2paudit.lab.ops_gpt2 import GPT2
 from p2paudit.lab.ops_nn import NN
 from p2paudit.lab.ops_optim import OPTIM
 from p2paudit.lab.ops_reduce import REDUCTIONS
@@ -87,6 +88,7 @@ def check_index_put(name: str, a: dict[str, Any]) -> None:
 
 TABLE: dict[str, Handler] = {
     **ELEMENTWISE,
+    **GPT2,
     **REDUCTIONS,
     **NN,
     **OPTIM,
@@ -107,7 +109,7 @@ _COPIES = (
 )
 _CREATION = (
     "zeros.default zeros_like.default ones.default ones_like.default empty.memory_format empty_like.default "
-    "new_zeros.default new_empty.default new_ones.default full.default full_like.default fill_.Scalar zero_.default "
+    "new_zeros.default new_empty.default new_empty_strided.default new_ones.default full.default full_like.default fill_.Scalar zero_.default "
     "scalar_tensor.default"
 )
 _COMPARISONS = (
@@ -142,9 +144,7 @@ REASONS: dict[str, str] = {
     "aten._foreach_addcmul_.Scalar": _SINGLE_TENSOR_ADAMW,
     "aten._foreach_addcdiv_.ScalarList": _SINGLE_TENSOR_ADAMW,
     "aten._fused_adam_.default": "Adam with L2 weight decay (the table has AdamW: torch.optim.AdamW(fused=True))",
-    "aten.tanh.default": "tanh has no canonical definition in op table 1 yet",
-    "aten.gelu.default": "GELU has no canonical definition in op table 1 yet",
-    "aten.native_layer_norm.default": "layer_norm has no canonical definition in op table 1 yet",
+    "aten.erf.default": "erf has no canonical definition in op table 1 (GELU: use approximate='tanh')",
     "aten.scatter_add.default": "a scatter-add in an order torch chooses",
     "aten.index_add.default": "a scatter-add in an order torch chooses",
 }

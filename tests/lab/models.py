@@ -1,5 +1,7 @@
 """Tiny models for the lab-mode tests, written as a lab would write them (plain torch, nothing of p2paudit).
 
+`TinyGPT2`: nanoGPT's GPT-2 (learned positions, LayerNorm with biases, GELU tanh, tied head).
+
 `TinyLlama`: token embedding, blocks of RMSNorm (hand-written: pow, mean,
 rsqrt), attention with RoPE (sin/cos of the positions) and causal SDPA,
 SwiGLU MLP, a final RMSNorm and an untied head. `train(model, batches, ...)`
@@ -36,11 +38,12 @@ def rope(x: torch.Tensor) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, c: int, heads: int, extra_op: bool = False) -> None:
+    def __init__(self, c: int, heads: int, extra_op: bool = False, kv_heads: int | None = None) -> None:
         super().__init__()
         self.heads, self.extra_op = heads, extra_op
+        self.kv_heads = kv_heads or heads
         self.norm1, self.norm2 = RMSNorm(c), RMSNorm(c)
-        self.qkv = nn.Linear(c, 3 * c, bias=False)
+        self.qkv = nn.Linear(c, c + 2 * (c // heads) * self.kv_heads, bias=False)
         self.proj = nn.Linear(c, c, bias=False)
         self.gate = nn.Linear(c, 4 * c, bias=False)
         self.up = nn.Linear(c, 4 * c, bias=False)
@@ -48,10 +51,13 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape  # (B, T, C)
-        q, k, v = self.qkv(self.norm1(x)).split(c, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        d = c // self.heads
+        q, k, v = self.qkv(self.norm1(x)).split([c, d * self.kv_heads, d * self.kv_heads], dim=-1)
+        q = q.view(b, t, self.heads, d).transpose(1, 2)  # (B, H, T, D)
+        k, v = (z.view(b, t, self.kv_heads, d).transpose(1, 2) for z in (k, v))  # (B, H_kv, T, D)
         q, k = rope(q), rope(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        gqa = self.kv_heads != self.heads
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)  # (B, H, T, D)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         h = self.norm2(x)
         if self.extra_op:
@@ -60,10 +66,18 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    def __init__(self, vocab: int = 64, c: int = 32, heads: int = 4, layers: int = 2, extra_op: bool = False) -> None:
+    def __init__(
+        self,
+        vocab: int = 64,
+        c: int = 32,
+        heads: int = 4,
+        layers: int = 2,
+        extra_op: bool = False,
+        kv_heads: int | None = None,
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, c)
-        self.blocks = nn.ModuleList([Block(c, heads, extra_op) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(c, heads, extra_op, kv_heads) for _ in range(layers)])
         self.norm = RMSNorm(c)
         self.head = nn.Linear(c, vocab, bias=False)
 
@@ -85,6 +99,51 @@ def init_from_numpy(model: nn.Module, seed: int) -> None:
         for _, p in sorted(model.named_parameters()):
             values = rng.standard_normal(p.shape) * 0.02 if p.dim() > 1 else np.ones(p.shape)
             p.copy_(torch.from_numpy(values.astype(np.float32)))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, c: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape  # (B, T, C)
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class TinyGPT2(nn.Module):
+    """nanoGPT's shape: learned positions, LayerNorm with biases, GELU (tanh), the head tied to the embedding."""
+
+    def __init__(self, vocab: int = 64, c: int = 32, heads: int = 4, layers: int = 2, block: int = 64) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(block, c)
+        self.h = nn.ModuleList([GPT2Block(c, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, V), tied
+
+
+def make_gpt2(seed: int = 0, **kwargs: object) -> tuple[TinyGPT2, torch.optim.AdamW]:
+    """A TinyGPT2 initialised from `seed` (biases zero, LayerNorm weights one) and its AdamW(fused=True)."""
+    model = TinyGPT2(**kwargs)  # type: ignore[arg-type]
+    init_from_numpy(model, seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=True)
 
 
 def make(seed: int = 0, **kwargs: object) -> tuple[TinyLlama, torch.optim.AdamW]:

@@ -66,3 +66,25 @@ def test_pow_needs_a_positive_base():
 def test_bad_input_is_refused():
     with pytest.raises(KernelInputError, match="dtype float64"):
         L.sin(np.ones(2))
+
+
+def test_tanh_accuracy_and_special_values():
+    x = np.linspace(-12, 12, 400_001).astype(np.float32)
+    assert ulps(L.tanh(x), np.tanh(x.astype(np.float64))) <= 1.3
+    small = np.linspace(-0.62, 0.62, 400_001).astype(np.float32)  # the fitted polynomial alone
+    assert ulps(L.tanh(small), np.tanh(small.astype(np.float64))) <= 0.85
+    y = L.tanh(np.array([np.nan, -0.0, np.inf, -np.inf, 100.0], dtype=np.float32))
+    assert np.isnan(y[0]) and np.signbit(y[1]) and y[1] == 0 and list(y[2:]) == [1.0, -1.0, 1.0]
+
+
+def test_gelu_tanh_against_its_float64_formula():
+    x = np.linspace(-12, 12, 400_001).astype(np.float32)
+    x64 = x.astype(np.float64)
+    inner = np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)
+    want = 0.5 * x64 * (1 + np.tanh(inner))
+    assert np.max(np.abs(L.gelu_tanh(x) - want)) <= 5e-7
+    dwant = 0.5 * (1 + np.tanh(inner)) + 0.5 * x64 * (1 - np.tanh(inner) ** 2) * np.sqrt(2 / np.pi) * (
+        1 + 3 * 0.044715 * x64**2
+    )
+    dy = np.full_like(x, 1.0)
+    assert np.max(np.abs(L.gelu_tanh_backward(x, dy) - dwant)) <= 2e-6
