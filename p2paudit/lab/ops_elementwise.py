@@ -1,7 +1,7 @@
 """Op table 1's elementwise entries: + - * / with broadcasting, the unary functions, pow, clamp, max/min.
 
 Every float result is one rounded float32 operation per element (or the
-composition docs/arithmetic.md "Op table 1" gives); Python scalars are
+composition docs/arithmetic.md section 8 gives); Python scalars are
 rounded once to float32 first (section 1); bool and small-integer operands
 convert to float32 exactly; integer-only arithmetic stays int64 (exact).
 """

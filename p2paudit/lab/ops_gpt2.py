@@ -1,4 +1,4 @@
-"""Op table 1's entries for the GPT-2 family: LayerNorm, GELU's tanh form, tanh (docs/arithmetic.md section 8.9).
+"""Op table 1's entries for the GPT-2 family: LayerNorm, GELU's tanh form, tanh (docs/arithmetic.md section 8.8).
 
 LayerNorm over the trailing `normalized_shape` dims (flattened to C), per row:
 

@@ -1,6 +1,6 @@
 """Op table 1's reductions: sums, means, norms, softmax and log-softmax along dims, all on the pairwise trees.
 
-The order (docs/arithmetic.md, "Op table 1"): the reduced axes are moved
+The order (docs/arithmetic.md section 8): the reduced axes are moved
 last (kept axes first, each group in increasing axis order), flattened in C
 order, and each resulting row is one `psum` (section 2.1) or `pmax` (2.2)
 through the backend's sum_rows / max_rows. So a sum over (0, 1) of a
