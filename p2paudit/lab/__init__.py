@@ -3,7 +3,7 @@
 The second tier of DESIGN.md's "Two tiers of models": every aten op that a
 step of the lab's own nn.Module and torch.optim.AdamW(fused=True) sends to
 torch's dispatcher is computed by op table 1 (p2paudit.lab.table, defined
-in docs/arithmetic.md "Op table 1") on the canonical kernels, or refused by
+in docs/arithmetic.md section 8) on the canonical kernels, or refused by
 name. A replay needs the same torch build (which ops reach dispatch is
 torch's choice); within it, the state digest after each step is the same
 on any CPU, thread count or instruction set.

@@ -1,6 +1,6 @@
 """Op table 1: every aten operation the strict mode runs, and the ones it refuses with a named reason.
 
-Three kinds of entry (docs/arithmetic.md, "Op table 1", defines each):
+Three kinds of entry (docs/arithmetic.md section 8 defines each):
 
 - TABLE: operations that compute values; each entry runs the canonical
   kernel and never torch's own kernel (tests/lab make every stock kernel of

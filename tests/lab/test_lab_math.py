@@ -1,7 +1,7 @@
 """Op table 1's new elementwise functions (kernels/lab_math.py) against float64, with their special values.
 
-The bounds are the measured worst cases over these inputs, rounded up a little (docs/arithmetic.md,
-"Op table 1"): an implementation that changed a constant or an operation order would leave them.
+The bounds are the measured worst cases over these inputs, rounded up a little (docs/arithmetic.md
+section 8): an implementation that changed a constant or an operation order would leave them.
 """
 
 from __future__ import annotations
