@@ -16,7 +16,33 @@ from __future__ import annotations
 
 from p2paudit.lab.mode import CanonicalMode
 from p2paudit.lab.refusal import OP_TABLE_VERSION, LabOpRefused
+from p2paudit.lab.script import (
+    LabClaims,
+    LabScript,
+    ReplayVerdict,
+    TorchBuildMismatch,
+    load_script,
+    replay_step,
+    torch_build,
+    train_script,
+)
 from p2paudit.lab.session import LabRun, StepRecord
-from p2paudit.lab.trace import first_departure
+from p2paudit.lab.trace import first_departure, first_value_departure
 
-__all__ = ["OP_TABLE_VERSION", "CanonicalMode", "LabOpRefused", "LabRun", "StepRecord", "first_departure"]
+__all__ = [
+    "OP_TABLE_VERSION",
+    "CanonicalMode",
+    "LabClaims",
+    "LabOpRefused",
+    "LabRun",
+    "LabScript",
+    "ReplayVerdict",
+    "StepRecord",
+    "TorchBuildMismatch",
+    "first_departure",
+    "first_value_departure",
+    "load_script",
+    "replay_step",
+    "torch_build",
+    "train_script",
+]

@@ -44,6 +44,7 @@ class StepRecord:
     state: StateDigest
     trace: bytes
     ops: tuple[bytes, ...]
+    values: tuple[tuple[str, bytes], ...] | None  # per op (name, output digest) when the run keeps values
 
 
 def _is_compiled(model: torch.nn.Module) -> bool:
@@ -66,7 +67,14 @@ class LabRun:
     """A lab's model and AdamW trained under CanonicalMode; `records` holds one StepRecord per step."""
 
     def __init__(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, backend: str = "cpu", arithmetic: int = 1
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        backend: str = "cpu",
+        arithmetic: int = 1,
+        first_step: int = 0,
+        values: bool = False,
     ) -> None:
         if _is_compiled(model):
             raise LabOpRefused("a torch.compile'd model is not in op table 1 (its kernels bypass dispatch)")
@@ -84,6 +92,7 @@ class LabRun:
                         f"the optimizer holds a tensor of shape {tuple(p.shape)} that is not the model's"
                     )
         self.records: list[StepRecord] = []
+        self.first_step, self.keep_values = first_step, values
         self.last_mode: CanonicalMode | None = None
         self.initial = digest_state(self.state_arrays())  # state 0: what a replay starts from
 
@@ -119,9 +128,10 @@ class LabRun:
     @contextmanager
     def step(self, i: int) -> Iterator[CanonicalMode]:
         """Run the body (forward, backward, clip, optimizer.step) under CanonicalMode as step `i`."""
-        if i != len(self.records):
-            raise LabOpRefused(f"step {i} out of order: the run has {len(self.records)} steps, so the next is that one")
-        tracer = Tracer()
+        if i != self.first_step + len(self.records):
+            want = self.first_step + len(self.records)
+            raise LabOpRefused(f"step {i} out of order: the next step of this run is {want}")
+        tracer = Tracer(values=[] if self.keep_values else None)
         for name, t in self._named_tensors():
             tracer.name(t, name)
         mode = CanonicalMode(self.backend, tracer)
@@ -129,4 +139,5 @@ class LabRun:
             yield mode
         self.last_mode = mode
         state = digest_state(self.state_arrays())
-        self.records.append(StepRecord(i, state, tracer.digest(), tuple(tracer.records)))
+        values = tuple(tracer.values) if tracer.values is not None else None
+        self.records.append(StepRecord(i, state, tracer.digest(), tuple(tracer.records), values))

@@ -12,6 +12,9 @@ op's non-tensor arguments. The step's trace digest is
 so two runs that executed a different op graph (another op, another shape,
 another input wiring, another order of autograd's accumulation) have
 different digests, and `first_departure` names the first op where they part.
+A value trace (optional: `Tracer(values=[])`) keeps, per op, the SHA-256 of
+its outputs' tensor digests, so `first_value_departure` names the first op
+whose values differ between two executions of the same graph.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
+
+from p2paudit.tensor_digest import digest_tensor
 
 TRACE_DOMAIN = b"p2paudit lab trace v1\x00"
 
@@ -46,6 +52,7 @@ class Tracer:
     """Labels tensors as the step's ops make them and keeps each op's canonical record."""
 
     records: list[bytes] = field(default_factory=list)
+    values: list[tuple[str, bytes]] | None = None  # with a list: (op name, digest of its outputs) per op
     _labels: dict[int, tuple[weakref.ref[torch.Tensor], list[Any]]] = field(default_factory=dict)
     _external: int = 0
 
@@ -88,6 +95,11 @@ class Tracer:
             self._labels[id(o)] = (weakref.ref(o), ["op", index, j])
         body = [name, inputs, [[list(o.shape), str(o.dtype)] for o in outs], constants]
         self.records.append(json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
+        if self.values is not None:
+            h = hashlib.sha256()
+            for j, o in enumerate(outs):
+                h.update(digest_tensor(f"{name}/{j}", np.asarray(o.detach().numpy())))
+            self.values.append((name, h.digest()))
 
     def digest(self) -> bytes:
         """The step's trace digest (raw SHA-256)."""
@@ -107,6 +119,16 @@ def digest_records(records: list[bytes]) -> bytes:
         h.update(struct.pack("<I", len(r)))
         h.update(r)
     return h.digest()
+
+
+def first_value_departure(ours: list[tuple[str, bytes]], theirs: list[tuple[str, bytes]]) -> str | None:
+    """None when every op's outputs are equal; else one line naming the first op whose outputs differ."""
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return f"op {i} ({a[0]}) is the first whose outputs differ" + ("" if a[0] == b[0] else f" (there: {b[0]})")
+    if len(ours) != len(theirs):
+        return f"the value traces have {len(ours)} and {len(theirs)} ops"
+    return None
 
 
 def first_departure(ours: list[bytes], theirs: list[bytes]) -> str | None:

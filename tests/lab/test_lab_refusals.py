@@ -98,7 +98,7 @@ def test_a_compiled_model_is_refused():
 def test_steps_run_in_order():
     model, opt = models.make()
     run = LabRun(model, opt, backend="reference")
-    with pytest.raises(LabOpRefused, match="step 1 out of order"), run.step(1):
+    with pytest.raises(LabOpRefused, match="step 1 out of order: the next step of this run is 0"), run.step(1):
         pass
 
 
