@@ -58,6 +58,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "p2paudit.run": {
         "p2paudit.engine": "the design's arrow: a run is trained with the engine's step",
         "p2paudit.tensor_digest": "run's state digests are the leaf's format (re-exported by run.digest)",
+        "p2paudit.lab": "DESIGN, two tiers: a lab run is trained with the lab mode and published like any run",
         "kernels": "the manifest names the arithmetic version (DESIGN: 'the run manifest names its version')",
         "p2paudit.identity": "the design: run signs and checks manifests with identity",
         "p2paudit.errors": ERRORS,
@@ -68,6 +69,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "p2paudit.audit": {
         "p2paudit.run": "the design's arrow: audit replays a run's published steps",
         "p2paudit.engine": "DESIGN: audit replays steps, and a replay runs the engine's step",
+        "p2paudit.lab": "DESIGN, two tiers: a lab run's steps are replayed under the lab mode",
         "kernels": "a replay holds the manifest's arithmetic version against the one kernels implement",
         "p2paudit.errors": ERRORS,
     },
