@@ -76,6 +76,8 @@ def main() -> None:
         if i:  # step 0 is the warm-up
             lab_t.append(t1 - t0)
             stock_t.append(t2 - t1)
+        elif times is not None:
+            times.clear()  # the warm-up's compiles are not the entries' time
     print(f"cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"load average before: {os.getloadavg()}")
     print(f"model {args.size}: {count(lab_model) / 1e6:.1f}M params, B={b} T={args.seq} ({b * args.seq} tokens/step)")
@@ -85,7 +87,7 @@ def main() -> None:
           f"{statistics.median(lab_t) / statistics.median(stock_t):.2f}x")  # fmt: skip
     if times is not None:
         total = sum(sum(v) for v in times.values())
-        print(f"  table entries: {total:.3f} s over {len(data)} steps")
+        print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")
         for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:10]:
             print(f"    {name:70s} {sum(v):7.3f} s  {len(v):5d} calls")
 
