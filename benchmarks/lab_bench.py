@@ -78,7 +78,9 @@ def main() -> None:
             stock_t.append(t2 - t1)
         elif times is not None:
             times.clear()  # the warm-up's compiles are not the entries' time
-    print(f"cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    print(
+        f"cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
     print(f"load average before: {os.getloadavg()}")
     print(f"model {args.size}: {count(lab_model) / 1e6:.1f}M params, B={b} T={args.seq} ({b * args.seq} tokens/step)")
     for label, ts in (("lab mode", lab_t), ("stock torch", stock_t)):
