@@ -40,16 +40,26 @@ def wrap(a: np.ndarray | np.generic) -> torch.Tensor:
     return torch.from_numpy(arr)
 
 
+_SCHEMAS: dict[Any, tuple[tuple[str, Any], ...]] = {}
+
+
+def _schema_of(func: Any) -> tuple[tuple[str, Any], ...]:
+    """(name, default or None) of each argument of the op, read from its schema once per op."""
+    known = _SCHEMAS.get(func)
+    if known is None:
+        known = tuple((a.name, a.default_value if a.has_default_value() else None) for a in func._schema.arguments)
+        _SCHEMAS[func] = known
+    return known
+
+
 def bind(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The op's arguments by schema name, defaults filled in."""
     bound: dict[str, Any] = {}
-    for i, arg in enumerate(func._schema.arguments):
+    for i, (name, default) in enumerate(_schema_of(func)):
         if i < len(args):
-            bound[arg.name] = args[i]
-        elif arg.name in kwargs:
-            bound[arg.name] = kwargs[arg.name]
+            bound[name] = args[i]
         else:
-            bound[arg.name] = arg.default_value if arg.has_default_value() else None
+            bound[name] = kwargs.get(name, default)
     return bound
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from kernels.backend_contract import Backend
 from p2paudit.lab.context import OpContext
@@ -28,18 +27,28 @@ from p2paudit.lab.table import EXACT, TABLE, VALUE_DTYPES, reason_for
 from p2paudit.lab.trace import Tracer
 
 
+def _tensors(values: object) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or results (tuples, lists and dicts of them, nested)."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, (list, tuple)):
+        return [t for v in values for t in _tensors(v)]
+    if isinstance(values, dict):
+        return [t for v in values.values() for t in _tensors(v)]
+    return []
+
+
 def check_tensors(name: str, values: object, where: str) -> None:
     """Refuse a tensor of another dtype than float32, int64 or bool, or one off the CPU."""
-    for x in tree_leaves(values):
-        if isinstance(x, torch.Tensor):
-            if x.dtype not in VALUE_DTYPES:
-                raise refused(
-                    name,
-                    f"a {str(x.dtype).removeprefix('torch.')} tensor {where} (op table 1 computes float32 values; "
-                    "int64 and bool only as indices and masks)",
-                )
-            if x.device.type != "cpu":
-                raise refused(name, f"a tensor on {x.device} {where} (this build's lab mode computes on the host)")
+    for x in _tensors(values):
+        if x.dtype not in VALUE_DTYPES:
+            raise refused(
+                name,
+                f"a {str(x.dtype).removeprefix('torch.')} tensor {where} (op table 1 computes float32 values; "
+                "int64 and bool only as indices and masks)",
+            )
+        if x.device.type != "cpu":
+            raise refused(name, f"a tensor on {x.device} {where} (this build's lab mode computes on the host)")
 
 
 class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
