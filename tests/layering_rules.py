@@ -49,8 +49,16 @@ ALLOWED: dict[str, dict[str, str]] = {
         "kernels": "the design's arrow: the engine is built only on kernels",
         "p2paudit.errors": ERRORS,
     },
+    "p2paudit.tensor_digest": {"p2paudit.errors": ERRORS},
+    "p2paudit.lab": {
+        "kernels": "DESIGN, two tiers of models: a lab's aten ops are computed by the canonical kernels",
+        "p2paudit.errors": ERRORS,
+        "p2paudit.tensor_digest": "a lab's state is digested in the engine's state digest format (the leaf)",
+    },
     "p2paudit.run": {
         "p2paudit.engine": "the design's arrow: a run is trained with the engine's step",
+        "p2paudit.tensor_digest": "run's state digests are the leaf's format (re-exported by run.digest)",
+        "p2paudit.lab": "DESIGN, two tiers: a lab run is trained with the lab mode and published like any run",
         "kernels": "the manifest names the arithmetic version (DESIGN: 'the run manifest names its version')",
         "p2paudit.identity": "the design: run signs and checks manifests with identity",
         "p2paudit.errors": ERRORS,
@@ -61,6 +69,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "p2paudit.audit": {
         "p2paudit.run": "the design's arrow: audit replays a run's published steps",
         "p2paudit.engine": "DESIGN: audit replays steps, and a replay runs the engine's step",
+        "p2paudit.lab": "DESIGN, two tiers: a lab run's steps are replayed under the lab mode",
         "kernels": "a replay holds the manifest's arithmetic version against the one kernels implement",
         "p2paudit.errors": ERRORS,
     },
@@ -168,7 +177,11 @@ LAZY_ALLOWED = ("p2paudit.cli",)
 
 # kernels.get_backend loads the backend a run names (cpu compiles numba, triton needs CUDA) by a name from
 # its own table, which test_backend_table_stays_inside_kernels holds.
-INDIRECT_ALLOWED = {"kernels": frozenset({"import machinery", "computed module name"})}
+# p2paudit.lab.script loads a lab's own training script by its path (importlib): the lab's code, not ours.
+INDIRECT_ALLOWED = {
+    "kernels": frozenset({"import machinery", "computed module name"}),
+    "p2paudit.lab": frozenset({"import machinery"}),
+}
 
 LIBP2P = ("p2paudit.node.net.*",)
 NET = "p2paudit.node.net"  # its __init__ is the face; its modules named _x are private to it
@@ -186,8 +199,11 @@ THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
     "llvmlite": (("kernels.cpu_*",), "the CPU kernels pin numba's code generation (no FMA contraction)"),
     "triton": (TRITON_KERNELS, "DESIGN: the GPU backend is Triton, and only it"),
     "torch": (
-        TRITON_KERNELS + ("p2paudit.engine.distributed", "p2paudit.audit.distributed_replay", "p2paudit.run.workers"),
-        "Triton's device tensors; DESIGN: steps split over processes with torch.distributed (gloo, NCCL)",
+        TRITON_KERNELS
+        + ("p2paudit.engine.distributed", "p2paudit.audit.distributed_replay", "p2paudit.run.workers")
+        + ("p2paudit.lab", "p2paudit.lab.*"),
+        "Triton's device tensors; DESIGN: steps split over processes with torch.distributed (gloo, NCCL); "
+        "DESIGN, two tiers of models: the lab mode is a TorchDispatchMode over a lab's own torch loop",
     ),
     "numpy": (
         (
@@ -197,8 +213,11 @@ THIRD_PARTY: dict[str, tuple[tuple[str, ...], str]] = {
             "p2paudit.run.*",
             "p2paudit.audit.*",
             "p2paudit.node.assign.plan",
+            "p2paudit.lab.*",
+            "p2paudit.tensor_digest",
         ),
-        "arrays: the reference and CPU backends, the engine, runs, replays; plan's Monte Carlo",
+        "arrays: the reference and CPU backends, the engine, runs, replays; plan's Monte Carlo; "
+        "the lab mode's tensors as the kernels' arrays; the digest format's bytes",
     ),
     "cryptography": (("ledger.*", "p2paudit.identity"), "Ed25519: signed notes and cosignatures, the node key"),
     "nacl": (("p2paudit.identity",), "libsodium's Ed25519 verification: the one verifier of every attestation"),

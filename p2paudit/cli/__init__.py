@@ -120,6 +120,7 @@ from p2paudit.cli import (  # noqa: E402,F401  (registers the commands)
     demo_cmd,
     explore_cmd,
     identity_cmds,
+    lab_cmds,
     ledger_cmds,
     ledger_log_cmds,
     node_cmds,

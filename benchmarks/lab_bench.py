@@ -1,0 +1,98 @@
+"""A lab's Llama-style step under the strict canonical mode (p2paudit.lab) against the same step in stock torch.
+
+The model is tests/lab/models.TinyLlama at a chosen size (hand-written RMSNorm, RoPE, causal SDPA,
+SwiGLU, untied head; cross_entropy, clip_grad_norm_, AdamW(fused=True)). One warm-up step per side
+(numba compiles on its first call), then `--repeats` timed steps, the sides taking turns so that a
+change in machine load hits both; min and median and their ratio. The mode's time is split into the
+ops it ran: `--profile` prints the ten entries that took longest (Python overhead included).
+
+    python benchmarks/lab_bench.py --size 11m --tokens 1024 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from p2paudit.lab import LabRun
+from p2paudit.lab import mode as lab_mode
+from tests.lab import models
+
+SIZES = {  # name -> (vocab, C, heads, layers)
+    "tiny": (256, 64, 4, 2),
+    "11m": (8192, 256, 8, 6),
+}
+
+
+def count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def profile_entries() -> dict[str, list[float]]:
+    """Wrap every TABLE entry to time it; returns the per-op times it collects."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for name, entry in list(lab_mode.TABLE.items()):
+
+        def timed(ctx, n, a, entry=entry, name=name):  # noqa: ANN001, ANN202
+            t0 = time.perf_counter()
+            try:
+                return entry(ctx, n, a)
+            finally:
+                times[name].append(time.perf_counter() - t0)
+
+        lab_mode.TABLE[name] = timed
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default="11m")
+    ap.add_argument("--tokens", type=int, default=1024, help="tokens per step (B = tokens / T)")
+    ap.add_argument("--seq", type=int, default=256, help="T, the sequence length")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    vocab, c, heads, layers = SIZES[args.size]
+    b = max(1, args.tokens // args.seq)
+    data = models.batches(args.repeats + 1, b=b, t=args.seq, vocab=vocab)
+    lab_model, lab_opt = models.make(vocab=vocab, c=c, heads=heads, layers=layers)
+    stock_model, stock_opt = models.make(vocab=vocab, c=c, heads=heads, layers=layers)
+    run = LabRun(lab_model, lab_opt, backend="cpu")
+    times = profile_entries() if args.profile else None
+    lab_t, stock_t = [], []
+    for i, tokens in enumerate(data):
+        t0 = time.perf_counter()
+        with run.step(i):
+            models.train_step(lab_model, lab_opt, tokens)
+        t1 = time.perf_counter()
+        models.train_step(stock_model, stock_opt, tokens)
+        t2 = time.perf_counter()
+        if i:  # step 0 is the warm-up
+            lab_t.append(t1 - t0)
+            stock_t.append(t2 - t1)
+        elif times is not None:
+            times.clear()  # the warm-up's compiles are not the entries' time
+    print(
+        f"cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
+    print(f"load average before: {os.getloadavg()}")
+    print(f"model {args.size}: {count(lab_model) / 1e6:.1f}M params, B={b} T={args.seq} ({b * args.seq} tokens/step)")
+    for label, ts in (("lab mode", lab_t), ("stock torch", stock_t)):
+        print(f"  {label:12s} min {min(ts):.3f} s  median {statistics.median(ts):.3f} s")
+    print(f"  ratio (lab / stock): min {min(lab_t) / min(stock_t):.2f}x  median "
+          f"{statistics.median(lab_t) / statistics.median(stock_t):.2f}x")  # fmt: skip
+    if times is not None:
+        total = sum(sum(v) for v in times.values())
+        print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")
+        for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:10]:
+            print(f"    {name:70s} {sum(v):7.3f} s  {len(v):5d} calls")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""CanonicalMode: a TorchDispatchMode that runs every aten op of a step from op table 1, or refuses it by name.
+
+Inside the mode, each operation reaching torch's dispatcher (forward,
+autograd's backward, clip_grad_norm_, AdamW(fused=True)) is looked up in
+p2paudit.lab.table: a TABLE entry computes it with the canonical kernels of
+the backend (torch's kernel for it never runs), an EXACT entry lets torch do
+a view, copy or comparison, and anything else raises LabOpRefused naming
+the op. Tensors must be on the CPU and float32 (int64 and bool where the op
+takes indices or masks); every op is appended to the step's dataflow trace.
+
+Preconditions: one mode per step, entered on the thread that runs the step
+(autograd's CPU backward runs there too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernels.backend_contract import Backend
+from p2paudit.lab.context import OpContext
+from p2paudit.lab.convert import bind
+from p2paudit.lab.refusal import not_in_table, refused
+from p2paudit.lab.table import EXACT, TABLE, VALUE_DTYPES, reason_for
+from p2paudit.lab.trace import Tracer
+
+
+def _tensors(values: object) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or results (tuples, lists and dicts of them, nested)."""
+    if isinstance(values, torch.Tensor):
+        return [values]
+    if isinstance(values, (list, tuple)):
+        return [t for v in values for t in _tensors(v)]
+    if isinstance(values, dict):
+        return [t for v in values.values() for t in _tensors(v)]
+    return []
+
+
+def check_tensors(name: str, values: object, where: str) -> None:
+    """Refuse a tensor of another dtype than float32, int64 or bool, or one off the CPU."""
+    for x in _tensors(values):
+        if x.dtype not in VALUE_DTYPES:
+            raise refused(
+                name,
+                f"a {str(x.dtype).removeprefix('torch.')} tensor {where} (op table 1 computes float32 values; "
+                "int64 and bool only as indices and masks)",
+            )
+        if x.device.type != "cpu":
+            raise refused(name, f"a tensor on {x.device} {where} (this build's lab mode computes on the host)")
+
+
+class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Route every aten op to op table 1; record the step's trace in `tracer`."""
+
+    def __init__(self, be: Backend[Any], tracer: Tracer | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ctx = OpContext(be)
+        self.tracer = tracer if tracer is not None else Tracer()
+        self.calls: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = str(func)
+        entry = TABLE.get(name)
+        if entry is None and name not in EXACT:
+            raise not_in_table(name, reason_for(name))
+        check_tensors(name, (args, kwargs), "as input")
+        bound = bind(func, args, kwargs)
+        if entry is not None:
+            out = entry(self.ctx, name, bound)
+        else:
+            check = EXACT[name]
+            if check is not None:
+                check(name, bound)
+            out = func(*args, **kwargs)
+            check_tensors(name, out, "as output")
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.tracer.record(name, args, kwargs, out)
+        return out

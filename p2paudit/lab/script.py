@@ -1,0 +1,169 @@
+"""A lab's training script as p2paudit reads it: three functions, trained and replayed step by step.
+
+A lab script is an ordinary Python file (examples/lab_gpt2.py, examples/lab_llama.py) defining
+
+    build() -> (model, optimizer)         the model with its initial weights, AdamW(fused=True)
+    batch(step) -> int64 tokens (B, T+1)   what step `step` trains on
+    train_step(model, optimizer, tokens)   forward, loss, backward, clip, optimizer.step(), zero_grad()
+
+`train_script` runs it under LabRun and returns the run's claims (LabClaims: the torch build, the op
+table and arithmetic versions, the script's SHA-256, each step's state and trace digests, and
+optionally each op's value digests) and every state, which a publisher keeps as checkpoints.
+`replay_step` rebuilds the model from the script, loads the published state before a step, runs it,
+and compares: first the torch build (a lab run replays only under its own, refused otherwise), then
+the op graph (a different trace is its own finding, named at its first departing op), then the state.
+
+Preconditions: the script is trusted code (it runs in this process, as `python script.py` would).
+Nothing here writes files; the publisher and the CLI do (DESIGN: only run/ and cli/ touch disk).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from p2paudit.errors import InputError
+from p2paudit.lab.refusal import OP_TABLE_VERSION
+from p2paudit.lab.session import LabRun
+from p2paudit.lab.trace import first_departure, first_value_departure
+from p2paudit.tensor_digest import StateDigest
+
+INTERFACE = ("build", "batch", "train_step")
+
+
+class TorchBuildMismatch(InputError):
+    """A lab run replayed under another torch build than the one it was trained with (exit 2)."""
+
+
+def torch_build() -> str:
+    """This process's torch build: its version and the git commit it was built from."""
+    return f"torch {torch.__version__} (git {torch.version.git_version})"
+
+
+@dataclass(frozen=True)
+class LabScript:
+    """A loaded lab script: its bytes' SHA-256 and its three functions."""
+
+    path: Path
+    digest: bytes
+    build: Callable[[], tuple[torch.nn.Module, torch.optim.Optimizer]]
+    batch: Callable[[int], torch.Tensor]
+    train_step: Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], Any]
+
+
+def load_script(path: Path) -> LabScript:
+    """Import the script at `path` as a module of its own; InputError naming what it lacks."""
+    if not path.is_file():
+        raise InputError(f"lab script {path}: not a regular file")
+    source = path.read_bytes()
+    digest = hashlib.sha256(source).digest()
+    spec = importlib.util.spec_from_file_location(f"p2paudit_lab_script_{digest.hex()[:16]}", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"lab script {path}: cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    missing = [name for name in INTERFACE if not callable(getattr(module, name, None))]
+    if missing:
+        raise InputError(f"lab script {path} does not define {', '.join(missing)} (want build, batch, train_step)")
+    return LabScript(path, digest, module.build, module.batch, module.train_step)
+
+
+@dataclass(frozen=True)
+class LabClaims:
+    """What a lab publishes about a run of its script (the body of its manifest, signed by the run layer)."""
+
+    torch_build: str
+    op_table_version: int
+    arithmetic_version: int
+    backend: str
+    script_digest: bytes
+    initial: StateDigest
+    states: tuple[StateDigest, ...]  # after each step
+    traces: tuple[bytes, ...]  # each step's trace digest
+    trace_ops: tuple[tuple[bytes, ...], ...]  # each step's trace records
+    values: tuple[tuple[tuple[str, bytes], ...] | None, ...]
+
+
+def train_script(
+    script: LabScript, steps: int, *, backend: str = "cpu", arithmetic: int = 1, values: bool = False
+) -> tuple[LabClaims, list[dict[str, np.ndarray]]]:
+    """Train `steps` steps of the script; (claims, the states 0..steps as numpy arrays)."""
+    model, opt = script.build()
+    run = LabRun(model, opt, backend=backend, arithmetic=arithmetic, values=values)
+    states = [run.state_arrays()]
+    for i in range(steps):
+        with run.step(i):
+            script.train_step(model, opt, script.batch(i))
+        states.append(run.state_arrays())
+    claims = LabClaims(
+        torch_build(), OP_TABLE_VERSION, arithmetic, backend, script.digest, run.initial,
+        tuple(r.state for r in run.records), tuple(r.trace for r in run.records),
+        tuple(r.ops for r in run.records), tuple(r.values for r in run.records),
+    )  # fmt: skip
+    return claims, states
+
+
+def load_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict[str, np.ndarray]) -> None:
+    """Put a state (params/, opt/m/, opt/v/, step) into the model and its AdamW(fused=True)."""
+    step = int(state["step"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(state[f"params/{name}"]))
+            if step:
+                opt.state[p] = {
+                    "step": torch.tensor(float(step), dtype=torch.float32),
+                    "exp_avg": torch.from_numpy(state[f"opt/m/{name}"].copy()),
+                    "exp_avg_sq": torch.from_numpy(state[f"opt/v/{name}"].copy()),
+                }
+
+
+@dataclass(frozen=True)
+class ReplayVerdict:
+    """One replayed step: equal or not, and why (one line each)."""
+
+    step: int
+    state_matches: bool
+    trace_matches: bool
+    findings: tuple[str, ...]
+
+
+def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np.ndarray], step: int) -> ReplayVerdict:
+    """Replay step `step` from the published state before it and compare with the claims."""
+    if claims.torch_build != torch_build():
+        raise TorchBuildMismatch(
+            f"the run was trained under {claims.torch_build}; this replay runs {torch_build()}: "
+            "a lab run replays only under its own torch build"
+        )
+    if claims.script_digest != script.digest:
+        raise InputError(f"lab script {script.path} is not the run's (its SHA-256 differs from the claimed one)")
+    if not 0 <= step < len(claims.states):
+        raise InputError(f"step {step} is not in the run (it has steps 0..{len(claims.states) - 1})")
+    model, opt = script.build()
+    load_state(model, opt, state_before)
+    keep_values = claims.values[step] is not None
+    run = LabRun(
+        model, opt, backend=claims.backend, arithmetic=claims.arithmetic_version, first_step=step, values=keep_values
+    )
+    with run.step(step):
+        script.train_step(model, opt, script.batch(step))
+    ours = run.records[0]
+    findings = []
+    trace_ok = ours.trace == claims.traces[step]
+    if not trace_ok:
+        findings.append(first_departure(list(ours.ops), list(claims.trace_ops[step])) or "the op sequence differs")
+    state_ok = ours.state.digest == claims.states[step].digest
+    if not state_ok:
+        theirs = claims.states[step].tensor_map()
+        differing = [n for n, d in ours.state.tensors if theirs.get(n) != d]
+        findings.append(f"state after step {step} differs in {len(differing)} tensors: {', '.join(differing[:4])}")
+        if trace_ok and ours.values is not None and claims.values[step] is not None:
+            departure = first_value_departure(list(ours.values), list(claims.values[step] or ()))
+            findings.append(departure or "every op's outputs match: the claimed state is not what they computed")
+    return ReplayVerdict(step, state_ok, trace_ok, tuple(findings))

@@ -1,0 +1,178 @@
+"""A lab run directory: a lab script's claims (p2paudit.lab.LabClaims) signed, with a checkpoint of every state.
+
+    manifest.json        canonical JSON body, signed as every run's is (run.manifest.sign_body):
+                         {"format": "p2paudit-lab-run", "version": 1, "torch_build": "torch 2.13.0+cpu (git ...)",
+                          "op_table_version": 1, "arithmetic_version": 1, "backend": "cpu",
+                          "script": {"name": "lab_llama.py", "sha256": "sha256:<hex>", "source": "<the text>"},
+                          "initial_state": {digest, tensors}, "steps": [{"step": n, "state": {digest, tensors},
+                          "trace": "sha256:<hex>", "trace_file": "sha256:<hex>"}, ...]}
+    manifest.sig.json    the signature envelope (run.manifest)
+    checkpoints/         every state 0..N (run.checkpoint's safetensors format)
+    lab-traces/step-<n:08d>.json   {"ops": [record text, ...], "values": [[op, "sha256:<hex>"], ...] | null}
+    script.py            the script itself, byte for byte (its SHA-256 is the manifest's)
+
+The lab mode's guarantee is named as such: a replay needs the torch build the manifest names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from p2paudit.errors import InputError
+from p2paudit.identity import Identity, verify_signature
+from p2paudit.lab import LabClaims, LabScript, load_script, train_script
+from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
+from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
+from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, SIGNATURE_DOMAIN, SIGNATURE_FILE, parse_signature
+from p2paudit.run.manifest import sign_body as sign_manifest
+from p2paudit.run.manifest_body import canonical_json
+from p2paudit.run.storage import parse_json, read_file, write_atomic
+
+T = TypeVar("T")
+
+LAB_FORMAT = "p2paudit-lab-run"
+LAB_VERSION = 1
+SCRIPT_FILE = "script.py"
+MAX_TRACE_FILE = 64 * 1024 * 1024
+
+
+def lab_trace_path(step: int) -> str:
+    return f"lab-traces/step-{step:08d}.json"
+
+
+def _trace_bytes(claims: LabClaims, step: int) -> bytes:
+    values = claims.values[step]
+    body = {
+        "ops": [r.decode("ascii") for r in claims.trace_ops[step]],
+        "values": None if values is None else [[name, format_digest(d)] for name, d in values],
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def _check_empty(run_dir: Path) -> None:
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise InputError(f"run directory {run_dir} is not an empty directory")
+
+
+def publish_lab_run(
+    run_dir: Path, script: LabScript, claims: LabClaims, states: list[dict[str, np.ndarray]], identity: Identity
+) -> bytes:
+    """Write the run directory (checkpoints, traces, the script, then the signed manifest); returns the run id."""
+    _check_empty(run_dir)
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run_dir / "lab-traces").mkdir(exist_ok=True)
+    digests = [claims.initial, *claims.states]
+    for n, state in enumerate(states):
+        save_checkpoint(run_dir, n, state, digests[n])
+    steps = []
+    for n in range(len(claims.states)):
+        blob = _trace_bytes(claims, n)
+        write_atomic(run_dir / lab_trace_path(n), blob)
+        steps.append({"step": n, "state": claims.states[n].to_dict(), "trace": format_digest(claims.traces[n]),
+                      "trace_file": format_digest(digest_bytes(blob))})  # fmt: skip
+    source = script.path.read_bytes()
+    write_atomic(run_dir / SCRIPT_FILE, source)
+    body = {
+        "format": LAB_FORMAT,
+        "version": LAB_VERSION,
+        "torch_build": claims.torch_build,
+        "op_table_version": claims.op_table_version,
+        "arithmetic_version": claims.arithmetic_version,
+        "backend": claims.backend,
+        "script": {"name": script.path.name, "sha256": format_digest(claims.script_digest),
+                   "source": source.decode("utf-8")},
+        "initial_state": claims.initial.to_dict(),
+        "steps": steps,
+    }  # fmt: skip
+    body_bytes, envelope = sign_manifest(body, identity)
+    write_atomic(run_dir / MANIFEST_FILE, body_bytes)
+    write_atomic(run_dir / SIGNATURE_FILE, canonical_json(envelope))
+    return digest_bytes(body_bytes)
+
+
+def train_lab_run(
+    script_path: Path, run_dir: Path, steps: int, identity: Identity, *, backend: str, arithmetic: int, values: bool
+) -> tuple[LabClaims, bytes]:
+    """Train the script `steps` steps under the lab mode and publish it to `run_dir`; (its claims, the run id)."""
+    _check_empty(run_dir)  # before the training, not after it
+    script = load_script(script_path)
+    claims, states = train_script(script, steps, backend=backend, arithmetic=arithmetic, values=values)
+    return claims, publish_lab_run(run_dir, script, claims, states, identity)
+
+
+def _field(body: dict[str, object], key: str, kind: type[T], where: str) -> T:
+    """body[key] when it is exactly of type `kind` (no bool for int); InputError naming the field otherwise."""
+    value = body.get(key)
+    if type(value) is not kind:
+        raise InputError(f"{where}: field {key!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _trace_lists(blob: bytes, where: str) -> tuple[tuple[bytes, ...], tuple[tuple[str, bytes], ...] | None]:
+    """A step's trace file: its ops (ASCII lines) and its optional per-op value digests; InputError if malformed."""
+    trace = parse_json(blob, where)
+    if not isinstance(trace, dict):
+        raise InputError(f"{where}: a lab trace must be a JSON object")
+    ops = _field(trace, "ops", list, where)
+    if not all(isinstance(r, str) and r.isascii() for r in ops):
+        raise InputError(f"{where}: field 'ops' must be a list of ASCII strings")
+    vals = trace.get("values")
+    if vals is None:
+        return tuple(r.encode("ascii") for r in ops), None
+    if not isinstance(vals, list) or not all(
+        isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], str) for v in vals
+    ):
+        raise InputError(f"{where}: field 'values' must be null or a list of [name, digest] pairs")
+    values = tuple((v[0], parse_digest(v[1], f"{where} values")) for v in vals)
+    return tuple(r.encode("ascii") for r in ops), values
+
+
+def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
+    """Check the signature and every field; (the run's script, its claims, the publisher's public key)."""
+    where = str(run_dir / MANIFEST_FILE)
+    body_bytes = read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir)
+    sig = read_file(run_dir / SIGNATURE_FILE, "manifest signature", 4096, run_dir)
+    run_id, public_key, signature = parse_signature(sig, run_dir / SIGNATURE_FILE)
+    if digest_bytes(body_bytes) != run_id:
+        raise InputError(f"{where}: the run id in {SIGNATURE_FILE} is not the SHA-256 of the manifest")
+    if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
+        raise InputError(f"{where}: the publisher's signature does not verify")
+    body = parse_json(body_bytes, where)
+    if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
+        raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
+    script_info = _field(body, "script", dict, where)
+    script = load_script(run_dir / SCRIPT_FILE)
+    if format_digest(script.digest) != script_info.get("sha256"):
+        raise InputError(f"{run_dir / SCRIPT_FILE}: its SHA-256 is not the manifest's")
+    steps = _field(body, "steps", list, where)
+    states, traces, ops, values = [], [], [], []
+    for n, item in enumerate(steps):
+        if not isinstance(item, dict) or item.get("step") != n:
+            raise InputError(f"{where}: steps[{n}] is not step {n}")
+        states.append(StateDigest.from_dict(item.get("state"), f"{where} steps[{n}].state"))
+        traces.append(parse_digest(_field(item, "trace", str, f"{where} steps[{n}]"), f"{where} steps[{n}].trace"))
+        trace_file = run_dir / lab_trace_path(n)
+        blob = read_file(trace_file, "lab trace", MAX_TRACE_FILE, run_dir)
+        if format_digest(digest_bytes(blob)) != item.get("trace_file"):
+            raise InputError(f"{trace_file}: its SHA-256 is not the manifest's")
+        step_ops, step_values = _trace_lists(blob, str(trace_file))
+        ops.append(step_ops)
+        values.append(step_values)
+    claims = LabClaims(
+        _field(body, "torch_build", str, where), _field(body, "op_table_version", int, where),
+        _field(body, "arithmetic_version", int, where), _field(body, "backend", str, where),
+        script.digest, StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
+        tuple(states), tuple(traces), tuple(ops), tuple(values),
+    )  # fmt: skip
+    return script, claims, public_key
+
+
+def load_lab_state(run_dir: Path, claims: LabClaims, n: int) -> dict[str, np.ndarray]:
+    """The checkpoint of state n, checked against the claimed digest."""
+    expected = claims.initial if n == 0 else claims.states[n - 1]
+    names = [name for name, _ in expected.tensors]
+    return load_checkpoint(run_dir, n, expected, names)

@@ -1,0 +1,180 @@
+"""Tensor and state digests: SHA-256 over tensors by name, dtype, shape and bytes (a leaf module).
+
+A leaf so that code below p2paudit.run (p2paudit.lab, which digests a lab's
+state after each step) writes the one format; p2paudit.run.digest re-exports it.
+
+Raw 32-byte digests are used inside the library; `sha256:<hex>` only at the
+edges (manifest, CLI, records), through `format_digest` / `parse_digest`.
+
+Tensor digest (one tensor called `name`, array `a`), all integers little-endian:
+
+    SHA-256( b"p2paudit tensor v1\\0"
+             || u32(len(name_utf8)) || name_utf8
+             || u32(len(dtype)) || dtype          # numpy name: "float32", "int64", ...
+             || u32(ndim) || u64(dim_0) .. u64(dim_{ndim-1})
+             || the C-order little-endian bytes of a, every float NaN written as
+                the quiet NaN 0x7FC00000 (float32) / 0x7FF8000000000000 (float64) )
+
+State digest: SHA-256( b"p2paudit state v1\\0" || u32(count) || the raw
+32-byte tensor digests (not their `sha256:` text) in order of the tensor names
+sorted by their UTF-8 bytes ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import numpy as np
+
+from p2paudit.errors import InputError
+
+TENSOR_DOMAIN = b"p2paudit tensor v1\x00"
+STATE_DOMAIN = b"p2paudit state v1\x00"
+DIGEST_PREFIX = "sha256:"
+_CANONICAL_NAN: dict[np.dtype[Any], np.unsignedinteger[Any]] = {
+    np.dtype(np.float32): np.uint32(0x7FC00000),
+    np.dtype(np.float64): np.uint64(0x7FF8000000000000),
+}
+_ALLOWED_KINDS = "fiub"
+
+
+class StateDigestDict(TypedDict):
+    digest: str
+    tensors: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StateDigest:
+    """The digest of a whole training state and of each of its tensors (raw bytes)."""
+
+    digest: bytes
+    tensors: tuple[tuple[str, bytes], ...]  # (name, tensor digest), sorted by name
+
+    def text(self) -> str:
+        """The state digest as `sha256:<hex>`."""
+        return format_digest(self.digest)
+
+    def tensor_map(self) -> dict[str, bytes]:
+        """Tensor name -> raw tensor digest."""
+        return dict(self.tensors)
+
+    def to_dict(self) -> StateDigestDict:
+        """JSON-ready form: the digest and every tensor digest as `sha256:<hex>`."""
+        return {"digest": self.text(), "tensors": {n: format_digest(d) for n, d in self.tensors}}
+
+    @staticmethod
+    def from_dict(data: object, where: str, names: list[str] | None = None) -> StateDigest:
+        """Parse `to_dict` output strictly; `where` names the source for error messages.
+
+        Exactly the keys "digest" and "tensors"; with `names`, the tensors are
+        exactly those names. The digest must be the combination of the tensor digests.
+        """
+        if not isinstance(data, dict) or set(data) != {"digest", "tensors"} or not isinstance(data["tensors"], dict):
+            keys = sorted(data)[:8] if isinstance(data, dict) else type(data).__name__
+            raise InputError(f"{where}: state digest must be an object with exactly 'digest' and 'tensors', got {keys}")
+        if names is not None and set(data["tensors"]) != set(names):
+            missing = sorted(set(names) - set(data["tensors"]))[:3]
+            extra = sorted(set(data["tensors"]) - set(names))[:3]
+            raise InputError(
+                f"{where}: tensors are not the config's state tensors (missing {missing}, "
+                f"unexpected {[n[:80] for n in extra]})"
+            )
+        pairs = [(n, parse_digest(d, f"{where} tensor {n[:80]}")) for n, d in data["tensors"].items()]
+        tensors = tuple(sorted(pairs, key=lambda pair: pair[0].encode("utf-8", "surrogatepass")))
+        state = StateDigest(parse_digest(data["digest"], f"{where}.digest"), tensors)
+        if combine_tensor_digests(tensors) != state.digest:
+            raise InputError(f"{where}: state digest {state.text()} does not match its {len(tensors)} tensor digests")
+        return state
+
+
+def format_digest(raw: bytes) -> str:
+    """Raw 32-byte SHA-256 -> `sha256:<64 hex digits>`."""
+    return DIGEST_PREFIX + raw.hex()
+
+
+def parse_digest(text: object, where: str = "digest") -> bytes:
+    """`sha256:<64 hex digits>` -> 32 raw bytes; InputError naming `where` otherwise."""
+    if not isinstance(text, str) or not text.startswith(DIGEST_PREFIX):
+        raise InputError(f"{where}: expected 'sha256:<64 hex digits>', got {str(text)[:80]!r}")
+    hexpart = text[len(DIGEST_PREFIX) :]
+    if len(hexpart) != 64:
+        raise InputError(f"{where}: digest has {len(hexpart)} hex digits, want 64")
+    if hexpart != hexpart.lower():
+        raise InputError(f"{where}: digest must be lower-case hex")
+    try:
+        return bytes.fromhex(hexpart)
+    except ValueError:
+        raise InputError(f"{where}: digest is not hexadecimal: {hexpart[:80]!r}") from None
+
+
+def _canonical_buffer(array: np.ndarray) -> np.ndarray:
+    """The array as C-contiguous little-endian data with canonical NaNs.
+
+    No copy when the array is already contiguous, little-endian and NaN-free:
+    a float sum is NaN whenever any element is NaN, so one fast reduction
+    decides whether the slower NaN rewrite is needed (inf - inf also gives
+    NaN; the rewrite then simply changes nothing).
+    """
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    a = array if array.flags.c_contiguous else array.copy(order="C")
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the sum is expected
+        maybe_nan = a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype))
+    if maybe_nan:
+        nan_mask = np.isnan(a)
+        if nan_mask.any():
+            bits = a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint64).copy()
+            bits[nan_mask] = _CANONICAL_NAN[np.dtype(a.dtype.name)]
+            a = bits.view(a.dtype)
+    return a
+
+
+def digest_tensor(name: str, array: np.ndarray) -> bytes:
+    """Raw SHA-256 of one named tensor (see the module docstring for the layout).
+
+    Precondition: a numpy array of float32, float64, integers or bools.
+    """
+    if (
+        not isinstance(array, np.ndarray)
+        or array.dtype.kind not in _ALLOWED_KINDS
+        or (array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8))
+    ):
+        raise InputError(
+            f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}"
+        )
+    data = _canonical_buffer(array)
+    name_bytes = name.encode("utf-8")
+    dtype_bytes = data.dtype.name.encode("ascii")
+    header = [
+        TENSOR_DOMAIN,
+        struct.pack("<I", len(name_bytes)),
+        name_bytes,
+        struct.pack("<I", len(dtype_bytes)),
+        dtype_bytes,
+        struct.pack("<I", data.ndim),
+        struct.pack(f"<{data.ndim}Q", *data.shape),
+    ]
+    h = hashlib.sha256(b"".join(header))
+    if data.size:
+        h.update(data.data.cast("B"))  # the array's own buffer: no copy
+    return h.digest()
+
+
+def combine_tensor_digests(tensors: tuple[tuple[str, bytes], ...]) -> bytes:
+    """The state digest from (name, tensor digest) pairs already sorted by name."""
+    h = hashlib.sha256(STATE_DOMAIN + struct.pack("<I", len(tensors)))
+    for _, d in tensors:
+        h.update(d)
+    return h.digest()
+
+
+def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
+    """Digest every tensor of a training state and combine them (names sorted by UTF-8)."""
+    names = sorted(state, key=lambda n: n.encode("utf-8"))
+    tensors = tuple((n, digest_tensor(n, np.asarray(state[n]))) for n in names)
+    return StateDigest(combine_tensor_digests(tensors), tensors)

@@ -1,0 +1,61 @@
+"""The dataflow-trace digest: equal for the same op graph, different for another one, with the first departure named."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from p2paudit.lab import LabRun, first_departure
+from tests.lab import models
+
+
+def one_step(**kwargs: object) -> LabRun:
+    model, opt = models.make(**kwargs)
+    run = LabRun(model, opt, backend="cpu")
+    with run.step(0):
+        models.train_step(model, opt, models.batches(1)[0])
+    return run
+
+
+def test_the_same_graph_gives_the_same_trace():
+    a, b = one_step(), one_step()
+    assert a.records[0].trace == b.records[0].trace
+    assert first_departure(list(a.records[0].ops), list(b.records[0].ops)) is None
+
+
+def test_an_extra_op_changes_the_trace_and_is_named_but_not_the_state():
+    plain, extra = one_step(), one_step(extra_op=True)
+    # h * 1.0 changes no value: the states are equal, the traces are not (a finding of its own).
+    assert plain.records[0].state.digest == extra.records[0].state.digest
+    assert plain.records[0].trace != extra.records[0].trace
+    ops_a, ops_b = list(plain.records[0].ops), list(extra.records[0].ops)
+    first = next(i for i, (x, y) in enumerate(zip(ops_a, ops_b)) if x != y)
+    assert json.loads(ops_b[first])[0] == "aten.mul.Tensor"
+    message = first_departure(ops_a, ops_b)
+    assert message is not None and message.startswith(f"the op sequence differs at op {first}: ")
+    assert "aten.mul.Tensor" in message
+
+
+def test_another_wiring_of_the_same_ops_changes_the_trace():
+    # x + y and y + x: the same op, shapes and values; only which earlier output feeds which input differs.
+    def trace_of(swap: bool) -> bytes:
+        model, opt = models.make()
+        run = LabRun(model, opt, backend="cpu")
+        x, y = torch.ones(3), torch.full((3,), 2.0)
+        with run.step(0):
+            a, b = x * 1.0, y * 1.0
+            _ = (b + a) if swap else (a + b)
+        return run.records[0].trace
+
+    assert trace_of(False) == trace_of(False)
+    assert trace_of(False) != trace_of(True)
+
+
+def test_parameters_are_named_in_the_trace():
+    run = one_step()
+    inputs = [i for r in run.records[0].ops for i in json.loads(r)[1]]
+    named = {i[1] for i in inputs if i[0] == "named"}
+    assert "params/head.weight" in named and "opt/m/head.weight" not in named  # no moments before step 1
+    external = [i for i in inputs if i[0] == "ext"]
+    assert {tuple(i[2]) for i in external} == {(2, 9)}  # only the batch comes from outside
