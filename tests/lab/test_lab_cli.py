@@ -7,13 +7,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from p2paudit.cli import cli
 from p2paudit.errors import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
 from p2paudit.identity import ensure_node_identity
 from p2paudit.lab import load_script, train_script
-from p2paudit.run.lab_run import publish_lab_run
+from p2paudit.run.digest import digest_bytes, format_digest
+from p2paudit.run.lab_run import lab_trace_path, publish_lab_run
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, sign_body
+from p2paudit.run.manifest_body import canonical_json
 from p2paudit.tensor_digest import digest_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,3 +81,25 @@ def test_another_torch_build_is_refused_in_one_line(tmp_path, monkeypatch):
     assert result.exit_code == EXIT_USAGE
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "torch 2.11.0+cpu (git 1a2b)" in lines[0] and "torch 2.13.0" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [b'{"ops": 5, "values": null}', b'{"values": null}', b"[1, 2]", b'{"ops": ["mm"], "values": [["x"]]}'],
+)
+def test_a_signed_malformed_trace_is_refused_in_one_line(tmp_path, monkeypatch, trace):
+    """A publisher signs a manifest whose trace file is not a trace: a one-line usage error, not a traceback."""
+    monkeypatch.setenv("P2PAUDIT_HOME", str(tmp_path / "home"))
+    run = publish(tmp_path, lambda claims, states: claims)
+    trace_file = run / lab_trace_path(0)
+    trace_file.write_bytes(trace)
+    body = json.loads((run / MANIFEST_FILE).read_bytes())
+    body["steps"][0]["trace_file"] = format_digest(digest_bytes(trace))
+    identity, _ = ensure_node_identity()
+    body_bytes, envelope = sign_body(body, identity)
+    (run / MANIFEST_FILE).write_bytes(body_bytes)
+    (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    result = invoke(tmp_path / "home", "verify-script", str(run))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert len(lines) == 1 and str(trace_file) in lines[0], result.output
