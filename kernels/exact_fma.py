@@ -28,8 +28,6 @@ Precondition: the process runs with IEEE round-to-nearest and no flush-to-zero
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from kernels.backend_contract import HostArray
@@ -59,53 +57,66 @@ _HALF29 = np.uint64(1 << 28)  # ... exactly half of binary32's last place: a bin
 _MAGNITUDE = np.uint64((1 << 63) - 1)
 _ONE = np.uint64(1)
 _BELOW_NORMAL = np.float64(2.0**-126).view(np.uint64) - _ONE  # |s| - 1 below this: 0 < |s| < 2^-126
+_CHUNK = 1 << 17  # binary64 sums held for one test of the midpoints (1 MiB: stays in a core's L2 cache)
 
 
-def fused_fold(
-    col_a: Callable[[int], HostArray],
-    row_b: Callable[[int], HostArray],
-    k: int,
-    shape: tuple[int, ...],
-    operands: tuple[HostArray, HostArray] | None = None,
-) -> HostArray:
-    """acc = fma(col_a(i), row_b(i), acc) for i = 0..k-1 from +0.0, as float32 of `shape`: fma's bits, faster.
+def fused_fold(at: HostArray, b: HostArray) -> HostArray:
+    """out[.., m, n] = fold of acc = fma(at[.., i, m], b[.., i, n], acc), i = 0..K-1, from +0.0: float32.
 
-    Each step forms s = a * b + acc in binary64 (the product exact, the sum rounded to nearest) and rounds
-    s to float32. That is the correctly rounded result unless s is a binary32 midpoint: rounding to
-    nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
-    only a sum that lands exactly on one may have come from either side. Those entries, and every sum
-    below 2^-126 (where binary32's spacing is another), take fma's exact path; they are rare.
+    Preconditions: at (.., K, M) and b (.., K, N) are float32 with the same leading dimensions (the
+    caller has validated them; `at` is the first matrix with its k axis before its m axis).
 
-    `operands` (the two whole matrices the columns and rows come from) lets the fold skip the test for
-    sums below 2^-126 when none can be inexact: if every nonzero |a| * |b| is at least 2^-130, each
-    product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it), and so is every sum
-    (the accumulator is a multiple of 2^-149); a sum below 2^-126 is then fewer than 2^52 such
-    multiples, exact in binary64, and rounds once.
+    The fast path forms, per step, s = a * b + acc in binary64 (the product exact, the sum rounded to
+    nearest) and rounds s to float32. That is fma's result unless s is exactly a binary32 midpoint
+    (rounding to nearest cannot carry a value across a midpoint, since every binary32 midpoint is a
+    binary64 number, so only a sum that lands on one may have come from either side), or s lies below
+    2^-126, where binary32's spacing is another. Each output entry is a fold of its own, so the fast
+    path runs on all of them and records, for each, whether any of its sums was one of those; the entries
+    so marked (rare) are then folded again from +0.0 by `fma` itself, every step exactly.
+
+    The test for sums below 2^-126 is skipped when none can be inexact: if every nonzero |a| * |b| is
+    at least 2^-130, each product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it),
+    and so is every sum (the accumulator is a multiple of 2^-149); a sum below 2^-126 is then fewer than
+    2^52 such multiples, exact in binary64, and rounds once.
     """
-    acc = np.zeros(shape, F64)  # (.., M, N): a float32 value, held in binary64
-    out = np.zeros(shape, F32)
-    s = np.empty(shape, F64)
-    bits = s.view(np.uint64)
-    scratch = np.empty(shape, np.uint64)
-    hard = np.empty(shape, bool)
-    tiny = np.empty(shape, bool)
-    check_tiny = operands is None or _smallest_product(*operands) < 2.0**-130
+    *lead, k, m = at.shape
+    shape = (*lead, m, b.shape[-1])
+    out = np.zeros(shape, F32)  # the accumulators, rounded to float32 after every step
+    if k == 0 or out.size == 0:
+        return out
+    a64 = np.moveaxis(at, -2, 0).astype(F64)[..., :, None]  # (K, .., M, 1), exact
+    b64 = np.moveaxis(b, -2, 0).astype(F64)[..., None, :]  # (K, .., 1, N), exact
+    check_tiny = _smallest_product(at, b) < 2.0**-130
+    chunk = max(1, min(k, _CHUNK // out.size))
+    sums = np.empty((chunk, *shape), F64)  # the binary64 sums of `chunk` consecutive steps
+    marked = np.zeros(shape, bool)  # entries with a sum the fast path may have rounded wrongly
     with np.errstate(all="ignore"):  # overflow, inf - inf and inf * 0 are part of the spec
+        for k0 in range(0, k, chunk):
+            s = sums[: min(chunk, k - k0)]
+            np.multiply(a64[k0 : k0 + len(s)], b64[k0 : k0 + len(s)], out=s)  # the products, exact
+            for step in s:
+                np.add(step, out, out=step)  # p + acc, rounded to nearest in binary64
+                np.copyto(out, step, casting="unsafe")  # ... then to nearest float32
+            np.logical_or(marked, _unsafe(s, check_tiny).any(axis=0), out=marked)
+    if marked.any():
+        where = np.nonzero(marked)
+        a_k = np.moveaxis(at, -2, -1)[(*where[:-2], where[-2])]  # (H, K): the marked entries' rows of a
+        b_k = np.moveaxis(b, -2, -1)[(*where[:-2], where[-1])]  # (H, K): ... and columns of b
+        acc = np.zeros(len(where[0]), F32)
         for i in range(k):
-            a, b = col_a(i), row_b(i)  # (.., M, 1), (.., 1, N)
-            np.multiply(a.astype(F64), b.astype(F64), out=s)  # exact
-            np.add(s, acc, out=s)  # rounded to nearest
-            np.copyto(out, s, casting="unsafe")  # rounded to nearest float32
-            np.equal(np.bitwise_and(bits, _LOW29, out=scratch), _HALF29, out=hard)
-            if check_tiny:
-                np.bitwise_and(bits, _MAGNITUDE, out=scratch)
-                np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
-                np.logical_or(hard, tiny, out=hard)
-            if hard.any():
-                at = np.nonzero(hard)
-                out[at] = fma(np.broadcast_to(a, shape)[at], np.broadcast_to(b, shape)[at], acc[at].astype(F32))
-            np.copyto(acc, out)
+            acc = fma(a_k[:, i], b_k[:, i], acc)
+        out[where] = acc
     return out
+
+
+def _unsafe(sums: HostArray, check_tiny: bool) -> HostArray:
+    """Where a binary64 sum is a binary32 midpoint, or (check_tiny) has 0 < |s| < 2^-126: bool, sums' shape."""
+    bits = sums.view(np.uint64)
+    hard = np.bitwise_and(bits, _LOW29) == _HALF29
+    if check_tiny:
+        mag = np.bitwise_and(bits, _MAGNITUDE)
+        hard |= np.subtract(mag, _ONE, out=mag) < _BELOW_NORMAL
+    return hard
 
 
 def _smallest_product(a: HostArray, b: HostArray) -> float:
