@@ -7,8 +7,10 @@ and then `--steps` timed steps in a fresh process; with `--baseline DIR` (anothe
 checkout of p2paudit, for example `git worktree add /tmp/base HEAD~1`) the same
 cases run in that tree too, the two trees taking turns round after round, so a
 change in machine load hits both. Reported: the median per-step time of each
-case in each tree, the ratio version 2 / version 1 in each tree, and the ratio
-this tree / baseline per case.
+case in each tree (process CPU time, which a shared machine disturbs less than
+wall time; the reference backend runs on one thread; wall time beside it), the
+ratio version 2 / version 1 in each tree, and the ratio this tree / baseline
+per case.
 
     python benchmarks/reference_step_bench.py --baseline /tmp/base --rounds 3 --steps 3
 """
@@ -29,7 +31,7 @@ CASES = (("reference", 1), ("reference", 2))
 
 
 def child(steps: int, cases: list[tuple[str, int]]) -> None:
-    """Time `steps` tiny steps per case (after one warm-up step); print {"backend/version": [seconds]} as JSON."""
+    """Time `steps` tiny steps per case (after one warm-up step); print {"backend/version": [[cpu s, wall s]]}."""
     import numpy as np
 
     import kernels
@@ -41,27 +43,27 @@ def child(steps: int, cases: list[tuple[str, int]]) -> None:
     cfg = train_config("tiny")
     tokens = np.frombuffer(bytes(range(256)) * 512, dtype=np.uint8)
     batches = [batch_for_step(tokens, b"bench", cfg, n) for n in range(steps + 1)]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
     for name, version in cases:
         backend = kernels.get_backend(name, version)
         state = init_state(cfg)
         times = []
         for i, batch in enumerate(batches):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             state = train_step(state, batch, cfg, backend).state
             if i:
-                times.append(time.perf_counter() - t0)
+                times.append((time.process_time() - c0, time.perf_counter() - t0))
         out[f"{name}/v{version}"] = times
     print(json.dumps(out))
 
 
-def run_tree(tree: Path, steps: int, cases: list[tuple[str, int]]) -> dict[str, list[float]]:
+def run_tree(tree: Path, steps: int, cases: list[tuple[str, int]]) -> dict[str, list[list[float]]]:
     """One round: this script's child mode in a fresh process importing the code of `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     spec = ",".join(f"{n}:{v}" for n, v in cases)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--steps", str(steps), "--cases", spec]
     done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
-    result: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, list[list[float]]] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -78,21 +80,24 @@ def main() -> None:
         child(args.steps, cases)
         return
     trees = {"this tree": HERE} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    times: dict[str, dict[str, list[list[float]]]] = {t: {} for t in trees}
     for _ in range(args.rounds):
         for label, tree in trees.items():
             for case, ts in run_tree(tree, args.steps, cases).items():
                 times[label].setdefault(case, []).extend(ts)
     print(f"tiny step, {args.rounds} rounds x {args.steps} steps per case, load average {os.getloadavg()[0]:.1f}")
-    med = {t: {c: statistics.median(ts) for c, ts in cs.items()} for t, cs in times.items()}
+    med = {t: {c: statistics.median(cpu for cpu, _ in ts) for c, ts in cs.items()} for t, cs in times.items()}
     for label, cs in med.items():
-        line = ", ".join(f"{c} {s * 1e3:.0f} ms (min {min(times[label][c]) * 1e3:.0f})" for c, s in cs.items())
+        line = ", ".join(
+            f"{c} {s * 1e3:.0f} ms CPU (wall {statistics.median(w for _, w in times[label][c]) * 1e3:.0f})"
+            for c, s in cs.items()
+        )
         print(f"{label} ({trees[label]}): median per step {line}")
         if "reference/v1" in cs and "reference/v2" in cs:
-            print(f"  v2 / v1: {cs['reference/v2'] / cs['reference/v1']:.2f}x")
+            print(f"  v2 / v1: {cs['reference/v2'] / cs['reference/v1']:.2f}x (CPU time)")
     if args.baseline:
         for c in med["this tree"]:
-            print(f"{c}: this tree / baseline {med['this tree'][c] / med['baseline'][c]:.2f}x (median)")
+            print(f"{c}: this tree / baseline {med['this tree'][c] / med['baseline'][c]:.2f}x (median CPU time)")
 
 
 if __name__ == "__main__":

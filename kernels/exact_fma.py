@@ -57,7 +57,6 @@ _HALF29 = np.uint64(1 << 28)  # ... exactly half of binary32's last place: a bin
 _MAGNITUDE = np.uint64((1 << 63) - 1)
 _ONE = np.uint64(1)
 _BELOW_NORMAL = np.float64(2.0**-126).view(np.uint64) - _ONE  # |s| - 1 below this: 0 < |s| < 2^-126
-_CHUNK = 1 << 17  # binary64 sums held for one test of the midpoints (1 MiB: stays in a core's L2 cache)
 
 
 def fused_fold(at: HostArray, b: HostArray) -> HostArray:
@@ -66,13 +65,11 @@ def fused_fold(at: HostArray, b: HostArray) -> HostArray:
     Preconditions: at (.., K, M) and b (.., K, N) are float32 with the same leading dimensions (the
     caller has validated them; `at` is the first matrix with its k axis before its m axis).
 
-    The fast path forms, per step, s = a * b + acc in binary64 (the product exact, the sum rounded to
-    nearest) and rounds s to float32. That is fma's result unless s is exactly a binary32 midpoint
-    (rounding to nearest cannot carry a value across a midpoint, since every binary32 midpoint is a
-    binary64 number, so only a sum that lands on one may have come from either side), or s lies below
-    2^-126, where binary32's spacing is another. Each output entry is a fold of its own, so the fast
-    path runs on all of them and records, for each, whether any of its sums was one of those; the entries
-    so marked (rare) are then folded again from +0.0 by `fma` itself, every step exactly.
+    Each step forms s = a * b + acc in binary64 (the product exact, the sum rounded to nearest) and
+    rounds s to float32. That is the correctly rounded result unless s is a binary32 midpoint: rounding
+    to nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
+    only a sum that lands exactly on one may have come from either side. Those entries, and every sum
+    below 2^-126 (where binary32's spacing is another), take fma's exact path; they are rare.
 
     The test for sums below 2^-126 is skipped when none can be inexact: if every nonzero |a| * |b| is
     at least 2^-130, each product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it),
@@ -81,49 +78,39 @@ def fused_fold(at: HostArray, b: HostArray) -> HostArray:
     """
     *lead, k, m = at.shape
     shape = (*lead, m, b.shape[-1])
-    out = np.zeros(shape, F32)  # the accumulators, rounded to float32 after every step
-    if k == 0 or out.size == 0:
-        return out
+    acc = np.zeros(shape, F32)  # the accumulators, rounded to float32 after every step
+    if k == 0 or acc.size == 0:
+        return acc
     a64 = np.moveaxis(at, -2, 0).astype(F64)[..., :, None]  # (K, .., M, 1), exact
     b64 = np.moveaxis(b, -2, 0).astype(F64)[..., None, :]  # (K, .., 1, N), exact
     check_tiny = _smallest_product(at, b) < 2.0**-130
-    chunk = max(1, min(k, _CHUNK // out.size))
-    sums = np.empty((chunk, *shape), F64)  # the binary64 sums of `chunk` consecutive steps
-    marked = np.zeros(shape, bool)  # entries with a sum the fast path may have rounded wrongly
+    s = np.empty(shape, F64)
+    bits, scratch = s.view(np.uint64), np.empty(shape, np.uint64)
+    hard, tiny = np.empty(shape, bool), np.empty(shape, bool)
     with np.errstate(all="ignore"):  # overflow, inf - inf and inf * 0 are part of the spec
-        for k0 in range(0, k, chunk):
-            s = sums[: min(chunk, k - k0)]
-            np.multiply(a64[k0 : k0 + len(s)], b64[k0 : k0 + len(s)], out=s)  # the products, exact
-            for step in s:
-                np.add(step, out, out=step)  # p + acc, rounded to nearest in binary64
-                np.copyto(out, step, casting="unsafe")  # ... then to nearest float32
-            np.logical_or(marked, _unsafe(s, check_tiny).any(axis=0), out=marked)
-    if marked.any():
-        where = np.nonzero(marked)
-        a_k = np.moveaxis(at, -2, -1)[(*where[:-2], where[-2])]  # (H, K): the marked entries' rows of a
-        b_k = np.moveaxis(b, -2, -1)[(*where[:-2], where[-1])]  # (H, K): ... and columns of b
-        acc = np.zeros(len(where[0]), F32)
         for i in range(k):
-            acc = fma(a_k[:, i], b_k[:, i], acc)
-        out[where] = acc
-    return out
-
-
-def _unsafe(sums: HostArray, check_tiny: bool) -> HostArray:
-    """Where a binary64 sum is a binary32 midpoint, or (check_tiny) has 0 < |s| < 2^-126: bool, sums' shape."""
-    bits = sums.view(np.uint64)
-    hard = np.bitwise_and(bits, _LOW29) == _HALF29
-    if check_tiny:
-        mag = np.bitwise_and(bits, _MAGNITUDE)
-        hard |= np.subtract(mag, _ONE, out=mag) < _BELOW_NORMAL
-    return hard
+            np.multiply(a64[i], b64[i], out=s)  # exact
+            np.add(s, acc, out=s)  # rounded to nearest in binary64
+            np.equal(np.bitwise_and(bits, _LOW29, out=scratch), _HALF29, out=hard)
+            if check_tiny:
+                np.bitwise_and(bits, _MAGNITUDE, out=scratch)
+                np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
+                np.logical_or(hard, tiny, out=hard)
+            fix = None
+            if hard.any():  # fma itself, from the accumulator before this step
+                where = np.nonzero(hard)
+                a_i, b_i = np.broadcast_to(a64[i], shape)[where], np.broadcast_to(b64[i], shape)[where]
+                fix = fma(a_i.astype(F32), b_i.astype(F32), acc[where])
+            np.copyto(acc, s, casting="unsafe")  # rounded to nearest float32
+            if fix is not None:
+                acc[where] = fix
+    return acc
 
 
 def _smallest_product(a: HostArray, b: HostArray) -> float:
     """The smallest nonzero |x| times the smallest nonzero |y| over x in a, y in b (+inf if either is all zeros)."""
     least = []
     for m in (a, b):
-        mag = np.abs(m.astype(F64))
-        nonzero = mag[mag > 0]
-        least.append(float(nonzero.min()) if nonzero.size else np.inf)
+        mag = np.abs(m)  # exact; NaN stays NaN and is left out below
+        least.append(float(np.min(mag, where=mag > 0, initial=np.inf)))
     return least[0] * least[1]

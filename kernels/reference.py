@@ -100,33 +100,25 @@ def max_rows(x: np.ndarray) -> np.ndarray:
     return _pmax_last(x)
 
 
-_CHUNK = 1 << 16  # float32 products of consecutive steps formed in one numpy call (256 KiB)
-
-
 def _fold(at: np.ndarray, b: np.ndarray, fused: bool) -> np.ndarray:
     """Left fold over k of at[.., k, m] * b[.., k, n], starting from +0.0 (section 2.3): (.., M, N).
 
     Precondition: at (.., K, M) and b (.., K, N) are validated float32 (`at` is the first matrix with
-    its k axis before its m axis, a view). Version 1 (fused False): acc + (a * b), two roundings per k:
-    the products of a few consecutive k are formed in one call (each rounded once, as alone), then added
-    one k at a time. Version 2 (fused True): fma(a, b, acc), one rounding per k (exact_fma.fused_fold).
+    its k axis before its m axis, a view). Version 1 (fused False): acc + (a * b), two roundings per k,
+    into two arrays made once. Version 2 (fused True): fma(a, b, acc), one rounding per k
+    (kernels/exact_fma.fused_fold).
     """
     if fused:
         return fused_fold(at, b)  # fma(a, b, acc) per k, exactly
     *lead, k, m = at.shape
     acc = np.zeros((*lead, m, b.shape[-1]), dtype=F32)
-    if k == 0 or acc.size == 0:
-        return acc
+    product = np.empty_like(acc)
     a3 = np.moveaxis(at, -2, 0)[..., :, None]  # (K, .., M, 1)
     b3 = np.moveaxis(b, -2, 0)[..., None, :]  # (K, .., 1, N)
-    chunk = max(1, min(k, _CHUNK // acc.size))
-    products = np.empty((chunk, *acc.shape), F32)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
-        for k0 in range(0, k, chunk):
-            p = products[: min(chunk, k - k0)]
-            np.multiply(a3[k0 : k0 + len(p)], b3[k0 : k0 + len(p)], out=p)  # one product per (k, m, n)
-            for product in p:
-                np.add(acc, product, out=acc)  # one sum
+        for i in range(k):
+            np.multiply(a3[i], b3[i], out=product)  # one product per (m, n)
+            np.add(acc, product, out=acc)  # one sum
     return acc
 
 

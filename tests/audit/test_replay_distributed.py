@@ -35,7 +35,7 @@ FORGED_STEP = 1  # its output, state 2, is checkpointed
 def run_dir(tmp_path_factory) -> Path:
     """tiny, 4 steps of 4 micro-batches, checkpoints at states 0, 2, 4."""
     run_dir = tmp_path_factory.mktemp("dist-replay") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=4, micro_batches=4, ckpt_every=2, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, micro_batches=4, ckpt_every=2, backend="cpu"), PUBLISHER)
     return run_dir
 
 
