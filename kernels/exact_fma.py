@@ -28,8 +28,6 @@ Precondition: the process runs with IEEE round-to-nearest and no flush-to-zero
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from kernels.backend_contract import HostArray
@@ -61,58 +59,58 @@ _ONE = np.uint64(1)
 _BELOW_NORMAL = np.float64(2.0**-126).view(np.uint64) - _ONE  # |s| - 1 below this: 0 < |s| < 2^-126
 
 
-def fused_fold(
-    col_a: Callable[[int], HostArray],
-    row_b: Callable[[int], HostArray],
-    k: int,
-    shape: tuple[int, ...],
-    operands: tuple[HostArray, HostArray] | None = None,
-) -> HostArray:
-    """acc = fma(col_a(i), row_b(i), acc) for i = 0..k-1 from +0.0, as float32 of `shape`: fma's bits, faster.
+def fused_fold(at: HostArray, b: HostArray) -> HostArray:
+    """out[.., m, n] = fold of acc = fma(at[.., i, m], b[.., i, n], acc), i = 0..K-1, from +0.0: float32.
 
-    Each step forms s = a * b + acc in binary64 (the product exact, the sum rounded to nearest) and rounds
-    s to float32. That is the correctly rounded result unless s is a binary32 midpoint: rounding to
-    nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
+    Preconditions: at (.., K, M) and b (.., K, N) are float32 with the same leading dimensions (the
+    caller has validated them; `at` is the first matrix with its k axis before its m axis).
+
+    Each step forms s = a * b + acc in binary64 (the product exact, the sum rounded to nearest) and
+    rounds s to float32. That is the correctly rounded result unless s is a binary32 midpoint: rounding
+    to nearest cannot carry a value across a midpoint (every binary32 midpoint is a binary64 number), so
     only a sum that lands exactly on one may have come from either side. Those entries, and every sum
     below 2^-126 (where binary32's spacing is another), take fma's exact path; they are rare.
 
-    `operands` (the two whole matrices the columns and rows come from) lets the fold skip the test for
-    sums below 2^-126 when none can be inexact: if every nonzero |a| * |b| is at least 2^-130, each
-    product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it), and so is every sum
-    (the accumulator is a multiple of 2^-149); a sum below 2^-126 is then fewer than 2^52 such
-    multiples, exact in binary64, and rounds once.
+    The test for sums below 2^-126 is skipped when none can be inexact: if every nonzero |a| * |b| is
+    at least 2^-130, each product is a multiple of 2^-178 (a float32's last place exceeds 2^-24 of it),
+    and so is every sum (the accumulator is a multiple of 2^-149); a sum below 2^-126 is then fewer than
+    2^52 such multiples, exact in binary64, and rounds once.
     """
-    acc = np.zeros(shape, F64)  # (.., M, N): a float32 value, held in binary64
-    out = np.zeros(shape, F32)
+    *lead, k, m = at.shape
+    shape = (*lead, m, b.shape[-1])
+    acc = np.zeros(shape, F32)  # the accumulators, rounded to float32 after every step
+    if k == 0 or acc.size == 0:
+        return acc
+    a64 = np.moveaxis(at, -2, 0).astype(F64)[..., :, None]  # (K, .., M, 1), exact
+    b64 = np.moveaxis(b, -2, 0).astype(F64)[..., None, :]  # (K, .., 1, N), exact
+    check_tiny = _smallest_product(at, b) < 2.0**-130
     s = np.empty(shape, F64)
-    bits = s.view(np.uint64)
-    scratch = np.empty(shape, np.uint64)
-    hard = np.empty(shape, bool)
-    tiny = np.empty(shape, bool)
-    check_tiny = operands is None or _smallest_product(*operands) < 2.0**-130
+    bits, scratch = s.view(np.uint64), np.empty(shape, np.uint64)
+    hard, tiny = np.empty(shape, bool), np.empty(shape, bool)
     with np.errstate(all="ignore"):  # overflow, inf - inf and inf * 0 are part of the spec
         for i in range(k):
-            a, b = col_a(i), row_b(i)  # (.., M, 1), (.., 1, N)
-            np.multiply(a.astype(F64), b.astype(F64), out=s)  # exact
-            np.add(s, acc, out=s)  # rounded to nearest
-            np.copyto(out, s, casting="unsafe")  # rounded to nearest float32
+            np.multiply(a64[i], b64[i], out=s)  # exact
+            np.add(s, acc, out=s)  # rounded to nearest in binary64
             np.equal(np.bitwise_and(bits, _LOW29, out=scratch), _HALF29, out=hard)
             if check_tiny:
                 np.bitwise_and(bits, _MAGNITUDE, out=scratch)
                 np.less(np.subtract(scratch, _ONE, out=scratch), _BELOW_NORMAL, out=tiny)
                 np.logical_or(hard, tiny, out=hard)
-            if hard.any():
-                at = np.nonzero(hard)
-                out[at] = fma(np.broadcast_to(a, shape)[at], np.broadcast_to(b, shape)[at], acc[at].astype(F32))
-            np.copyto(acc, out)
-    return out
+            fix = None
+            if hard.any():  # fma itself, from the accumulator before this step
+                where = np.nonzero(hard)
+                a_i, b_i = np.broadcast_to(a64[i], shape)[where], np.broadcast_to(b64[i], shape)[where]
+                fix = fma(a_i.astype(F32), b_i.astype(F32), acc[where])
+            np.copyto(acc, s, casting="unsafe")  # rounded to nearest float32
+            if fix is not None:
+                acc[where] = fix
+    return acc
 
 
 def _smallest_product(a: HostArray, b: HostArray) -> float:
     """The smallest nonzero |x| times the smallest nonzero |y| over x in a, y in b (+inf if either is all zeros)."""
     least = []
     for m in (a, b):
-        mag = np.abs(m.astype(F64))
-        nonzero = mag[mag > 0]
-        least.append(float(nonzero.min()) if nonzero.size else np.inf)
+        mag = np.abs(m)  # exact; NaN stays NaN and is left out below
+        least.append(float(np.min(mag, where=mag > 0, initial=np.inf)))
     return least[0] * least[1]

@@ -100,46 +100,44 @@ def max_rows(x: np.ndarray) -> np.ndarray:
     return _pmax_last(x)
 
 
-def _fold(
-    col_a: Callable[[int], HostArray],
-    row_b: Callable[[int], HostArray],
-    k: int,
-    shape: tuple[int, ...],
-    fused: bool,
-    operands: tuple[HostArray, HostArray],
-) -> np.ndarray:
-    """Left fold over k of col_a(k) * row_b(k), starting from +0.0 (section 2.3); `operands`: the two matrices.
+def _fold(at: np.ndarray, b: np.ndarray, fused: bool) -> np.ndarray:
+    """Left fold over k of at[.., k, m] * b[.., k, n], starting from +0.0 (section 2.3): (.., M, N).
 
-    Version 1 (fused False): acc + (a * b), two roundings per k. Version 2
-    (fused True): fma(a, b, acc), one rounding per k (kernels/exact_fma.fused_fold).
+    Precondition: at (.., K, M) and b (.., K, N) are validated float32 (`at` is the first matrix with
+    its k axis before its m axis, a view). Version 1 (fused False): acc + (a * b), two roundings per k,
+    into two arrays made once. Version 2 (fused True): fma(a, b, acc), one rounding per k
+    (kernels/exact_fma.fused_fold).
     """
     if fused:
-        return fused_fold(col_a, row_b, k, shape, operands)  # fma(a, b, acc) per k, exactly
-    acc = np.zeros(shape, dtype=F32)
+        return fused_fold(at, b)  # fma(a, b, acc) per k, exactly
+    *lead, k, m = at.shape
+    acc = np.zeros((*lead, m, b.shape[-1]), dtype=F32)
+    product = np.empty_like(acc)
+    a3 = np.moveaxis(at, -2, 0)[..., :, None]  # (K, .., M, 1)
+    b3 = np.moveaxis(b, -2, 0)[..., None, :]  # (K, .., 1, N)
     with np.errstate(all="ignore"):  # overflow and inf * 0 are part of the spec
         for i in range(k):
-            acc = acc + col_a(i) * row_b(i)  # (.., M, 1) * (.., 1, N): one product, one sum
+            np.multiply(a3[i], b3[i], out=product)  # one product per (m, n)
+            np.add(acc, product, out=acc)  # one sum
     return acc
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (K, N) -> (M, N); or batched (BH, M, K) @ (BH, K, N)."""
-    m, k, n = validate.check_matmul(a, b, "nn")
-    return _fold(
-        lambda i: a[..., :, i : i + 1], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused, (a, b)
-    )
+    validate.check_matmul(a, b, "nn")
+    return _fold(np.swapaxes(a, -1, -2), b, fused)
 
 
 def matmul_nt(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (M, K) @ b (N, K)^T -> (M, N); or batched."""
-    m, k, n = validate.check_matmul(a, b, "nt")
-    return _fold(lambda i: a[..., :, i : i + 1], lambda i: b[..., None, :, i], k, a.shape[:-2] + (m, n), fused, (a, b))
+    validate.check_matmul(a, b, "nt")
+    return _fold(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2), fused)
 
 
 def matmul_tn(a: np.ndarray, b: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """a (K, M)^T @ b (K, N) -> (M, N); or batched."""
-    m, k, n = validate.check_matmul(a, b, "tn")
-    return _fold(lambda i: a[..., i, :, None], lambda i: b[..., i : i + 1, :], k, a.shape[:-2] + (m, n), fused, (a, b))
+    validate.check_matmul(a, b, "tn")
+    return _fold(a, b, fused)
 
 
 # ------------------------------------------------------ elementary functions

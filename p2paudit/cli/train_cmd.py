@@ -60,7 +60,7 @@ def _publish_with_progress(
     type=click.Choice(["1", "2"]),
     default=None,
     help="The arithmetic version (docs/arithmetic.md): 2 folds products with a fused multiply-add; 1 does not "
-    "(default: what a new run uses, kernels.ARITHMETIC_VERSION, now 1).",
+    "(default: what a new run uses, kernels.ARITHMETIC_VERSION, now 2).",
 )
 @click.option(
     "--mode",

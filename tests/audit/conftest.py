@@ -1,4 +1,8 @@
-"""A small published run with operation traces, shared by the audit tests (reference backend)."""
+"""A small published run with operation traces, shared by the audit tests.
+
+Trained on the cpu backend (the same bytes as on any backend, numba's on-disk cache makes its steps quick);
+the tests replay it on whichever backend they are about.
+"""
 
 import shutil
 from pathlib import Path
@@ -15,7 +19,7 @@ AUDIT_PUBLISHER = identity_from_seed(b"\x11" * 32)
 def traced_run(tmp_path_factory) -> Path:
     """tiny, 4 steps, checkpoints at states 0, 2, 4, a published trace for every step."""
     run_dir = tmp_path_factory.mktemp("traced") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="reference", traces=True), AUDIT_PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="cpu", traces=True), AUDIT_PUBLISHER)
     return run_dir
 
 

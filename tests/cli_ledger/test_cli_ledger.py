@@ -259,7 +259,7 @@ def test_add_run_from_a_published_run_directory(home, tmp_path):
     from p2paudit.run.publisher import TrainPlan, publish_run
 
     run_dir = tmp_path / "tiny-run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=2, backend="reference"), A)
+    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=2, backend="cpu"), A)
     manifest = read_manifest(run_dir)
     result = run(home, "ledger", "add-run", str(run_dir))
     assert result.exit_code == 0, result.output

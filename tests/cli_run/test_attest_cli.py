@@ -22,7 +22,7 @@ def _invoke(args, home: Path):
 def small_run(tmp_path_factory) -> Path:
     """tiny, 3 steps, checkpoints of states 0, 2, 3."""
     run_dir = tmp_path_factory.mktemp("attest") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=3, ckpt_every=2, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=3, ckpt_every=2, backend="cpu"), PUBLISHER)
     return run_dir
 
 

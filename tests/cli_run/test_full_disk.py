@@ -59,7 +59,7 @@ sys.exit(cli.main(args, prog_name="p2paudit"))
 def small_run(tmp_path_factory) -> Path:
     """tiny, 4 steps, checkpoints of states 0, 2, 4."""
     run_dir = tmp_path_factory.mktemp("full") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="cpu"), PUBLISHER)
     return run_dir
 
 

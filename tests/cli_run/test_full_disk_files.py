@@ -98,7 +98,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def served_run(tmp_path):
     """A tiny run of 1 step on a loopback HTTP server (one that ignores Range: the client reads from byte 0)."""
     root = tmp_path / "www"
-    publish_run(TrainPlan(root / "run", "tiny", steps=1, ckpt_every=1, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(root / "run", "tiny", steps=1, ckpt_every=1, backend="cpu"), PUBLISHER)
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

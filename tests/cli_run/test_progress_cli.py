@@ -16,9 +16,7 @@ from p2paudit.run.publisher import TrainPlan, publish_run
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("progress-cli") / "run"
-    publish_run(
-        TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, backend="reference"), identity_from_seed(b"\x06" * 32)
-    )
+    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, backend="cpu"), identity_from_seed(b"\x06" * 32))
     return run_dir
 
 

@@ -37,7 +37,7 @@ def cli_run(tmp_path_factory) -> Path:
             "--ckpt-every",
             "2",
             "--backend",
-            "reference",
+            "cpu",
             "--key",
             str(base / "key.pem"),
         ],
@@ -59,7 +59,7 @@ def test_train_again_reuses_and_other_flags_are_refused(cli_run, tmp_path):
     key = tmp_path / "key.pem"
     save_identity(PUBLISHER, key)
     again = _invoke(
-        ["train", str(cli_run), "--steps", "3", "--ckpt-every", "2", "--backend", "reference", "--key", str(key)],
+        ["train", str(cli_run), "--steps", "3", "--ckpt-every", "2", "--backend", "cpu", "--key", str(key)],
         tmp_path,
     )
     assert again.exit_code == 0 and "already complete" in again.output

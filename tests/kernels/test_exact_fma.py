@@ -136,12 +136,13 @@ def test_millions_of_inputs() -> None:
 
 @pytest.mark.parametrize("family", range(7))
 def test_the_fast_fold_takes_the_exact_path_wherever_it_must(family):
-    """fused_fold (the reference's fold) rounds most steps once in binary64 and then to float32; on every
-    adversarial family its second step, fma(a, b, acc) after acc = fma(1, c, +0.0) (c, but +0.0 for -0.0),
-    is the rational result."""
+    """fused_fold (the reference's fold) rounds most steps once in binary64 and then to float32, and folds
+    again with fma the entries where that may be wrong; on every adversarial family its second step,
+    fma(a, b, acc) after acc = fma(1, c, +0.0) (c, but +0.0 for -0.0), is the rational result. Each
+    input is a batch of its own (.., K = 2, 1)."""
     name, a, b, c = _adversarial(np.random.default_rng(30 + family), 20_000)[family]
     ones = np.ones_like(a)
-    got = fused_fold(lambda i: (ones, a)[i][:, None], lambda i: (c, b)[i][:, None], 2, (a.size, 1))[:, 0]
+    got = fused_fold(np.stack([ones, a], axis=1)[:, :, None], np.stack([c, b], axis=1)[:, :, None])[:, 0, 0]
     one, zero = F32(1.0), F32(0.0)
     bad = [
         (float(x), float(y), float(z))
@@ -152,13 +153,23 @@ def test_the_fast_fold_takes_the_exact_path_wherever_it_must(family):
 
 
 def test_the_fast_fold_equals_the_plain_fold_of_fma():
+    """Batched, with exact ties on the way and ties pushed off the midpoint after the first step."""
     rng = np.random.default_rng(31)
-    a, b = _scaled(rng, 40 * 30, -20, 20).reshape(40, 30), _scaled(rng, 30 * 50, -20, 20).reshape(30, 50)
-    b[3, :7] = tie_products(rng, 7)[1]  # some exact ties on the way
-    plain = np.zeros((40, 50), F32)
+    a, b = _scaled(rng, 2 * 40 * 30, -20, 20).reshape(2, 40, 30), _scaled(rng, 2 * 30 * 50, -20, 20).reshape(2, 30, 50)
+    b[1, 3, :7] = tie_products(rng, 7)[1]  # some exact ties on the way
+    # Entries (0, 5, n >= 40): acc = +-2^-100 after k = 0, then an exact tie at k = 1, so the binary64 sum
+    # is the midpoint itself and the exact sum is not: the fast path's one rounding is wrong there.
+    a[0, 5, :2] = 1.0, 1.0 + 2.0**-12
+    b[0, 0, 40:] = rng.choice([2.0**-100, -(2.0**-100)], 10)
+    b[0, 1, 40:] = (4096 + 2 * rng.integers(0, 2000, 10) + 1) / 4096 * 2.0 ** rng.integers(-5, 5, 10)
+    plain = np.zeros((2, 40, 50), F32)
+    twice = np.zeros((2, 40, 50), F32)  # the baseline: the binary64 sum rounded to nearest, then to float32
     for k in range(30):
-        plain = fma(a[:, k : k + 1], b[k : k + 1, :], plain)
-    fast = fused_fold(lambda k: a[:, k : k + 1], lambda k: b[k : k + 1, :], 30, (40, 50))
+        plain = fma(a[..., :, k : k + 1], b[..., k : k + 1, :], plain)
+        twice = (a[..., :, k : k + 1].astype(np.float64) * b[..., k : k + 1, :] + twice).astype(F32)
+        if k == 1:
+            assert (twice[0, 5, 40:] != plain[0, 5, 40:]).any()
+    fast = fused_fold(np.swapaxes(a, -1, -2), b)
     assert fast.tobytes() == plain.tobytes()
 
 
@@ -172,10 +183,7 @@ def test_the_fast_fold_is_exact_at_a_subnormal_midpoint():
     assert want == c  # rounded down: the exact sum is below the midpoint
     twice = F32(np.float64(a) * np.float64(b) + np.float64(c))
     assert twice != want  # the baseline: rounding twice goes up
-    one = np.ones(1, F32)
-    got = fused_fold(
-        lambda i: (one, np.array([a]))[i][:, None], lambda i: (np.array([c]), np.array([b]))[i][:, None], 2, (1, 1)
-    )
+    got = fused_fold(np.array([[1.0], [a]], F32), np.array([[c], [b]], F32))  # (K, M) = (K, N) = (2, 1)
     assert same_bits(got[0, 0], want)
     assert same_bits(fma(a, b, c), want)
     # Through the reference's matmul, which skips that test only when no product is small enough to need it.

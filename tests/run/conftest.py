@@ -1,4 +1,8 @@
-"""A small published run shared by the run tests (reference backend: no compilation)."""
+"""Small published runs shared by the run tests.
+
+Trained on the cpu backend (the same bytes as on any backend; numba's on-disk cache makes its steps quick):
+the tests replay them on whichever backend they are about.
+"""
 
 import shutil
 from pathlib import Path
@@ -21,7 +25,7 @@ def publisher():
 def published_run(tmp_path_factory) -> Path:
     """tiny, 4 steps, checkpoints at states 0, 2, 4."""
     run_dir = tmp_path_factory.mktemp("published") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="cpu"), PUBLISHER)
     return run_dir
 
 
@@ -37,7 +41,7 @@ def run_copy(published_run, tmp_path) -> Path:
 def traced_run(tmp_path_factory) -> Path:
     """tiny, 2 steps with published traces, checkpoints at states 0, 1, 2."""
     run_dir = tmp_path_factory.mktemp("traced") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, backend="reference", traces=True), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=2, ckpt_every=1, backend="cpu", traces=True), PUBLISHER)
     return run_dir
 
 

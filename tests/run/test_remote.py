@@ -153,7 +153,7 @@ def _handler(served: Served):
 def published(tmp_path_factory) -> Path:
     """tiny, 4 steps, checkpoints at states 0, 2, 4 (reference backend)."""
     run_dir = tmp_path_factory.mktemp("remote") / "run"
-    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="reference"), PUBLISHER)
+    publish_run(TrainPlan(run_dir, "tiny", steps=4, ckpt_every=2, backend="cpu"), PUBLISHER)
     return run_dir
 
 
@@ -166,7 +166,7 @@ def wide(tmp_path_factory) -> Path:
     np.save(root / "ids.npy", ids)
     import_tokens(root / "ids.npy", 256, root / "data")
     cfg = dataclasses.replace(train_config("tiny", micro_batches=1, steps=3), batch_size=2)
-    plan = TrainPlan(root / "run", "tiny", steps=3, micro_batches=1, ckpt_every=1, backend="reference")
+    plan = TrainPlan(root / "run", "tiny", steps=3, micro_batches=1, ckpt_every=1, backend="cpu")
     publish_run(plan, PUBLISHER, config=cfg, data_dir=root / "data")
     return root / "run"
 
