@@ -16,16 +16,29 @@ from p2paudit.errors import MismatchError
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--steps", type=int, default=3, show_default=True, help="Number of training steps.")
 @click.option("--backend", type=click.Choice(["cpu", "reference"]), default="cpu", show_default=True)
-@click.option("--arithmetic", type=click.Choice(["1", "2"]), default="1", show_default=True)
+@click.option(
+    "--arithmetic",
+    type=click.Choice(["1", "2"]),
+    default=None,
+    help="Arithmetic version of the canonical ops (default: what a new run uses, kernels.ARITHMETIC_VERSION, now 2).",
+)
 @click.option("--values", is_flag=True, help="Also publish every op's output digests (names a forged op).")
-def train_script_cmd(script_path: Path, run_dir: Path, steps: int, backend: str, arithmetic: str, values: bool) -> None:
+def train_script_cmd(
+    script_path: Path, run_dir: Path, steps: int, backend: str, arithmetic: str | None, values: bool
+) -> None:
     """Train SCRIPT_PATH (build, batch, train_step) under the strict canonical mode and publish it to RUN_DIR."""
     from p2paudit.run.lab_run import train_lab_run
 
     if steps < 1:
         raise click.BadParameter(f"--steps must be at least 1, got {steps}")
     claims, run_id = train_lab_run(
-        script_path, run_dir, steps, _node_identity(), backend=backend, arithmetic=int(arithmetic), values=values
+        script_path,
+        run_dir,
+        steps,
+        _node_identity(),
+        backend=backend,
+        arithmetic=None if arithmetic is None else int(arithmetic),
+        values=values,
     )
     for n, state in enumerate(claims.states):
         click.echo(f"step {n} state {state.text()} trace sha256:{claims.traces[n].hex()}")

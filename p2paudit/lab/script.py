@@ -92,7 +92,7 @@ class LabClaims:
 
 
 def train_script(
-    script: LabScript, steps: int, *, backend: str = "cpu", arithmetic: int = 1, values: bool = False
+    script: LabScript, steps: int, *, backend: str = "cpu", arithmetic: int | None = None, values: bool = False
 ) -> tuple[LabClaims, list[dict[str, np.ndarray]]]:
     """Train `steps` steps of the script; (claims, the states 0..steps as numpy arrays)."""
     model, opt = script.build()
@@ -103,7 +103,7 @@ def train_script(
             script.train_step(model, opt, script.batch(i))
         states.append(run.state_arrays())
     claims = LabClaims(
-        torch_build(), OP_TABLE_VERSION, arithmetic, backend, script.digest, run.initial,
+        torch_build(), OP_TABLE_VERSION, run.arithmetic, backend, script.digest, run.initial,
         tuple(r.state for r in run.records), tuple(r.trace for r in run.records),
         tuple(r.ops for r in run.records), tuple(r.values for r in run.records),
     )  # fmt: skip

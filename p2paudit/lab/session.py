@@ -1,6 +1,6 @@
 """LabRun: a lab's own PyTorch loop, one canonical step at a time, with its state and trace digests.
 
-    run = LabRun(model, optimizer, backend="cpu", arithmetic=1)
+    run = LabRun(model, optimizer, backend="cpu")  # arithmetic: kernels.ARITHMETIC_VERSION unless given
     for i in range(steps):
         with run.step(i):
             loss = loss_fn(model(x), y)
@@ -72,7 +72,7 @@ class LabRun:
         optimizer: torch.optim.Optimizer,
         *,
         backend: str = "cpu",
-        arithmetic: int = 1,
+        arithmetic: int | None = None,
         first_step: int = 0,
         values: bool = False,
     ) -> None:
@@ -82,6 +82,8 @@ class LabRun:
             raise LabOpRefused(f"backend {backend!r}: the lab mode runs on the numpy backends (reference, cpu)")
         check_optimizer(optimizer)
         self.model, self.optimizer = model, optimizer
+        if arithmetic is None:
+            arithmetic = kernels.ARITHMETIC_VERSION  # what a new run uses
         self.backend = kernels.get_backend(backend, arithmetic)
         self.backend_name, self.arithmetic = backend, arithmetic
         self.names = {id(p): n for n, p in model.named_parameters()}

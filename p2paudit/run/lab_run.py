@@ -2,7 +2,7 @@
 
     manifest.json        canonical JSON body, signed as every run's is (run.manifest.sign_body):
                          {"format": "p2paudit-lab-run", "version": 1, "torch_build": "torch 2.13.0+cpu (git ...)",
-                          "op_table_version": 1, "arithmetic_version": 1, "backend": "cpu",
+                          "op_table_version": 1, "arithmetic_version": 2, "backend": "cpu",
                           "script": {"name": "lab_llama.py", "sha256": "sha256:<hex>", "source": "<the text>"},
                           "initial_state": {digest, tensors}, "steps": [{"step": n, "state": {digest, tensors},
                           "trace": "sha256:<hex>", "trace_file": "sha256:<hex>"}, ...]}
@@ -95,7 +95,14 @@ def publish_lab_run(
 
 
 def train_lab_run(
-    script_path: Path, run_dir: Path, steps: int, identity: Identity, *, backend: str, arithmetic: int, values: bool
+    script_path: Path,
+    run_dir: Path,
+    steps: int,
+    identity: Identity,
+    *,
+    backend: str,
+    arithmetic: int | None,
+    values: bool,
 ) -> tuple[LabClaims, bytes]:
     """Train the script `steps` steps under the lab mode and publish it to `run_dir`; (its claims, the run id)."""
     _check_empty(run_dir)  # before the training, not after it

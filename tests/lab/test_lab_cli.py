@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import kernels
 from p2paudit.cli import cli
 from p2paudit.errors import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
 from p2paudit.identity import ensure_node_identity
@@ -34,7 +35,7 @@ def test_train_script_then_verify_script_match(tmp_path):
     assert trained.exit_code == EXIT_OK, trained.output
     body = json.loads((run / "manifest.json").read_bytes())
     assert body["torch_build"].startswith("torch 2.13.0") and body["op_table_version"] == 1
-    assert body["arithmetic_version"] == 1 and body["script"]["source"] == GPT2.read_text()
+    assert body["arithmetic_version"] == kernels.ARITHMETIC_VERSION and body["script"]["source"] == GPT2.read_text()
     verified = invoke(tmp_path / "home", "verify-script", str(run))
     assert verified.exit_code == EXIT_OK, verified.output
     assert verified.output.splitlines() == ["step 0: match", "step 1: match"]
