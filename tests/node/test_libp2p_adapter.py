@@ -477,13 +477,12 @@ def _child(index: int, boot: str, n: int, per_node: int, topic: str) -> None:
             await node.subscribe(topic, on_message)
             print("ADDR", node.listen_addrs()[0], flush=True)
             await wait_until(lambda: len(node.connected_peers()) == n - 1, "mesh", timeout=30)
-            # Every peer subscribed, and this node's mesh as full as its heartbeat fills it (each node says READY
-            # only then, so the last node's graft has reached everyone by GO: once a fixed 1.5 s after GO).
-            full = min(NodeConfig().mesh_degree_low, n - 1)
-            meshed = lambda: len(node.gossip_peers(topic)) == n - 1 and len(_mesh(node, topic)) >= full  # noqa: E731
-            await wait_until(meshed, "subscriptions and the mesh", timeout=30)
+            await wait_until(lambda: len(node.gossip_peers(topic)) == n - 1, "subscriptions", timeout=30)
             print("READY", flush=True)
             await trio.to_thread.run_sync(sys.stdin.readline)
+            # Stays real: a child sees its own mesh, not whether the others' grafts are done. Publishing as soon as
+            # each own mesh held D_low (3) peers was tried: at load 12, two of five nodes then missed messages.
+            await trio.sleep(1.5)  # the last node's graft reaches everyone
             for seq in range(per_node):
                 await node.publish(topic, struct.pack(">BId", index, seq, time.time()) + bytes(64))
             with trio.move_on_after(40):
