@@ -20,6 +20,7 @@ from fuzz_inputs import (
 )
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from node_helpers import wait_until
 
 from p2paudit.node import wire
 from p2paudit.node.daemon.status import read_status
@@ -152,10 +153,8 @@ class Honest:
         if self._connected_generation == generation and self.target.peer_id in self.node.connected_peers():
             return
         await self.node.connect(self.target.addr)
-        with trio.fail_after(20):
-            while self.target.peer_id not in self.node.gossip_peers(self.corpus.topic):
-                await trio.sleep(0.1)
-        await trio.sleep(1.5)  # a heartbeat or so: the daemon grafts us into its mesh
+        # Known on the topic: our publish (by fanout: we do not subscribe) goes to the daemon at once.
+        await wait_until(lambda: self.target.peer_id in self.node.gossip_peers(self.corpus.topic), "the daemon", 20)
         self._connected_generation = generation
 
     async def _checkpoint(self):

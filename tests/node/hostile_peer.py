@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import trio
-from node_helpers import record
+from node_helpers import in_mesh, record, wait_until
 
 from p2paudit.attest.record import sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
@@ -87,14 +86,6 @@ def beyond_run(identity: Identity, run_id: bytes, steps: int, n: int) -> list[tu
     return out
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    with trio.move_on_after(timeout):
-        while not predicate():
-            await trio.sleep(0.1)
-        return
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 @dataclass
 class HostileLedger:
     """A real ledger of the hostile key's own attestations, served (or lied about) over sync."""
@@ -152,10 +143,16 @@ def record_events(events: list[NodeEvent]) -> Callable[[NodeEvent], None]:
 
 
 async def connect_on_topic(node: Node, addr: str, topic: str, timeout: float = 30.0) -> str:
-    """Dial `addr`, wait until that peer is known on `topic` and a heartbeat or two passed; its peer id."""
+    """Dial `addr`, wait until that peer is known on `topic` (our publish reaches it at once, mesh or fanout)
+    and grafted into our mesh on every topic we subscribed to (so what it gossips there reaches us): what a
+    heartbeat or two was once slept for. Its peer id."""
     target = await node.connect(addr)
-    await wait_until(lambda: target in node.gossip_peers(topic), f"{target} to join {topic}", timeout)
-    await trio.sleep(2.0)
+
+    def ready() -> bool:
+        joined = node.gossip.router.mesh  # the topics we subscribed to
+        return target in node.gossip_peers(topic) and all(in_mesh(node, t, target) for t in joined)
+
+    await wait_until(ready, f"{target} to join {topic} and our meshes", timeout)
     return target
 
 

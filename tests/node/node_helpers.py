@@ -1,8 +1,12 @@
-"""Shared builders for the node protocol tests: deterministic keys, signed v2 attestations, stores."""
+"""Shared builders for the node protocol tests: deterministic keys, signed v2 attestations, stores; and the
+one poll the in-process node tests wait with (`wait_until`), with `in_mesh` for the graft it often waits for."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+
+import trio
 
 from p2paudit.attest.record import Attestation, SignedAttestation, sign_attestation
 from p2paudit.attest.store import AttestationStore, origin_for
@@ -53,3 +57,19 @@ def open_store(path, identity: Identity, steps: int = 100_000) -> AttestationSto
     store = AttestationStore.open(path, origin_for(identity.public_key))
     store.register_run(RUN, steps, "test")
     return store
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0, step: float = 0.05) -> None:
+    """Poll `predicate` every `step` seconds (trio's clock: a MockClock jumps them) until it holds; an
+    AssertionError naming `what` after `timeout` seconds."""
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(step)
+        return
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def in_mesh(node, topic: str, peer: str) -> bool:
+    """Whether `node` (an open_node) holds `peer` in its gossipsub mesh on `topic`: a graft, made by either
+    end's heartbeat, that the fixed one- or two-heartbeat sleeps used to wait for."""
+    return any(str(p) == peer for p in node.gossip.router.mesh.get(topic, ()))

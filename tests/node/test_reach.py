@@ -181,7 +181,8 @@ def test_relay_service_reserves_for_the_connections_peer_only_within_its_limits_
                 node = open_node(ident(i), config(bootstrap=boot, peer_exchange_interval=3600, reach=_client_config()))
                 clients.append(await stack.enter_async_context(node))
             await wait_until(lambda: clients[0].reachability().reservations == (relay.peer_id,), "a reservation")
-            await trio.sleep(2.5)  # the second client keeps trying: 2 per IP (loopback is one IP) are taken
+            # The second client keeps trying: 2 per IP (loopback is one IP) are taken, so the relay refuses it.
+            await wait_until(lambda: relay.reachability().relay_service.refused >= 1, "the relay to refuse", 10)
             assert clients[1].reachability().reservations == ()
             assert relay.reachability().relay_service.refused >= 1
             guard, x, y = relay.reach.circuit, ID.from_base58(clients[0].peer_id), ID.from_base58(clients[1].peer_id)

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import trio
 import trio.testing
-from hostile_peer import hostile_config, hostile_key, wait_until
+from hostile_peer import hostile_config, hostile_key
+from node_helpers import in_mesh, wait_until
 
 from p2paudit.attest.store import AttestationStore, origin_for
 from p2paudit.audit.replay import open_run
@@ -158,9 +159,9 @@ def test_a_dispute_is_announced_once_however_many_attestations_join_it(run_dir, 
                 topic = wire.run_topic(run_id)
                 await sender.subscribe(topic, lambda origin, data: None)
                 target = await sender.connect(addr)
-                await wait_until(lambda: target in sender.gossip_peers(topic), "the daemon on the topic", 30)
-                await wait_until(lambda: target in sender.gossip_peers(wire.EVIDENCE_TOPIC), "evidence topic", 30)
-                await trio.sleep(2.0)
+                # Grafted on both topics (once: known on them, then a fixed 2 s of heartbeats).
+                both = lambda: in_mesh(sender, topic, target) and in_mesh(sender, wire.EVIDENCE_TOPIC, target)  # noqa: E731
+                await wait_until(both, "the daemon in our mesh on the run and evidence topics", 30)
                 for message in messages:
                     await sender.publish(topic, message)
                     await trio.sleep(0.05)
@@ -194,12 +195,14 @@ def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(r
     finished: list[float] = []
 
     async def main() -> None:
+        done = trio.Event()  # the daemon finished
         async with open_node(hostile_key("light client"), hostile_config()) as client:
             async with trio.open_nursery() as nursery:
 
                 async def daemon() -> None:
                     await run_daemon(identity_from_seed(b"\x6b" * 32), config, events.append)
                     finished.append(trio.current_time())
+                    done.set()
 
                 nursery.start_soon(daemon)
                 await wait_until(lambda: (tmp_path / "status.json").exists(), "the daemon's status", 60)
@@ -207,8 +210,7 @@ def test_a_peer_that_serves_no_p2paudit_protocol_does_not_hold_the_daemon_back(r
 
                 await client.connect(json.loads((tmp_path / "status.json").read_text())["listen"][0])
                 with trio.move_on_after(60):
-                    while not finished:
-                        await trio.sleep(0.2)
+                    await done.wait()
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
