@@ -57,13 +57,15 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256, help="T, the sequence length")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--arithmetic", type=int, choices=(1, 2), default=None, help="default: kernels.ARITHMETIC_VERSION")
     args = ap.parse_args()
     vocab, c, heads, layers = SIZES[args.size]
     b = max(1, args.tokens // args.seq)
     data = models.batches(args.repeats + 1, b=b, t=args.seq, vocab=vocab)
     lab_model, lab_opt = models.make(vocab=vocab, c=c, heads=heads, layers=layers)
     stock_model, stock_opt = models.make(vocab=vocab, c=c, heads=heads, layers=layers)
-    run = LabRun(lab_model, lab_opt, backend="cpu")
+    run = LabRun(lab_model, lab_opt, backend="cpu", arithmetic=args.arithmetic)
+    print(f"lab mode: cpu backend, arithmetic {run.arithmetic}")
     times = profile_entries() if args.profile else None
     lab_t, stock_t = [], []
     for i, tokens in enumerate(data):
