@@ -205,13 +205,17 @@ def _matmul_packed(ap, bp, m, n, causal, fused):
                     lo, hi = _tile_k_range(causal, p * TILE_ROWS, j0, m, k_count)
                     s, e = max(lo, k0), min(hi, k1)
                     if s < e:
-                        fold_tile(ap[z, p], bpanel, acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, s, e - s, fused)
+                        fold_tile(
+                            ap[z, p], bpanel, acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, s, e - s, fused
+                        )
         if fused and causal == K_UPTO_ROW:
             for q in range(q_lo, q_hi):
                 for p in range(p_lo, p_hi):
                     hi = _tile_k_range(causal, p * TILE_ROWS, q * TILE_COLS, m, k_count)[1]
                     if hi < k_count:
-                        _finish_negative_zeros(ap[z, p], bp[z, q], acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, hi)
+                        _finish_negative_zeros(
+                            ap[z, p], bp[z, q], acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, hi
+                        )
         i_base, j_base = p_lo * TILE_ROWS, q_lo * TILE_COLS
         iw, jw = min(m, p_hi * TILE_ROWS) - i_base, min(n, q_hi * TILE_COLS) - j_base
         for i in range(iw):

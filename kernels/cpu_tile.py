@@ -31,6 +31,8 @@ whatever tile it falls in.
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -55,7 +57,7 @@ def _vector_ptr(builder, elem_ptr, vec):
     return builder.bitcast(elem_ptr, vec.as_pointer())
 
 
-def make_fold_tile(rows: int, vecs: int):  # type: ignore[no-untyped-def]
+def make_fold_tile(rows: int, vecs: int) -> Any:
     """The numba intrinsic folding one rows x (16 * vecs) tile; see the module docstring (rows, vecs >= 1)."""
     n_acc = rows * vecs
 
