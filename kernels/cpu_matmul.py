@@ -14,7 +14,9 @@ to choose everything else:
   micro-kernel reads both operands of one k contiguously, every tile of C is
   a whole register tile (the padded rows and columns are computed and thrown
   away), and no operand row lands on the cache set of the next one (a row
-  stride of 4 KiB would).
+  stride of 4 KiB would). The packed buffers are kept per thread between
+  calls (_Scratch): a fresh one of hundreds of MB (the head's products) is
+  a page fault per 4 KiB page on every call.
 - A task is one (CHUNK_PANELS_A * TILE_ROWS rows) x (CHUNK_PANELS_B *
   TILE_COLS columns) block of C in one batch element; prange spreads tasks
   over the threads. Outputs are independent.
