@@ -6,7 +6,7 @@ step is shrunk to a stated token count (micro_batches=1, `--batch` sequences of
 seq_len rows). Each side runs in its own child process so that its peak
 resident memory is its own:
 
-- engine: `single_process_step(cfg, "cpu", ARITHMETIC_VERSION)(init_state(cfg), batch)`, one
+- engine: `single_process_step(cfg, "cpu", args.arithmetic)(init_state(cfg), batch)`, one
   untimed warm-up step (numba compiles), then `--repeats` timed steps, then one
   more step split into micro_batch_grads and apply_update (the breakdown);
 - torch: the same model in float32 PyTorch autograd + torch.optim.AdamW
@@ -98,13 +98,12 @@ def child(args: argparse.Namespace) -> dict:
     torch.set_num_threads(threads)
     out: dict = {"side": args.child, "config": args.config, "threads": threads}
     if args.child == "engine":
-        from kernels import ARITHMETIC_VERSION
         from p2paudit.engine.backends import load_backend, single_process_step
         from p2paudit.engine.state import init_state
         from p2paudit.engine.step import apply_update, micro_batch_grads
 
         cfg = sized_config(args.config, args.seq_len, args.batch)
-        step = single_process_step(cfg, "cpu", ARITHMETIC_VERSION)
+        step = single_process_step(cfg, "cpu", args.arithmetic)
         state = init_state(cfg)
         state = step(state, random_batch(cfg, 0)).state  # warm-up: numba compiles
         reset_peak()
@@ -116,7 +115,7 @@ def child(args: argparse.Namespace) -> dict:
             state = step(state, batch).state
             times.append(time.perf_counter() - t0)
         out["peak"] = proc_status("VmHWM")
-        backend = load_backend("cpu", ARITHMETIC_VERSION)
+        backend = load_backend("cpu", args.arithmetic)
         t0 = time.perf_counter()
         grads, _ = micro_batch_grads(state, random_batch(cfg, 99)[0], cfg, backend)
         t1 = time.perf_counter()
@@ -146,16 +145,15 @@ def child(args: argparse.Namespace) -> dict:
 
         cfg = sized_config(args.config, args.seq_len, args.batch)
         batches = [random_batch(cfg, r) for r in range(args.repeats + 1)]
-        eng, ref = time_alternating([engine_stepper(cfg, "cpu"), torch_stepper(cfg)], batches)
+        eng, ref = time_alternating([engine_stepper(cfg, "cpu", args.arithmetic), torch_stepper(cfg)], batches)
         out.update(times=eng, torch_times=ref)
     elif args.child == "engine-mb":
-        from kernels import ARITHMETIC_VERSION
         from p2paudit.engine.backends import load_backend
         from p2paudit.engine.memory import estimate_memory
         from p2paudit.engine.state import init_state
         from p2paudit.engine.step import micro_batch_grads
 
-        backend = load_backend("cpu", ARITHMETIC_VERSION)
+        backend = load_backend("cpu", args.arithmetic)
         cfg = sized_config(args.config, args.seq_len, args.batch)
         # Warm-up on the same shape with one layer (same widths, tokens and head): numba compiles.
         small = dataclasses.replace(cfg.model, name="warmup", n_layer=1)
@@ -178,7 +176,7 @@ def child(args: argparse.Namespace) -> dict:
 
 def run_child(side: str, config: str, seq_len: int, batch: int, repeats: int) -> dict:
     load_before = os.getloadavg()
-    cmd = [sys.executable, str(HERE), "--child", side, "--config", config]
+    cmd = [sys.executable, str(HERE), "--child", side, "--config", config, "--arithmetic", str(ARITHMETIC[0])]
     cmd += ["--seq-len", str(seq_len), "--batch", str(batch), "--repeats", str(repeats)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -191,6 +189,7 @@ def run_child(side: str, config: str, seq_len: int, batch: int, repeats: int) ->
 
 
 WAIT_DEADLINE: list[float] = []
+ARITHMETIC = [1]  # the engine's arithmetic version for the children (--arithmetic)
 
 
 def wait_for_load(limit: float, max_wait_s: float) -> None:
@@ -228,7 +227,14 @@ def main() -> None:
     ap.add_argument("--interleave", action="store_true", help="both sides in one process, alternating (no RSS)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--arithmetic", type=int, choices=(1, 2), default=None,
+                    help="the engine's arithmetic version (default: kernels.ARITHMETIC_VERSION)")  # fmt: skip
     args = ap.parse_args()
+    if args.arithmetic is None:
+        from kernels import ARITHMETIC_VERSION
+
+        args.arithmetic = ARITHMETIC_VERSION
+    ARITHMETIC[0] = args.arithmetic
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -239,7 +245,9 @@ def main() -> None:
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"cpu: {cpu}, {os.cpu_count()} logical CPUs, load average {os.getloadavg()}")
-    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(
+        f"command: {' '.join([Path(sys.executable).name, *sys.argv])}; engine at arithmetic version {args.arithmetic}"
+    )
     print()
     print("| config | params | B x T (tokens/step) | engine min / median | torch min / median | ratio (min) "
           "| ratio (median) | engine peak RSS | torch peak RSS | threads | load (1 min) |")  # fmt: skip

@@ -7,7 +7,7 @@ default thread count. Each side runs one warm-up step (numba compiles on its
 first call), then `--repeats` timed steps, the two sides taking turns so that
 a change in machine load hits both; min and median are reported, and their ratios.
 
-    python benchmarks/step_bench.py --configs tiny small --repeats 3
+    python benchmarks/step_bench.py --configs tiny small --repeats 3 [--arithmetic 1|2]
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def torch_stepper(cfg: TrainConfig) -> Callable[[np.ndarray], None]:
     return step
 
 
-def engine_stepper(cfg: TrainConfig, backend_name: str) -> Callable[[np.ndarray], None]:
-    """A function that runs one engine step, keeping the state between calls."""
-    backend = kernels.get_backend(backend_name)
+def engine_stepper(cfg: TrainConfig, backend_name: str, arithmetic: int = 1) -> Callable[[np.ndarray], None]:
+    """A function that runs one engine step at arithmetic version `arithmetic`, keeping the state between calls."""
+    backend = kernels.get_backend(backend_name, arithmetic)
     holder = {"state": init_state(cfg)}
 
     def step(batch: np.ndarray) -> None:
@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=["tiny", "small"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--arithmetic", type=int, choices=(1, 2), default=kernels.ARITHMETIC_VERSION)
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
     with open(np.__file__, "rb") as f:
@@ -108,10 +109,10 @@ def main() -> None:
         cfg = train_config(name)
         m = cfg.model
         batches = [batch_for_step(tokens, b"bench", cfg, n) for n in range(args.repeats + 1)]
-        ours, ref = time_alternating([engine_stepper(cfg, args.backend), torch_stepper(cfg)], batches)
+        ours, ref = time_alternating([engine_stepper(cfg, args.backend, args.arithmetic), torch_stepper(cfg)], batches)
         print(
             f"{name}: {count_params(m) / 1e6:.2f} M params, M={cfg.micro_batches} B={cfg.batch_size} T={m.seq_len}, "
-            f"{args.repeats} steps each: engine[{args.backend}] min {min(ours) * 1e3:.1f} / median "
+            f"{args.repeats} steps each: engine[{args.backend} v{args.arithmetic}] min {min(ours) * 1e3:.1f} / median "
             f"{statistics.median(ours) * 1e3:.1f} ms, torch min {min(ref) * 1e3:.1f} / median "
             f"{statistics.median(ref) * 1e3:.1f} ms; ratio engine/torch {min(ours) / min(ref):.2f}x (min), "
             f"{statistics.median(ours) / statistics.median(ref):.2f}x (median)"

@@ -68,7 +68,6 @@ def prepare(args: argparse.Namespace, work: Path) -> None:
 
 
 def child(args: argparse.Namespace) -> dict:
-    from kernels import ARITHMETIC_VERSION
     from p2paudit.engine.backends import load_backend
     from p2paudit.engine.state import state_names, state_shapes
     from p2paudit.engine.step import train_step
@@ -79,7 +78,7 @@ def child(args: argparse.Namespace) -> dict:
 
     cfg = make_config(args)
     work = Path(args.workdir)
-    be = load_backend("cpu", ARITHMETIC_VERSION)
+    be = load_backend("cpu", args.arithmetic)
     batch = np.load(work / "batch.npy")
     expected = StateDigest.from_dict(json.loads((work / "state0.json").read_text()), "state0.json")
     began = time.perf_counter()
@@ -137,7 +136,13 @@ def main() -> None:
     parser.add_argument("--project", type=int, nargs="*", default=[65_536], help="token counts to project to")
     parser.add_argument("--workdir", default=None, help="where the checkpoints go (default: a temp dir in .)")
     parser.add_argument("--child", choices=["streamed", "in-memory"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--arithmetic", type=int, choices=(1, 2), default=None,
+                        help="the engine's arithmetic version (default: kernels.ARITHMETIC_VERSION)")  # fmt: skip
     args = parser.parse_args()
+    if args.arithmetic is None:
+        from kernels import ARITHMETIC_VERSION
+
+        args.arithmetic = ARITHMETIC_VERSION
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -173,6 +178,7 @@ def main() -> None:
         for side in sides:
             cmd = [sys.executable, str(HERE), "--child", side, "--workdir", str(work), "--config", args.config]
             cmd += ["--batch", str(args.batch), "--micro-batches", str(args.micro_batches)]
+            cmd += ["--arithmetic", str(args.arithmetic)]
             cmd += ["--seq-len", str(args.seq_len)] if args.seq_len is not None else []
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:

@@ -6,8 +6,8 @@ host scalars in float32, and calls the numba kernels of
 
     kernels/cpu_scalar.py       exp, log, max2 and the halving trees (inlined)
     kernels/cpu_rowtree.py      halving trees of whole rows/columns in registers (LLVM IR)
-    kernels/cpu_matmul.py       packed, row-blocked products, k folded in order
-    kernels/cpu_tile.py         the matmul's 8x32 register micro-kernel (LLVM IR)
+    kernels/cpu_matmul.py       packed, blocked products, k folded in order
+    kernels/cpu_tile.py         the matmul's 12x32 register micro-kernel (LLVM IR)
     kernels/cpu_reduce.py       sum_rows, sum_cols, max_rows
     kernels/cpu_elementwise.py  exp, log, SiLU, AdamW over flat arrays
     kernels/cpu_nn.py           softmax, RMSNorm, cross-entropy, embedding

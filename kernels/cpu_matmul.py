@@ -7,27 +7,34 @@ in version 2 (matmul_packed_fused); one source, two compiled kernels, since
 kernels/cpu_scalar.mac_f32. Only the k order is pinned, so the kernel is free
 to choose everything else:
 
-- B is packed into column panels of PANEL_COLS columns, each panel a
-  contiguous (K, PANEL_COLS) block, so the inner loop streams unit-stride
-  memory whatever B's layout (b or bᵀ) and no panel row lands on the same
-  cache set as the next (a row stride of 4 KiB would). A plain B of at most
-  PANEL_COLS columns is one panel already and is not copied.
-- A task is one (ROW_BLOCK rows) x (one panel) block of C in one batch
-  element; prange spreads tasks over the threads. Outputs are independent.
-- The task keeps its (ROW_BLOCK, PANEL_COLS) accumulators in a small buffer
-  and runs k as the OUTER loop, K_BLOCK values of A packed k-major at a
-  time. Whole 8 x 32 tiles of the buffer go through the register-blocked
-  micro-kernel of kernels/cpu_tile.py: 16 zmm accumulators loaded once,
-  then per k two panel vectors, eight broadcasts of A, 16 vmulps and 16
-  vaddps (no FMA: plain fmul then fadd, no fast-math flags), then stored
-  once (version 2: 16 vfmadd231ps instead of the vmulps and vaddps). The
-  edges of the block use a vectorised loop with the accumulators in L1.
-  Either way each output gets exactly one fold step per k, k increasing,
-  from +0.0: the left fold of the document.
-
+- Both operands are packed once per call (pack_operands, one parallel pass):
+  A into panels of TILE_ROWS rows stored k-major (K, TILE_ROWS), B into
+  panels of TILE_COLS columns (K, TILE_COLS), whatever layout each was given
+  in (a or aᵀ, b or bᵀ), the last panel padded with zeros. So the
+  micro-kernel reads both operands of one k contiguously, every tile of C is
+  a whole register tile (the padded rows and columns are computed and thrown
+  away), and no operand row lands on the cache set of the next one (a row
+  stride of 4 KiB would). The packed buffers are kept per thread between
+  calls (_Scratch): a fresh one of hundreds of MB (the head's products) is
+  a page fault per 4 KiB page on every call.
+- A task is one (CHUNK_PANELS_A * TILE_ROWS rows) x (CHUNK_PANELS_B *
+  TILE_COLS columns) block of C in one batch element; prange spreads tasks
+  over the threads. Outputs are independent.
+- The task keeps its accumulators in a buffer (the folds start at +0.0) and
+  runs k as the OUTER loop, K_BLOCK values at a time: for each B panel of the
+  block (K_BLOCK x 32 floats, 16 KiB, stays in L1) every A panel of the block
+  goes through the register micro-kernel of kernels/cpu_tile.py, which loads
+  its 12 x 32 tile of accumulators, folds K_BLOCK steps of k (version 1: per
+  k two panel vectors, twelve broadcasts of A, 24 vmulps and 24 vaddps, no
+  FMA; version 2: 24 vfmadd231ps), and stores the tile. The block's A panels
+  (K_BLOCK x 192 floats) and B panels stay in L2 while the task runs.
+  Each output gets exactly one fold step per k, k increasing, from +0.0: the
+  left fold of the document.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from numba import njit, prange
@@ -35,128 +42,132 @@ from numba import njit, prange
 from kernels.cpu_scalar import bits_from_f32, mac_f32
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 
-PANEL_COLS = 128  # columns of a packed B panel (512 bytes per panel row)
-ROW_BLOCK = 32  # rows of C per task: each B panel row fetched from L2 serves 32 rows from L1
+K_BLOCK = 128  # k values folded per tile visit: a B panel's strip is 128 x 32 floats, 16 KiB of L1
+CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
+CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
+PACK_K = 256  # k values per packing task
+PACK_GROUP = 16  # panels per packing task of a k-major operand (its rows are read 16 panels wide)
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
-# k values of A packed at a time. 64, not 128: a tile's panel strip is K_BLOCK rows of 128 bytes 512 bytes
-# apart, which fall in 16 of the 64 sets of a 48 KiB 12-way L1 (Intel), so 128 rows (16 lines a set) could
-# not stay in L1 and came from L2 for every row tile; 64 rows (8 a set) do. Measured (docs/benchmarks.md):
-# 1.13x-1.56x single-threaded on an Intel Xeon, the same bits.
-K_BLOCK = 64
+
+
+@njit(inline="always")
+def _pack_k_major(src, z, x_count, k0, k1, q0, q1, dst):
+    """dst[z, q, k, r] = src[z, k, q * W + r] (+0.0 past x_count) for q in [q0, q1), k in [k0, k1).
+
+    src (BH, K, X) is read along its rows, W = dst.shape[3] values per panel.
+    """
+    width = dst.shape[3]
+    for k in range(k0, k1):
+        for q in range(q0, q1):
+            base = q * width
+            if base + width <= x_count:
+                for r in range(width):
+                    dst[z, q, k, r] = src[z, k, base + r]
+            else:
+                for r in range(width):
+                    dst[z, q, k, r] = src[z, k, base + r] if base + r < x_count else np.float32(0.0)
+
+
+@njit(inline="always")
+def _pack_transposed(src, z, x_count, k0, k1, q, dst):
+    """dst[z, q, k, r] = src[z, q * W + r, k] (+0.0 past x_count) for k in [k0, k1).
+
+    src (BH, X, K): the panel's W rows are read along k side by side, W =
+    dst.shape[3], and each k's W values are written contiguously.
+    """
+    width = dst.shape[3]
+    base = q * width
+    valid = min(width, x_count - base)
+    for k in range(k0, k1):
+        for r in range(valid):
+            dst[z, q, k, r] = src[z, base + r, k]
+        for r in range(valid, width):
+            dst[z, q, k, r] = 0.0
+
+
+@njit(inline="always")
+def _pack_task(src, k_major, task, k_chunks, x_count, dst):
+    """One packing task of one operand into its panels dst (BH, Q, K, W); see pack_operands."""
+    n_q, k_count = dst.shape[1], dst.shape[2]
+    per_z = (n_q + PACK_GROUP - 1) // PACK_GROUP * k_chunks if k_major else n_q * k_chunks
+    z = task // per_z
+    rest = task - z * per_z
+    kc = rest % k_chunks
+    k0, k1 = kc * PACK_K, min(k_count, kc * PACK_K + PACK_K)
+    if k_major:
+        q0 = rest // k_chunks * PACK_GROUP
+        _pack_k_major(src, z, x_count, k0, k1, q0, min(n_q, q0 + PACK_GROUP), dst)
+    else:
+        _pack_transposed(src, z, x_count, k0, k1, rest // k_chunks, dst)
+
+
+def _pack_task_count(dst_shape: tuple[int, ...], k_major: bool, k_chunks: int) -> int:
+    bh, n_q = dst_shape[0], dst_shape[1]
+    return bh * k_chunks * ((n_q + PACK_GROUP - 1) // PACK_GROUP if k_major else n_q)
 
 
 @njit(parallel=True, cache=True)
-def pack_panels(b, b_transposed):
-    """Pack b (BH, K, N), or bᵀ given as (BH, N, K), into panels (BH, NP, K, PANEL_COLS).
+def pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks):
+    """Fill the panels ap of A (BH, M, K) (or of aᵀ given as (BH, K, M)) and bp of B (BH, K, N) (or bᵀ (BH, N, K)).
 
-    Columns of the last panel past N are left unset and never read.
+    ap (BH, ceil(M / TILE_ROWS), K, TILE_ROWS): ap[z, p, k, r] = A[z, p * TILE_ROWS + r, k];
+    bp (BH, ceil(N / TILE_COLS), K, TILE_COLS): bp[z, q, k, c] = B[z, k, q * TILE_COLS + c];
+    +0.0 past M and N. a_tasks and b_tasks: the task counts of _pack_task_count.
+    Precondition: A's K equals B's K, same BH, ap and bp of those shapes.
     """
-    if b_transposed:
-        bh, n, k_count = b.shape
-    else:
-        bh, k_count, n = b.shape
-    n_panels = (n + PANEL_COLS - 1) // PANEL_COLS
-    bp = np.empty((bh, n_panels, k_count, PANEL_COLS), np.float32)  # (BH, NP, K, PC)
-    for task in prange(bh * n_panels):
-        z = task // n_panels
-        j0 = (task - z * n_panels) * PANEL_COLS
-        jw = min(PANEL_COLS, n - j0)
-        panel = bp[z, task - z * n_panels]  # (K, PC)
-        if b_transposed:
-            for jj in range(jw):
-                src = b[z, j0 + jj]  # (K,) one row of bᵀ is one column of b
-                for k in range(k_count):
-                    panel[k, jj] = src[k]
+    k_count = ap.shape[2]
+    k_chunks = max(1, (k_count + PACK_K - 1) // PACK_K)
+    m = a.shape[2] if a_transposed else a.shape[1]
+    n = b.shape[1] if b_transposed else b.shape[2]
+    for task in prange(a_tasks + b_tasks):
+        if task < a_tasks:
+            _pack_task(a, a_transposed, task, k_chunks, m, ap)
         else:
-            for k in range(k_count):
-                src = b[z, k]  # (N,)
-                for jj in range(jw):
-                    panel[k, jj] = src[j0 + jj]
-    return bp
-
-
-@njit(inline="always")
-def _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk):
-    """ablk[kk, i] = A[z, i0 + i, k0 + kk] for i < iw, kk < kw; a holds aᵀ if a_transposed.
-
-    k-major, so the fold reads the ROW_BLOCK multipliers of one k contiguously.
-    """
-    if a_transposed:
-        for kk in range(kw):
-            src = a[z, k0 + kk, i0 : i0 + iw]  # (iw,) one row of aᵀ is one column of A
-            dst = ablk[kk]
-            for i in range(iw):
-                dst[i] = src[i]
-    else:
-        for i in range(iw):
-            src = a[z, i0 + i, k0 : k0 + kw]  # (kw,)
-            for kk in range(kw):
-                ablk[kk, i] = src[kk]
-
-
-@njit(inline="always")
-def _fold_region(ablk, i_lo, i_hi, kw, panel, k0, j_lo, j_hi, acc, fused):
-    """acc[i, j] += ablk[kk, i] * panel[k0 + kk, j] for kk = 0..kw-1 in order, i in [i_lo, i_hi), j in [j_lo, j_hi).
-
-    The edge path for what the register tiles do not cover: the accumulators
-    live in the L1 buffer, the j loop is vectorised.
-    """
-    for kk in range(kw):  # k outermost: each accumulator sees k in increasing order
-        brow = panel[k0 + kk, j_lo:j_hi]  # contiguous
-        arow = ablk[kk]  # (RB,)
-        for i in range(i_lo, i_hi):
-            aik = arow[i]
-            row = acc[i, j_lo:j_hi]  # contiguous, in L1
-            for j in range(j_hi - j_lo):
-                row[j] = mac_f32(row[j], aik, brow[j], fused)
-
-
-@njit(inline="always")
-def _fold_block(ablk, iw, kw, panel, k0, jw, acc, fused):
-    """acc[i, j] += fold over kk < kw of ablk[kk, i] * panel[k0 + kk, j], for i < iw, j < jw.
-
-    Whole TILE_ROWS x TILE_COLS tiles go through the register micro-kernel;
-    the right and bottom edges through _fold_region. Every output is touched
-    by exactly one of them, with k in the same increasing order.
-    """
-    iw_t = iw - iw % TILE_ROWS
-    jw_t = jw - jw % TILE_COLS
-    for j0 in range(0, jw_t, TILE_COLS):
-        for i0 in range(0, iw_t, TILE_ROWS):
-            fold_tile(ablk, panel, acc, i0, j0, k0, kw, fused)
-    if jw_t < jw:
-        _fold_region(ablk, 0, iw_t, kw, panel, k0, jw_t, jw, acc, fused)
-    if iw_t < iw:
-        _fold_region(ablk, iw_t, iw, kw, panel, k0, 0, jw, acc, fused)
+            _pack_task(b, not b_transposed, task - a_tasks, k_chunks, n, bp)
 
 
 # What a causal attention product may leave out (`causal` of matmul_packed). Each is exact only under
-# the caller's preconditions (kernels/cpu.py checks them, else asks for FULL):
+# the caller's preconditions (kernels/cpu.py checks them, else asks for FULL); a "tile" is the register
+# tile of rows [i0, i1) and columns [j0, j0 + TILE_COLS):
 FULL = 0  # every k of every output
-K_UPTO_ROW = 1  # row block [i0, i0 + iw) folds k < i0 + iw only: A[i, k] is +-0 for k > i, B finite
-K_FROM_ROW = 2  # row block [i0, i0 + iw) folds k >= i0 only: A[i, k] is +-0 for k < i, B finite
-COLS_UPTO_ROW = 3  # column panels starting past the block's last row are not computed (set to +0.0)
-
-
-@njit(parallel=True, cache=True)
-def matmul_packed(a, a_transposed, bp, n, causal):
-    """_matmul_packed in arithmetic version 1: acc + (a * b) per k."""
-    return _matmul_packed(a, a_transposed, bp, n, causal, False)
-
-
-@njit(parallel=True, cache=True)
-def matmul_packed_fused(a, a_transposed, bp, n, causal):
-    """_matmul_packed in arithmetic version 2: fma(a, b, acc) per k."""
-    return _matmul_packed(a, a_transposed, bp, n, causal, True)
+K_UPTO_ROW = 1  # a tile folds k < i1 only: A[i, k] is +-0 for k > i, B finite
+K_FROM_ROW = 2  # a tile folds k >= i0 only: A[i, k] is +-0 for k < i, B finite
+COLS_UPTO_ROW = 3  # a tile whose columns all lie past its last row is not computed (left +0.0)
 
 
 @njit(inline="always")
-def _matmul_packed(a, a_transposed, bp, n, causal, fused):
-    """C (BH, M, N) from A (BH, M, K) (or aᵀ given as (BH, K, M)) and B panels bp (BH, NP, K, PW).
+def _tile_k_range(causal, i0, j0, m, k_count):
+    """The k range [lo, hi) that the tile at (i0, j0) folds under `causal` (A has m rows)."""
+    i1 = min(m, i0 + TILE_ROWS)  # rows [i0, i1) are real
+    if causal == K_UPTO_ROW:
+        return 0, min(k_count, i1)
+    if causal == K_FROM_ROW:
+        return min(k_count, i0), k_count
+    if causal == COLS_UPTO_ROW and j0 > i1 - 1:
+        return 0, 0
+    return 0, k_count
 
-    A task is one (batch element, ROW_BLOCK rows, panel) block of C; it folds
-    k from 0 to K-1, K_BLOCK values of A at a time, into accumulators that
-    start at +0.0. Precondition: PW <= PANEL_COLS.
+
+@njit(parallel=True, cache=True)
+def matmul_packed(ap, bp, m, n, causal):
+    """_matmul_packed in arithmetic version 1: acc + (a * b) per k."""
+    return _matmul_packed(ap, bp, m, n, causal, False)
+
+
+@njit(parallel=True, cache=True)
+def matmul_packed_fused(ap, bp, m, n, causal):
+    """_matmul_packed in arithmetic version 2: fma(a, b, acc) per k."""
+    return _matmul_packed(ap, bp, m, n, causal, True)
+
+
+@njit(inline="always")
+def _matmul_packed(ap, bp, m, n, causal, fused):
+    """C (BH, M, N) from the panels of pack_operands (ap of A (BH, M, K), bp of B (BH, K, N)).
+
+    A task is one (batch element, CHUNK_PANELS_A A panels, CHUNK_PANELS_B B
+    panels) block of C; it folds k from 0 to K-1, K_BLOCK values at a time,
+    into accumulators that start at +0.0. Preconditions: ap and bp come from
+    one pack_operands call of operands with m rows and n columns.
 
     `causal` (FULL, K_UPTO_ROW, K_FROM_ROW, COLS_UPTO_ROW) leaves out terms
     that cannot change the fold: a fold starts at +0.0 and a round-to-nearest
@@ -173,40 +184,44 @@ def _matmul_packed(a, a_transposed, bp, n, causal, fused):
     (K_UPTO_ROW) are not: an accumulator that ends -0.0 is carried through the
     terms left out, in order (_finish_negative_zeros); they are rare.
     """
-    if a_transposed:
-        bh, k_count, m = a.shape
-    else:
-        bh, m, k_count = a.shape
-    n_panels, pw = bp.shape[1], bp.shape[3]
+    bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
+    nq = bp.shape[1]
     c = np.empty((bh, m, n), np.float32)  # (BH, M, N)
-    row_blocks = (m + ROW_BLOCK - 1) // ROW_BLOCK
-    per_z = row_blocks * n_panels
+    row_chunks = (mp + CHUNK_PANELS_A - 1) // CHUNK_PANELS_A
+    col_chunks = (nq + CHUNK_PANELS_B - 1) // CHUNK_PANELS_B
+    per_z = row_chunks * col_chunks
     for task in prange(bh * per_z):
-        # Row blocks vary fastest: a thread's consecutive tasks share one B
-        # panel, which then stays in its L2 while rows of A stream past.
+        # Row chunks vary fastest: consecutive tasks share their B panels.
         z = task // per_z
-        p = (task - z * per_z) // row_blocks
-        rb = task - z * per_z - p * row_blocks
-        i0, j0 = rb * ROW_BLOCK, p * pw
-        iw, jw = min(ROW_BLOCK, m - i0), min(pw, n - j0)
-        ablk = np.empty((K_BLOCK, ROW_BLOCK), np.float32)  # (KB, RB)
-        acc = np.zeros((ROW_BLOCK, PANEL_COLS), np.float32)  # (RB, PC): the folds start at +0.0
-        panel = bp[z, p]  # (K, PW)
-        k_lo, k_hi = 0, k_count
-        if causal == K_UPTO_ROW:
-            k_hi = min(k_count, i0 + iw)
-        elif causal == K_FROM_ROW:
-            k_lo = min(k_count, i0)
-        elif causal == COLS_UPTO_ROW and j0 > i0 + iw - 1:
-            k_hi = 0  # every output of this block lies past its row: left at +0.0
-        for k0 in range(k_lo, k_hi, K_BLOCK):
-            kw = min(K_BLOCK, k_hi - k0)
-            _pack_a_block(a, a_transposed, z, i0, iw, k0, kw, ablk)
-            _fold_block(ablk, iw, kw, panel, k0, jw, acc, fused)
-        if fused and causal == K_UPTO_ROW and k_hi < k_count:
-            _finish_negative_zeros(a, a_transposed, z, i0, iw, panel, k_hi, k_count, jw, acc)
+        cc = (task - z * per_z) // row_chunks
+        rc = task - z * per_z - cc * row_chunks
+        p_lo, q_lo = rc * CHUNK_PANELS_A, cc * CHUNK_PANELS_B
+        p_hi, q_hi = min(mp, p_lo + CHUNK_PANELS_A), min(nq, q_lo + CHUNK_PANELS_B)
+        acc = np.zeros(((p_hi - p_lo) * TILE_ROWS, (q_hi - q_lo) * TILE_COLS), np.float32)  # folds start at +0.0
+        for k0 in range(0, k_count, K_BLOCK):
+            k1 = min(k_count, k0 + K_BLOCK)
+            for q in range(q_lo, q_hi):
+                bpanel = bp[z, q]  # (K, TC)
+                j0 = q * TILE_COLS
+                for p in range(p_lo, p_hi):
+                    lo, hi = _tile_k_range(causal, p * TILE_ROWS, j0, m, k_count)
+                    s, e = max(lo, k0), min(hi, k1)
+                    if s < e:
+                        fold_tile(
+                            ap[z, p], bpanel, acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, s, e - s, fused
+                        )
+        if fused and causal == K_UPTO_ROW:
+            for q in range(q_lo, q_hi):
+                for p in range(p_lo, p_hi):
+                    hi = _tile_k_range(causal, p * TILE_ROWS, q * TILE_COLS, m, k_count)[1]
+                    if hi < k_count:
+                        _finish_negative_zeros(
+                            ap[z, p], bp[z, q], acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, hi
+                        )
+        i_base, j_base = p_lo * TILE_ROWS, q_lo * TILE_COLS
+        iw, jw = min(m, p_hi * TILE_ROWS) - i_base, min(n, q_hi * TILE_COLS) - j_base
         for i in range(iw):
-            dst = c[z, i0 + i, j0 : j0 + jw]  # (jw,)
+            dst = c[z, i_base + i, j_base : j_base + jw]  # (jw,)
             src = acc[i]
             for j in range(jw):
                 dst[j] = src[j]
@@ -214,20 +229,20 @@ def _matmul_packed(a, a_transposed, bp, n, causal, fused):
 
 
 @njit(inline="always")
-def _finish_negative_zeros(a, a_transposed, z, i0, iw, panel, k_lo, k_hi, jw, acc):
-    """Version 2: fold the terms k in [k_lo, k_hi) into every accumulator of the block that is -0.0.
+def _finish_negative_zeros(apanel, bpanel, acc, i0, j0, k_lo):
+    """Version 2: fold the terms k in [k_lo, K) into every accumulator of the tile at (i0, j0) that is -0.0.
 
     Every other accumulator is left as it is: those terms are +-0.0 (the
     caller's precondition), and fma(+-0.0, b, acc) is acc unless acc is -0.0.
     """
-    for i in range(iw):
-        for j in range(jw):
-            if bits_from_f32(acc[i, j]) == NEG_ZERO_BITS:
-                x = acc[i, j]
+    k_hi = apanel.shape[0]
+    for i in range(TILE_ROWS):
+        for j in range(TILE_COLS):
+            if bits_from_f32(acc[i0 + i, j0 + j]) == NEG_ZERO_BITS:
+                x = acc[i0 + i, j0 + j]
                 for k in range(k_lo, k_hi):
-                    aik = a[z, k, i0 + i] if a_transposed else a[z, i0 + i, k]
-                    x = mac_f32(x, aik, panel[k, j], True)
-                acc[i, j] = x
+                    x = mac_f32(x, apanel[k, i], bpanel[k, j], True)
+                acc[i0 + i, j0 + j] = x
 
 
 @njit(cache=True)
@@ -243,6 +258,34 @@ def masked_zeros(p):
     return True
 
 
+class _Scratch(threading.local):
+    """Per-thread buffers for the packed operands, kept between calls and grown to the largest asked for.
+
+    A fresh buffer of hundreds of MB (the head's products) costs a page fault
+    per 4 KiB page on every call, which measured up to half the product's own
+    time; a kept one is faulted in once.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def take(self, slot: str, shape: tuple[int, ...]) -> np.ndarray:
+        size = int(np.prod(shape))
+        buf = self.buffers.get(slot)
+        if buf is None or buf.size < size:
+            buf = np.empty(size, np.float32)
+            self.buffers[slot] = buf
+        return buf[:size].reshape(shape)
+
+
+_SCRATCH = _Scratch()
+
+
+def release_scratch() -> None:
+    """Drop this thread's kept packing buffers (the next product allocates them afresh)."""
+    _SCRATCH.buffers.clear()
+
+
 def matmul_batched(
     a: np.ndarray,
     a_transposed: bool,
@@ -254,14 +297,16 @@ def matmul_batched(
 ) -> np.ndarray:
     """The product of two 3-d operands given in either layout; n is the output's column count.
 
-    A plain B of at most PANEL_COLS columns already is one contiguous panel
-    per batch element, so it is used as it is. `causal`: see _matmul_packed.
-    `fused`: arithmetic version 2's fold (fma) instead of version 1's.
+    `causal`: see _matmul_packed. `fused`: arithmetic version 2's fold (fma)
+    instead of version 1's. Precondition: the shapes agree (kernels/validate.py).
     """
-    if not b_transposed and n <= PANEL_COLS:
-        bp = b.reshape(b.shape[0], 1, b.shape[1], n)  # (BH, 1, K, N), a view
-    else:
-        bp = pack_panels(b, b_transposed)  # (BH, NP, K, PC)
+    bh, m, k_count = (a.shape[0], a.shape[2], a.shape[1]) if a_transposed else a.shape
+    ap = _SCRATCH.take("a", (bh, -(-m // TILE_ROWS), k_count, TILE_ROWS))  # (BH, MP, K, TR)
+    bp = _SCRATCH.take("b", (bh, -(-n // TILE_COLS), k_count, TILE_COLS))  # (BH, NQ, K, TC)
+    k_chunks = max(1, -(-k_count // PACK_K))
+    a_tasks = _pack_task_count(ap.shape, a_transposed, k_chunks)
+    b_tasks = _pack_task_count(bp.shape, not b_transposed, k_chunks)
+    pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks)
     kernel = matmul_packed_fused if fused else matmul_packed
-    out: np.ndarray = kernel(a, a_transposed, bp, n, causal)  # (BH, M, N)
+    out: np.ndarray = kernel(ap, bp, m, n, causal)  # (BH, M, N)
     return out

@@ -1,37 +1,46 @@
 """The register-blocked micro-kernel of the `cpu` matmul, written in LLVM IR.
 
-`fold_tile(ablk, panel, acc, i0, j0, k0, kw, fused)` adds, for kk = 0, 1, ...,
-kw-1 in this order, `ablk[kk, i0 + i] * panel[k0 + kk, j0 + j]` to
-`acc[i0 + i, j0 + j]` for the TILE_ROWS x TILE_COLS tile at (i0, j0). `fused`
-is a compile-time constant (a literal True or False at the call site): False
-is arithmetic version 1, True version 2.
+`fold_tile(apanel, bpanel, acc, i0, j0, k0, kw, fused)` adds, for kk = 0, 1,
+..., kw-1 in this order, `apanel[k0 + kk, i] * bpanel[k0 + kk, j]` to
+`acc[i0 + i, j0 + j]` for i < TILE_ROWS and j < TILE_COLS: one register tile
+of C folded over kw consecutive k from packed operands (kernels/cpu_matmul.py
+packs A k-major in TILE_ROWS-row panels and B in TILE_COLS-column panels, so
+both operands of one k are contiguous). `fused` is a compile-time constant (a
+literal True or False at the call site): False is arithmetic version 1, True
+version 2.
 
 numba offers no way to hold a block of vector registers across a loop (a
-small array lives in memory that LLVM cannot prove unaliased), so this
-numba intrinsic emits the loop itself: the tile's TILE_ROWS * TILE_VECS
-accumulators are <16 x float> values in an alloca that LLVM promotes to
-registers (zmm with AVX-512: 16 accumulators, 2 panel vectors, 1 broadcast),
-loaded once before the k loop and stored once after it. Version 1: each
-step is a plain `fmul` then a plain `fadd` with no fast-math flags, so LLVM
-may neither fuse them into an FMA nor reorder the fold: every accumulator
-sees k in increasing order, one rounded product and one rounded sum per k, as
-docs/arithmetic.md 2.3 says. Version 2: each step is one `llvm.fma` (never
-`llvm.fmuladd`, which LLVM may split into two roundings), one rounding per k
-in the same order: vfmadd231ps with FMA3 or AVX-512, and on a processor
-without FMA a call to libm's correctly rounded fmaf per lane (slow, same bits). On a CPU without AVX-512 LLVM splits each
-16-lane vector into narrower ones; the lanes and so the bits are the same.
+small array lives in memory that LLVM cannot prove unaliased), so this numba
+intrinsic emits the loop itself: the tile's TILE_ROWS * TILE_VECS
+accumulators are <16 x float> values in allocas that LLVM promotes to
+registers, loaded once before the k loop and stored once after it. With
+AVX-512 (32 zmm) the 12 x 32 tile holds 24 accumulators, 2 panel vectors and
+a broadcast: per k, 2 vector loads of B and 12 broadcasts of A feed 24 FMAs
+(or 24 multiplies and 24 adds). Version 1: each step is a plain `fmul` then a
+plain `fadd` with no fast-math flags, so LLVM may neither fuse them into an
+FMA nor reorder the fold: every accumulator sees k in increasing order, one
+rounded product and one rounded sum per k, as docs/arithmetic.md 2.3 says.
+Version 2: each step is one `llvm.fma` (never `llvm.fmuladd`, which LLVM may
+split into two roundings), one rounding per k in the same order: vfmadd231ps
+with FMA3 or AVX-512, and on a processor without FMA a call to libm's
+correctly rounded fmaf per lane (slow, same bits). On a CPU without AVX-512
+LLVM splits each 16-lane vector into narrower ones; the lanes and so the bits
+are the same. The tile's shape changes no bit: each output's fold is the same
+whatever tile it falls in.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-TILE_ROWS = 8  # rows of the register tile
+LANES = 16  # floats per <16 x float> vector
+TILE_ROWS = 12  # rows of the register tile (literal: the kernel is unrolled over them)
 TILE_VECS = 2  # 16-float vectors per tile row
-LANES = 16
 TILE_COLS = TILE_VECS * LANES  # 32
 
 
@@ -48,73 +57,80 @@ def _vector_ptr(builder, elem_ptr, vec):
     return builder.bitcast(elem_ptr, vec.as_pointer())
 
 
-@intrinsic
-def fold_tile(typingctx, ablk, panel, acc, i0, j0, k0, kw, fused):
-    """Fold kw steps of k into one TILE_ROWS x TILE_COLS tile of acc (see the module docstring).
+def make_fold_tile(rows: int, vecs: int) -> Any:
+    """The numba intrinsic folding one rows x (16 * vecs) tile; see the module docstring (rows, vecs >= 1)."""
+    n_acc = rows * vecs
 
-    Preconditions (unchecked, the caller's loops guarantee them): ablk (KB, RB),
-    panel (K, PW) and acc (RB, PC) are 2-d float32 arrays with unit column
-    stride; i0 + TILE_ROWS <= RB, j0 + TILE_COLS <= min(PW, PC), kw <= KB and
-    k0 + kw <= K.
-    """
-    for arr in (ablk, panel, acc):
-        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
-            return None
-    if not isinstance(fused, types.BooleanLiteral):
-        return None  # which fold is compiled must be known when it is compiled
-    one_rounding = fused.literal_value
-    sig = types.void(ablk, panel, acc, types.intp, types.intp, types.intp, types.intp, fused)
+    @intrinsic
+    def fold(typingctx, apanel, bpanel, acc, i0, j0, k0, kw, fused):
+        """Fold kw steps of k into one tile of acc (see the module docstring).
 
-    def codegen(context, builder, signature, args):
-        a_arr, p_arr, c_arr, ri0, rj0, rk0, rkw, _ = args
-        a_ty, p_ty, c_ty = signature.args[:3]
-        intp = context.get_value_type(types.intp)
-        ri0, rj0, rk0, rkw = (
-            context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:7])
-        )
-        f32 = ir.FloatType()
-        vec = ir.VectorType(f32, LANES)
-        i32 = ir.IntType(32)
-        n_acc = TILE_ROWS * TILE_VECS
-        # One alloca per accumulator, in the entry block: mem2reg turns each into a register.
-        slots = [cgutils.alloca_once(builder, vec, name=f"tile_acc{n}") for n in range(n_acc)]
+        Preconditions (unchecked, the caller's loops guarantee them): apanel
+        (K, >= rows), bpanel (K, >= 16 * vecs) and acc (R, C) are 2-d float32
+        arrays with unit column stride; i0 + rows <= R, j0 + 16 * vecs <= C,
+        k0 >= 0 and k0 + kw <= K.
+        """
+        for arr in (apanel, bpanel, acc):
+            if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+                return None
+        if not isinstance(fused, types.BooleanLiteral):
+            return None  # which fold is compiled must be known when it is compiled
+        one_rounding = fused.literal_value
+        sig = types.void(apanel, bpanel, acc, types.intp, types.intp, types.intp, types.intp, fused)
 
-        def acc_ptr(i, v):
-            col = builder.add(rj0, ir.Constant(intp, v * LANES))
-            elem = _element_ptr(context, builder, c_ty, c_arr, builder.add(ri0, ir.Constant(intp, i)), col)
-            return _vector_ptr(builder, elem, vec)
+        def codegen(context, builder, signature, args):
+            a_arr, b_arr, c_arr, ri0, rj0, rk0, rkw, _ = args
+            a_ty, b_ty, c_ty = signature.args[:3]
+            intp = context.get_value_type(types.intp)
+            ri0, rj0, rk0, rkw = (
+                context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:7])
+            )
+            f32 = ir.FloatType()
+            vec = ir.VectorType(f32, LANES)
+            i32 = ir.IntType(32)
+            # One alloca per accumulator, in the entry block: mem2reg turns each into a register.
+            slots = [cgutils.alloca_once(builder, vec, name=f"tile_acc{n}") for n in range(n_acc)]
 
-        for i in range(TILE_ROWS):  # load the tile once
-            for v in range(TILE_VECS):
-                builder.store(builder.load(acc_ptr(i, v), align=4), slots[i * TILE_VECS + v])
-
-        # llvm.fma on <16 x float> (llvmlite's builder.fma takes scalars only): exact, one rounding per lane.
-        vec_fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), "llvm.fma.v16f32")
-        zeros = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-        undef = ir.Constant(vec, ir.Undefined)
-        with cgutils.for_range(builder, rkw) as loop:  # kk = 0, 1, ..., kw - 1
-            kk = loop.index
-            krow = builder.add(rk0, kk)
-            bvecs = []
-            for v in range(TILE_VECS):
+            def acc_ptr(i, v):
                 col = builder.add(rj0, ir.Constant(intp, v * LANES))
-                elem = _element_ptr(context, builder, p_ty, p_arr, krow, col)
-                bvecs.append(builder.load(_vector_ptr(builder, elem, vec), align=4))
-            for i in range(TILE_ROWS):
-                a_elem = _element_ptr(context, builder, a_ty, a_arr, kk, builder.add(ri0, ir.Constant(intp, i)))
-                a_one = builder.insert_element(undef, builder.load(a_elem, align=4), ir.Constant(i32, 0))
-                a_all = builder.shuffle_vector(a_one, undef, zeros)  # broadcast ablk[kk, i0 + i]
-                for v in range(TILE_VECS):
-                    slot = slots[i * TILE_VECS + v]
-                    if one_rounding:  # version 2: acc = fma(a, b, acc)
-                        builder.store(builder.call(vec_fma, [a_all, bvecs[v], builder.load(slot)]), slot)
-                    else:  # version 1: acc = acc + (a * b)
-                        product = builder.fmul(a_all, bvecs[v])  # rounded once; no fast-math flags
-                        builder.store(builder.fadd(builder.load(slot), product), slot)  # rounded once
+                elem = _element_ptr(context, builder, c_ty, c_arr, builder.add(ri0, ir.Constant(intp, i)), col)
+                return _vector_ptr(builder, elem, vec)
 
-        for i in range(TILE_ROWS):  # store the tile once
-            for v in range(TILE_VECS):
-                builder.store(builder.load(slots[i * TILE_VECS + v]), acc_ptr(i, v), align=4)
-        return context.get_dummy_value()
+            for i in range(rows):  # load the tile once
+                for v in range(vecs):
+                    builder.store(builder.load(acc_ptr(i, v), align=4), slots[i * vecs + v])
 
-    return sig, codegen
+            # llvm.fma on <16 x float> (llvmlite's builder.fma takes scalars only): exact, one rounding per lane.
+            fn_ty = ir.FunctionType(vec, [vec] * 3)
+            vec_fma = cgutils.get_or_insert_function(builder.module, fn_ty, "llvm.fma.v16f32")
+            zeros = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+            undef = ir.Constant(vec, ir.Undefined)
+            with cgutils.for_range(builder, rkw) as loop:  # kk = 0, 1, ..., kw - 1
+                krow = builder.add(rk0, loop.index)
+                bvecs = []
+                for v in range(vecs):
+                    elem = _element_ptr(context, builder, b_ty, b_arr, krow, ir.Constant(intp, v * LANES))
+                    bvecs.append(builder.load(_vector_ptr(builder, elem, vec), align=4))
+                for i in range(rows):
+                    a_elem = _element_ptr(context, builder, a_ty, a_arr, krow, ir.Constant(intp, i))
+                    a_one = builder.insert_element(undef, builder.load(a_elem, align=4), ir.Constant(i32, 0))
+                    a_all = builder.shuffle_vector(a_one, undef, zeros)  # broadcast apanel[k, i]
+                    for v in range(vecs):
+                        slot = slots[i * vecs + v]
+                        if one_rounding:  # version 2: acc = fma(a, b, acc)
+                            builder.store(builder.call(vec_fma, [a_all, bvecs[v], builder.load(slot)]), slot)
+                        else:  # version 1: acc = acc + (a * b)
+                            product = builder.fmul(a_all, bvecs[v])  # rounded once; no fast-math flags
+                            builder.store(builder.fadd(builder.load(slot), product), slot)  # rounded once
+
+            for i in range(rows):  # store the tile once
+                for v in range(vecs):
+                    builder.store(builder.load(slots[i * vecs + v]), acc_ptr(i, v), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return fold
+
+
+fold_tile = make_fold_tile(TILE_ROWS, TILE_VECS)

@@ -21,8 +21,8 @@ def _inputs(bh, t, d, seed):
     return [rng.standard_normal((bh, t, d)).astype(F32) for _ in range(4)]
 
 
-# Sizes around ROW_BLOCK (32), K_BLOCK (64) and PANEL_COLS (128), and a panel-less narrow head.
-@pytest.mark.parametrize("t", [1, 2, 31, 32, 33, 64, 65, 127, 128, 129, 200, 257])
+# Sizes around TILE_ROWS (12), TILE_COLS (32), K_BLOCK (128), the task's 192 rows and 384 columns, and a narrow head.
+@pytest.mark.parametrize("t", [1, 2, 11, 12, 13, 31, 32, 33, 64, 65, 127, 128, 129, 191, 193, 200, 257, 385])
 def test_attention_and_its_backward_equal_the_reference(t):
     q, k, v, do = _inputs(2, t, 8 if t < 128 else 24, t)
     o, p = CPU.attention(q, k, v)

@@ -1,9 +1,11 @@
 """The `cpu` matmul at the edges of its blocking: bitwise equal to the reference.
 
-kernels/cpu_matmul.py splits C into (ROW_BLOCK rows) x (PANEL_COLS columns)
-tasks, folds k in chunks of K_BLOCK, and runs whole TILE_ROWS x TILE_COLS
-tiles through the register micro-kernel (the rest through an edge loop). Shapes one below, at and one above
-each size, in every layout and batched, must give the reference's bits; and
+kernels/cpu_matmul.py packs A into TILE_ROWS-row panels and B into
+TILE_COLS-column panels (the last ones padded with zeros), packs PACK_K values
+of k and PACK_GROUP panels per packing task, splits C into (CHUNK_PANELS_A
+panels) x (CHUNK_PANELS_B panels) tasks and folds k in chunks of K_BLOCK
+through the register micro-kernel. Shapes one below, at and one above each
+size, in every layout and batched, must give the reference's bits; and
 the fold must run over k left to right across chunk boundaries, which a
 cancellation case shows (BLAS, the failing baseline, sums in another order).
 """
@@ -15,10 +17,12 @@ import pytest
 from kernel_cases import describe_difference
 
 from kernels import KernelInputError, cpu, reference
-from kernels.cpu_matmul import K_BLOCK, PANEL_COLS, ROW_BLOCK
+from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B, K_BLOCK, PACK_GROUP, PACK_K
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 
 F32 = np.float32
+ROW_CHUNK = CHUNK_PANELS_A * TILE_ROWS  # rows of C per task
+COL_CHUNK = CHUNK_PANELS_B * TILE_COLS  # columns of C per task
 
 
 def _operands(rng, m, k, n, layout, batch=None):
@@ -36,10 +40,13 @@ EDGE_SHAPES = [
     (1, 1, 1),
     (TILE_ROWS + 1, 5, TILE_COLS + 1),  # one register tile and both edges
     (TILE_ROWS, 2, TILE_COLS),  # exactly one tile
-    (ROW_BLOCK - 1, 3, PANEL_COLS + 1),
-    (ROW_BLOCK + 1, K_BLOCK + 1, PANEL_COLS - 1),
-    (2 * ROW_BLOCK, K_BLOCK, 2 * PANEL_COLS),
+    (TILE_ROWS - 1, 3, TILE_COLS - 1),  # one padded tile
+    (ROW_CHUNK - 1, 3, COL_CHUNK + 1),
+    (ROW_CHUNK + 1, K_BLOCK + 1, COL_CHUNK - 1),
+    (2 * ROW_CHUNK, K_BLOCK, 2 * COL_CHUNK),
     (5, 2 * K_BLOCK + 3, 1),
+    (3, PACK_K + 1, PACK_GROUP * TILE_COLS + 1),  # two k chunks and two panel groups of packing
+    (PACK_GROUP * TILE_ROWS + 1, PACK_K - 1, 2),
     (3, 0, 4),  # K = 0: every entry is +0.0
     (0, 4, 3),
     (4, 3, 0),
@@ -58,9 +65,9 @@ def test_matmul_edges_match_reference(layout, m, k, n):
 @pytest.mark.parametrize("layout", sorted(FUNCS))
 def test_batched_matmul_matches_reference(layout):
     rng = np.random.default_rng(11)
-    a, b = _operands(rng, ROW_BLOCK + 3, 19, PANEL_COLS + 5, layout, batch=3)
+    a, b = _operands(rng, ROW_CHUNK + 3, 19, COL_CHUNK + 5, layout, batch=3)
     got = getattr(cpu, FUNCS[layout])(a, b)
-    assert got.shape == (3, ROW_BLOCK + 3, PANEL_COLS + 5)
+    assert got.shape == (3, ROW_CHUNK + 3, COL_CHUNK + 5)
     assert describe_difference(got, getattr(reference, FUNCS[layout])(a, b)) is None
 
 

@@ -46,11 +46,12 @@ def _sample_calls():
     flat = x.reshape(-1)
     idx = np.array([1, 0, 1], dtype=np.int64)
     a3 = x[None]
-    bp = mm.pack_panels(a3, True)
+    ap = np.zeros((1, 1, 7, mm.TILE_ROWS), F32)
+    bp = np.zeros((1, 1, 7, mm.TILE_COLS), F32)
     scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
     return [
-        ("pack_panels", mm.pack_panels, (a3, False)),
-        ("matmul_packed", mm.matmul_packed, (a3, False, bp, 5, mm.FULL)),
+        ("pack_operands", mm.pack_operands, (a3, False, a3, True, ap, bp, 1, 1)),
+        ("matmul_packed", mm.matmul_packed, (ap, bp, 5, 5, mm.FULL)),
         ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
