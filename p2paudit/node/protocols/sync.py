@@ -223,6 +223,7 @@ class SyncSession:
     cursor: SyncCursor
     page_size: int = MAX_PAGE
     checkpoint: Checkpoint | None = None
+    note: str | None = None  # the peer's signed checkpoint note, once its status is in
     position: int = 0
     applied: list[Applied] = field(default_factory=list)
     _waiting: RangeRequest | StatusRequest | None = None
@@ -247,6 +248,7 @@ class SyncSession:
             if not isinstance(response, StatusResponse):
                 raise WireError(f"peer answered a status request with a {type(response).__name__}")
             self.checkpoint = open_peer_checkpoint(response.note)
+            self.note = response.note
             self.position = min(self.cursor.fetched(self.checkpoint.origin), self.checkpoint.size)
         elif isinstance(self._waiting, RangeRequest):
             if not isinstance(response, Page):
