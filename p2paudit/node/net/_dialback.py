@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 import multiaddr
@@ -81,11 +82,12 @@ class Answer:
     reason: str
 
 
-def _pack(value: list) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+def _pack(value: list[object]) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)  # msgpack is untyped: packb gives bytes
+    return packed
 
 
-def _unpack(data: bytes, limit: int, what: str) -> list:
+def _unpack(data: bytes, limit: int, what: str) -> list[Any]:
     if len(data) > limit:
         raise InputError(f"dial-back {what} of {len(data)} bytes is over {limit}")
     try:
@@ -194,12 +196,12 @@ class DialbackServer:
         raw = None
         try:
             with trio.fail_after(self._timeout):
-                transport = swarm.transport_manager.transport_for_dialing(addr)
+                transport = swarm.transport_manager.transport_for_dialing(addr)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
                 if transport is None:
                     logger.debug("dial-back of %s: no transport here dials it", target)
                     return False
                 raw = await transport.dial(addr)
-                secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)
+                secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
                 await secure.close()
         except trio.TooSlowError:
             logger.debug("dial-back of %s: no answer within %.0f s", target, self._timeout)

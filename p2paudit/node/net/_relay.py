@@ -79,7 +79,8 @@ def remote_ip(conn: Any) -> str | None:
         if "/p2p-circuit" in text:
             return None
         try:
-            return addr.value_for_protocol("ip4")
+            ip4: str = addr.value_for_protocol("ip4")  # multiaddr is untyped: a protocol's value is a str
+            return ip4
         except Exception:  # noqa: BLE001 (not IPv4)
             continue
     return None
@@ -144,7 +145,7 @@ class GuardedRelay(NodeCircuit):
         self.refused = 0
         self.relayed_bytes = 0  # bytes copied through circuits since the start, both directions
 
-    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> bytes:
+    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> bytes | None:
         """The library's read of a circuit's data (its only caller is _relay_data), counted."""
         data = await super()._read_stream_with_retry(stream, *args, **kwargs)
         self.relayed_bytes += len(data or b"")
