@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 import multiaddr
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, IRawConnection
 from libp2p.peer.id import ID
 
 from p2paudit.errors import InputError
@@ -193,7 +193,7 @@ class DialbackServer:
         swarm = self._host.get_network()
         addr = multiaddr.Multiaddr(target)
         began = trio.current_time()
-        raw = None
+        raw: IRawConnection | None = None
         try:
             with trio.fail_after(self._timeout):
                 transport = swarm.transport_manager.transport_for_dialing(addr)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
@@ -218,11 +218,11 @@ class DialbackServer:
         return True
 
 
-async def _close_quietly(conn: object) -> None:
+async def _close_quietly(conn: IRawConnection | None) -> None:
     if conn is None:
         return
     try:
-        await conn.close()  # type: ignore[attr-defined]
+        await conn.close()
     except Exception:  # noqa: BLE001 (already closed or broken)
         pass
 

@@ -102,7 +102,7 @@ class Reach:
             host, self.config, self._announce, self.tally, request, self.remote_ips, self._emit
         )
         host.get_network().register_notifee(ConnNotifee(self._on_connected, self._on_disconnected))
-        host.get_addrs = self.told  # type: ignore[method-assign]
+        host.get_addrs = self.told  # type: ignore[method-assign]  # replaced on purpose (module docstring)
 
     @asynccontextmanager
     async def services(self, report: FaultReport) -> AsyncIterator[None]:
