@@ -28,6 +28,8 @@ class PlanOptions(TypedDict, total=False):
 
 
 class PublishOptions(PlanOptions, total=False):
+    """PlanOptions and where publish_run may keep its scratch files."""
+
     scratch_dir: Path | None
 
 
