@@ -33,7 +33,7 @@ else
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Static types, strict on kernels, ledger, exit_codes and all of p2paudit but node/ and cli/ ([tool.mypy] in pyproject.toml).
+# Static types, strict on kernels, ledger, exit_codes and all of p2paudit ([tool.mypy] in pyproject.toml).
 .venv/bin/mypy
 # Cached verdicts (tests/verdict_cache.py: the no-FMA check) are recomputed from scratch under CI.
 if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi

@@ -20,6 +20,7 @@ import select
 import signal
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -32,7 +33,16 @@ class LibraryError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self._exit_code = exit_code
+
+    @property
+    def exit_code(self) -> int:
+        """This error's exit code (click's ClickException has one class-wide code; each library error has its own)."""
+        return self._exit_code
+
+    @exit_code.setter  # writeable, as the class attribute it overrides is
+    def exit_code(self, code: int) -> None:
+        self._exit_code = code
 
     def format_message(self) -> str:
         return self.message
@@ -62,7 +72,8 @@ def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so what is still buffered is dropped silently at exit (no 'Exception ignored')."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, sys.__stdout__.fileno())
+        if sys.__stdout__ is not None:  # there is one: _stdout_closed found it closed
+            os.dup2(devnull, sys.__stdout__.fileno())
     finally:
         os.close(devnull)
 
@@ -70,7 +81,7 @@ def _quiet_stdout() -> None:
 class AuditGroup(click.Group):
     """A click group that maps library errors, OS errors and crashes to one-line failures."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:  # click's Group.invoke returns the command's result, Any
         try:
             return super().invoke(ctx)
         except (KeyboardInterrupt, click.exceptions.Abort):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from p2paudit.cli import cli
+
+if TYPE_CHECKING:
+    from p2paudit.identity import Identity
 
 ANNOUNCE_LOG = "announce.log"  # not node.log: a daemon of the same home may be writing (and rotating) that
 
@@ -67,7 +71,7 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     click.echo(f"announced run sha256:{manifest.run_id.hex()} at {url} to {reached} peer(s)")
 
 
-async def _publish(identity, peers: tuple[str, ...], data: bytes, wait: float) -> int:
+async def _publish(identity: Identity, peers: tuple[str, ...], data: bytes, wait: float) -> int:
     """Join through `peers`, publish `data` on the runs topic once a peer is there; how many were."""
     import trio
 

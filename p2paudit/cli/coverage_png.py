@@ -13,10 +13,15 @@ key signed a mismatch for it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from p2paudit.attest.queries import StepCoverage, initial_state_coverage
 from p2paudit.attest.store import AttestationStore
 from p2paudit.explorer.coverage import CoverageStrip, bucket_coverage
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 COLUMNS = 1000  # = the page's strip
 COLORS = {
@@ -37,7 +42,7 @@ def write_coverage_png(
     draw(path, everyone, chosen, initial_state_coverage(store, run_id))
 
 
-def _edges(strip: CoverageStrip) -> list[float]:
+def _edges(strip: CoverageStrip) -> list[int]:
     return [b.start for b in strip.buckets] + [strip.stop]
 
 
@@ -62,7 +67,9 @@ def _initial_state_color(initial: StepCoverage | None) -> str:
     return COLORS["covered"]
 
 
-def draw(path: Path, everyone: CoverageStrip, trusted: CoverageStrip | None, initial: StepCoverage | None = None):
+def draw(
+    path: Path, everyone: CoverageStrip, trusted: CoverageStrip | None, initial: StepCoverage | None = None
+) -> Figure:
     """Stacked fractions per bucket (all keys), trusted keys' share checked >= R as a line, markers for disputes,
     the initial state's verdicts (`initial`) in the title and as a bar left of step 0; the Figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -100,7 +107,7 @@ def draw(path: Path, everyone: CoverageStrip, trusted: CoverageStrip | None, ini
     return fig
 
 
-def _mark(ax, strip: CoverageStrip) -> None:
+def _mark(ax: Axes, strip: CoverageStrip) -> None:
     """A tick under the axis for every bucket with a mismatch (red) or a dispute (purple), at least visible."""
     least = (strip.stop - strip.start) / 400  # 3 pixels of the 1,200 the figure is wide
     for name, field, low in (("mismatch", "mismatch_steps", -0.075), ("disputed", "disputed_steps", -0.045)):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,10 +15,16 @@ from p2paudit.cli import cli
 from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_option, silence_option
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
+if TYPE_CHECKING:  # the node is imported when a command runs
+    from p2paudit.node.daemon.sources import LocalSource
+    from p2paudit.node.daemon.state import DaemonEvent
+
 STATUS_FILE = "status.json"
 
 
-def open_sources(runs: tuple[str, ...], publishers: frozenset[bytes] | None) -> tuple[tuple, tuple[str, ...]]:
+def open_sources(
+    runs: tuple[str, ...], publishers: frozenset[bytes] | None
+) -> tuple[tuple[LocalSource, ...], tuple[str, ...]]:
     """(a LocalSource per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
     fetches their signatures and manifests once it serves peers)."""
     from p2paudit.audit.replay import open_run
@@ -24,7 +32,8 @@ def open_sources(runs: tuple[str, ...], publishers: frozenset[bytes] | None) -> 
     from p2paudit.run.remote import is_remote
     from p2paudit.run.run_http import run_base_url
 
-    sources, urls = [], []
+    sources: list[LocalSource] = []
+    urls: list[str] = []
     for run in dict.fromkeys(runs):
         if is_remote(run):
             run_base_url(run)  # a malformed URL is refused now, in one line
@@ -42,7 +51,7 @@ def open_sources(runs: tuple[str, ...], publishers: frozenset[bytes] | None) -> 
     return tuple(sources), tuple(urls)
 
 
-def parse_keys(keys, hint: str = "--follow") -> list[bytes]:
+def parse_keys(keys: Iterable[str], hint: str = "--follow") -> list[bytes]:
     """Ed25519 public keys from 64-hex-digit strings; a click error naming the bad one otherwise."""
     out = []
     for key in keys:
@@ -266,7 +275,7 @@ def daemon(
     )
     started = time.monotonic()
 
-    def show(event) -> None:
+    def show(event: DaemonEvent) -> None:
         # One line per event, whatever a peer's text in it holds (a refusal reason, an error message).
         if not quiet:
             click.echo(f"{time.monotonic() - started:7.1f}s  {event.kind:<9} {one_line(event.text)}")
@@ -361,7 +370,7 @@ def status_cmd(as_json: bool) -> None:
         click.echo("  " + one_line(line))
 
 
-def show_reach(reach: dict) -> None:
+def show_reach(reach: dict[str, Any]) -> None:
     """Reachability, relays in use, and how each connected peer is reached (status file "reach")."""
     if not reach:
         return

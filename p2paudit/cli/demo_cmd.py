@@ -16,10 +16,23 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
 from p2paudit.cli import cli
+
+if TYPE_CHECKING:  # heavy imports stay inside the command
+    from p2paudit.audit.replay import RunView
+    from p2paudit.node.localnet import NodeSpec
+
+
+class NetworkOutcome(TypedDict):
+    """What the demo network did: the golden digest of its run, and what went wrong (nothing, when it worked)."""
+
+    golden: str
+    problems: list[str]
+
 
 DEMO_STEPS = 8
 DEMO_CKPT_EVERY = 4
@@ -141,7 +154,7 @@ def _check_the_claim(run_dir: Path, backend: str) -> None:
         raise MismatchError(f"the published run does not match its claim at {', '.join(bad)}")
 
 
-def _run_network(demo_dir: Path, run_dir: Path, backend: str, count: int) -> dict:
+def _run_network(demo_dir: Path, run_dir: Path, backend: str, count: int) -> NetworkOutcome:
     """Start the nodes, wait for them, read and print what they did; returns the golden digest and problems."""
     import shutil
 
@@ -174,7 +187,7 @@ def _run_network(demo_dir: Path, run_dir: Path, backend: str, count: int) -> dic
     return {"golden": view.manifest.state_digest(GOLDEN_TINY_STEPS).text(), "problems": problems}
 
 
-def _report_ledgers(specs, view, names: dict[bytes, str], backend: str) -> list[str]:
+def _report_ledgers(specs: tuple[NodeSpec, ...], view: RunView, names: dict[bytes, str], backend: str) -> list[str]:
     """Print coverage, disputes and who lied from node-0's ledger; check every ledger verifies and agrees."""
     from p2paudit.attest.queries import coverage
     from p2paudit.attest.store import AttestationStore
@@ -213,9 +226,12 @@ def _report_ledgers(specs, view, names: dict[bytes, str], backend: str) -> list[
     for verdict in verdicts:
         liars = ", ".join(names.get(k, k.hex()[:16]) for k in verdict.contradicted) or "nobody"
         honest = ", ".join(names.get(k, k.hex()[:16]) for k in verdict.honest) or "nobody"
+        replayed = (
+            "no state (the replay failed)" if verdict.replayed is None else f"sha256:{verdict.replayed.hex()[:16]}.."
+        )
         click.echo(
             f"dispute at step {verdict.step}: replayed here, the step gives "
-            f"sha256:{verdict.replayed.hex()[:16]}..; agreeing: {honest}; lied: {liars}"
+            f"{replayed}; agreeing: {honest}; lied: {liars}"
         )
     with AttestationStore.open_readonly(specs[0].home / "ledger.db") as store:
         done = checked_by(store, m.run_id, None)

@@ -8,12 +8,15 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from p2paudit.cli import cli
 from p2paudit.cli.ledger_cmds import ledger
+
+if TYPE_CHECKING:  # the explorer is imported when it is started
+    from p2paudit.explorer.server import ExplorerServer
 
 DEFAULT_LISTEN = "127.0.0.1:8321"  # = p2paudit.explorer.server.DEFAULT_LISTEN (imported lazily there)
 MAX_PROOF_BYTES = 1 << 20
@@ -43,7 +46,7 @@ def read_saved_overviews(path: Path) -> Any:
         return None
 
 
-def save_overviews(server, path: Path) -> None:
+def save_overviews(server: ExplorerServer, path: Path) -> None:
     """Write the server's overviews where its next start finds them (replacing the file whole; a cache: a failure
     to write it costs only the next start's speed)."""
     data = server.explorer.overviews.to_save()
@@ -58,13 +61,16 @@ def save_overviews(server, path: Path) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def _save_once_warm(server, path: Path) -> None:
-    threading.Thread(
-        target=lambda: (server.warming.join(), save_overviews(server, path)), name="explorer-save", daemon=True
-    ).start()
+def _save_once_warm(server: ExplorerServer, path: Path) -> None:
+    def save() -> None:
+        if server.warming is not None:
+            server.warming.join()
+        save_overviews(server, path)
+
+    threading.Thread(target=save, name="explorer-save", daemon=True).start()
 
 
-def start_explorer(listen: str, ledger_path: Path, status_path: Path | None):
+def start_explorer(listen: str, ledger_path: Path, status_path: Path | None) -> ExplorerServer:
     """Bind the explorer's server (InputError for a bad or busy address) and say where it is, warning off loopback.
     The overviews a previous server saved are taken back first; the new ones are saved once made."""
     from p2paudit.explorer.server import is_loopback, make_server
@@ -72,7 +78,8 @@ def start_explorer(listen: str, ledger_path: Path, status_path: Path | None):
     saved_path = saved_overviews_path(ledger_path)
     server = make_server(listen, ledger_path, status_path, saved=read_saved_overviews(saved_path))
     _save_once_warm(server, saved_path)
-    if not is_loopback(server.server_address[0]):
+    host = server.server_address[0]
+    if not is_loopback(host if isinstance(host, str) else bytes(host).decode("ascii")):  # AF_INET(6): a str
         click.echo(
             f"warning: the explorer listens on {listen}, not on loopback: "
             "anybody who can reach that address can read this ledger and node status",
@@ -82,7 +89,7 @@ def start_explorer(listen: str, ledger_path: Path, status_path: Path | None):
     return server
 
 
-def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | None):
+def serve_explorer(listen: str | None, ledger_path: Path, status_path: Path | None) -> ExplorerServer | None:
     """`daemon --http`: serve the explorer from a background thread until the command ends; the server, or None.
 
     The daemon's ledger may not exist yet: each request opens it read-only,

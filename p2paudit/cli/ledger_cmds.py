@@ -21,15 +21,22 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from p2paudit.cli import cli
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
+if TYPE_CHECKING:
+    from p2paudit.attest.queries import Coverage, Evidence, StepCoverage
+    from p2paudit.attest.runs import RunInfo
+    from p2paudit.attest.store import AttestationStore
 
-def ledger_option(func: Callable) -> Callable:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def ledger_option(func: F) -> F:
     return click.option(
         "--ledger",
         "ledger_path",
@@ -39,7 +46,7 @@ def ledger_option(func: Callable) -> Callable:
     )(func)
 
 
-def json_option(func: Callable) -> Callable:
+def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(func)
 
 
@@ -61,7 +68,7 @@ def _sqlite_errors(path: Path, action: str) -> Iterator[None]:
 
 
 @contextmanager
-def open_existing(ledger_path: Path | None):
+def open_existing(ledger_path: Path | None) -> Iterator[AttestationStore]:
     """The existing ledger, opened read-only: nothing is created or written."""
     from p2paudit.attest.store import AttestationStore
 
@@ -71,7 +78,7 @@ def open_existing(ledger_path: Path | None):
 
 
 @contextmanager
-def open_for_writing(ledger_path: Path | None):
+def open_for_writing(ledger_path: Path | None) -> Iterator[AttestationStore]:
     """The existing ledger, opened for writing; refused (nothing created) when there is none."""
     from p2paudit.attest.store import AttestationStore
 
@@ -81,9 +88,10 @@ def open_for_writing(ledger_path: Path | None):
 
 
 @contextmanager
-def open_or_create(ledger_path: Path | None):
+def open_or_create(ledger_path: Path | None) -> Iterator[AttestationStore]:
     """Open the ledger, creating it under the node's own origin (which needs `p2paudit init`)."""
-    from p2paudit.attest.store import AttestationStore, origin_for, read_origin
+    from p2paudit.attest.store import AttestationStore, read_origin
+    from p2paudit.attest.tables import origin_for
     from p2paudit.identity import load_node_identity
 
     path = ledger_file(ledger_path)
@@ -96,7 +104,7 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2))
 
 
-def _pick_run(store, run: str | None) -> bytes:
+def _pick_run(store: AttestationStore, run: str | None) -> bytes:
     """The run --run names (a whole id or a unique prefix), or the ledger's only run."""
     from p2paudit.attest.runs import resolve_run_id
     from p2paudit.errors import InputError
@@ -172,7 +180,7 @@ def runs(as_json: bool, ledger_path: Path | None) -> None:
         )
 
 
-def _run_dict(info, cov, publishers) -> dict[str, Any]:
+def _run_dict(info: RunInfo, cov: Coverage, publishers: tuple[bytes, ...]) -> dict[str, Any]:
     initial = cov.initial_state
     return {
         "run_id": info.run_id.hex(),
@@ -249,7 +257,7 @@ def coverage(
         click.echo(f"{item.step:>4}  {item.checked:>7}  {item.match:>5}  {item.mismatch:>8}  {item.error:>5}")
 
 
-def _initial_state_line(item) -> str:
+def _initial_state_line(item: StepCoverage | None) -> str:
     """The init claim's counts: state 0 as the recipe builds it is a claim of its own, not step 0."""
     if item is None:
         return "initial state (state 0 as the recipe builds it): no attestation"
@@ -266,7 +274,7 @@ def _claim_name(step: int) -> str:
     return "the initial state" if step == INIT_INDEX_STEP else f"step {step}"
 
 
-def _evidence_lines(side) -> str:
+def _evidence_lines(side: tuple[Evidence, ...]) -> str:
     first = side[0]
     observed = first.observed.hex()[:16] + "..." if first.observed else "none"
     signers = ", ".join(f"{item.verifier.hex()[:16]}... (index {item.index})" for item in side)
@@ -353,16 +361,18 @@ def claimed_time(time_ms: int) -> str:
     return f"claims time {when} (the signer's word, not checked)"
 
 
-class ClaimStep(click.ParamType):
+class ClaimStep(click.ParamType[int, "str | int"]):
     """A step number (0 or more), or "init": the initial state, the claim before step 0."""
 
     name = "N|init"
 
-    def convert(self, value, param, ctx) -> int:
+    def convert(self, value: str | int, param: click.Parameter | None, ctx: click.Context | None) -> int:
         from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 
-        if isinstance(value, int) or value == "init":
-            return INIT_INDEX_STEP if value == "init" else value
+        if value == "init":
+            return INIT_INDEX_STEP
+        if isinstance(value, int):
+            return value
         if not (value.isascii() and value.isdigit()):
             self.fail(f"{value[:40]!r} is not a step number (0 or more) or 'init' (the initial state)", param, ctx)
         return int(value)

@@ -9,6 +9,7 @@ and the shared options and openers are in ledger_cmds.py.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +23,10 @@ from p2paudit.cli.ledger_cmds import (
     open_for_writing,
     open_or_create,
 )
+
+if TYPE_CHECKING:
+    from p2paudit.attest.store import AttestationStore
+    from p2paudit.identity import Identity
 
 
 @ledger.command()
@@ -57,7 +62,7 @@ def proof(index: int, size: int | None, as_json: bool, ledger_path: Path | None)
         click.echo(f"proof[{number}] {item.hex()}")
 
 
-def _own_proof_failed(store, exc: Exception) -> None:
+def _own_proof_failed(store: AttestationStore, exc: Exception) -> None:
     """A proof the ledger just made does not verify: a corrupt file (exit 2) if verify finds one, else our bug (3)."""
     from ledger import CorruptLedgerError
     from p2paudit.errors import InternalError
@@ -126,7 +131,7 @@ def checkpoint(ledger_path: Path | None) -> None:
     click.echo(note, nl=False)
 
 
-def _with_cosignatures(store, note: str) -> str:
+def _with_cosignatures(store: AttestationStore, note: str) -> str:
     """The note with the C2SP cosignature lines peers returned for exactly this checkpoint (witnessing)."""
     from ledger import Checkpoint
     from ledger.cosignature import read_cosignatures
@@ -141,7 +146,7 @@ def _with_cosignatures(store, note: str) -> str:
     return note + "".join(lines)
 
 
-def _current_checkpoint(store, identity) -> str | None:
+def _current_checkpoint(store: AttestationStore, identity: Identity) -> str | None:
     """The latest own checkpoint if this key signed it at the current size and root, else None."""
     from ledger import CheckpointError, NoteSigner, open_checkpoint
 

@@ -29,6 +29,7 @@ import logging.handlers
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 class RateLimit(logging.Filter):
     """Lets through LINES_PER_WINDOW records of one (logger, message template) per WINDOW_S."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self._clock = clock
         self._windows: dict[tuple[str, str], tuple[float, int]] = {}  # key -> (window start, records seen)
@@ -82,7 +83,7 @@ class LibraryNoise(logging.Handler):
     saying how many were dropped (before that logger's next record after the window, or when the handler
     closes)."""
 
-    def __init__(self, target: logging.Handler, clock=time.monotonic) -> None:
+    def __init__(self, target: logging.Handler, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(logging.DEBUG)
         self._target = target
         self._clock = clock

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from p2paudit.cli import cli
 from p2paudit.defaults import DEFAULT_REDUNDANCY
+
+if TYPE_CHECKING:  # the planner is imported inside `plan`
+    from p2paudit.node.assign.plan import ClosedForm, MonteCarlo, Scenario
 
 COVERAGE_TARGET = 0.99
 
@@ -110,7 +113,9 @@ def plan(
         _echo_plan(scenario, exact, mc, seed, k_target)
 
 
-def _plan_json(scenario, exact, mc, seed: int, k_target: int | None) -> dict[str, Any]:
+def _plan_json(
+    scenario: Scenario, exact: ClosedForm, mc: MonteCarlo, seed: int, k_target: int | None
+) -> dict[str, Any]:
     """`plan --json`: the scenario, the closed form, the Monte Carlo estimate and the k for 99%."""
     s = scenario
     return {
@@ -146,7 +151,7 @@ def _plan_json(scenario, exact, mc, seed: int, k_target: int | None) -> dict[str
     }
 
 
-def _echo_plan(scenario, exact, mc, seed: int, k_target: int | None) -> None:
+def _echo_plan(scenario: Scenario, exact: ClosedForm, mc: MonteCarlo, seed: int, k_target: int | None) -> None:
     """`plan`'s text: the scenario in one line, a table of both estimates, how they were made."""
     s, steps = scenario, scenario.steps
     method = (

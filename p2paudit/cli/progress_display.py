@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,7 +71,7 @@ def json_events(stream: TextIO | None = None) -> Iterator[ProgressHook]:
     yield hook
 
 
-def _bar(console: Console | None):
+def _bar(console: Console | None) -> Progress:
     """A transient rich Progress on `console` (default: stderr): description, bar, share, and a line of text."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -222,7 +222,7 @@ def _write_line(out: TextIO, line: str) -> None:
         pass
 
 
-def busy_line(status: dict, now: float) -> str | None:
+def busy_line(status: dict[str, Any], now: float) -> str | None:
     """`p2paudit status`'s line for the step being replayed: 'replaying step 12 of run ab12..: 40% (micro-batch
     2/4, layer 3/8), 0:41 elapsed, 1:02 left', the progress aged by the status's age; None when idle."""
     from p2paudit.node.daemon.status import progress_as_of

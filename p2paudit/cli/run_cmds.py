@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -49,7 +49,7 @@ def _audit_line(audit: StepAudit) -> str:
     return line + (f"  {audit.note}" if audit.note else "")
 
 
-def _summary(report: RangeReport, manifest: Manifest) -> dict:
+def _summary(report: RangeReport, manifest: Manifest) -> dict[str, Any]:
     from p2paudit.audit.records import VERDICTS
     from p2paudit.run.digest import format_digest
 
@@ -161,7 +161,8 @@ def _verify(
 def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_json: bool = False) -> None:
     """Sign every audited step with the node key and append it to the node's ledger; print where."""
     from p2paudit.attest.recording import record_audits
-    from p2paudit.attest.store import AttestationStore, origin_for, read_origin
+    from p2paudit.attest.store import AttestationStore, read_origin
+    from p2paudit.attest.tables import origin_for
     from p2paudit.identity import home_dir
     from p2paudit.run.manifest import read_manifest
 
@@ -199,7 +200,7 @@ def _remote_run_dir(
     right after the manifest is fetched, before any shard or checkpoint (for replay.mode, unless
     replay.ignore_memory); `publisher` (hex) right after the signature file, before the manifest."""
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
     from p2paudit.audit.replay import parse_step_range
     from p2paudit.identity import home_dir, parse_public_key_hex
@@ -212,7 +213,7 @@ def _remote_run_dir(
     cache = BlobCache(cache_dir if cache_dir is not None else home_dir() / "cache", cache_size)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def on_progress(path: str, done: int, total: int | None) -> None:
             if path not in tasks:

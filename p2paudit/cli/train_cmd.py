@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import click
 
@@ -12,13 +12,29 @@ from p2paudit.cli import cli
 from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
 
 if TYPE_CHECKING:  # heavy imports stay inside the commands
+    from p2paudit.engine.config import TrainConfig
     from p2paudit.identity import Identity
     from p2paudit.run.publisher import PublishResult
     from p2paudit.run.training import TrainPlan
 
 
+class PlanOptions(TypedDict, total=False):
+    """What `train` passes to both run.publisher.check_plan and publish_run (their keyword arguments)."""
+
+    config: TrainConfig | None
+    data_dir: Path | None
+    ignore_memory: bool
+    mode: str
+
+
+class PublishOptions(PlanOptions, total=False):
+    """PlanOptions and where publish_run may keep its scratch files."""
+
+    scratch_dir: Path | None
+
+
 def _publish_with_progress(
-    plan: TrainPlan, identity: Identity, as_json: bool = False, **options: object
+    plan: TrainPlan, identity: Identity, as_json: bool = False, **options: Unpack[PublishOptions]
 ) -> PublishResult:
     """Run the publisher, its steps and the work within each step shown on stderr (cli.progress_display: bars on a
     terminal, JSON lines with --json, nothing in a pipe); returns its PublishResult."""
@@ -130,7 +146,7 @@ def train(
         run_dir, config.model.name if config else config_name, steps, micro_batches, seed or 0, ckpt_every,
         world_size, backend, traces, ARITHMETIC_VERSION if arithmetic is None else int(arithmetic),
     )  # fmt: skip
-    options = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
+    options: PlanOptions = {"config": config, "data_dir": data_dir, "ignore_memory": ignore_memory_check, "mode": mode}
     cfg = check_plan(plan, **options)
     data = data_spec(data_dir)
     estimate = estimate_memory(cfg, data.tokens, data.token_bytes)

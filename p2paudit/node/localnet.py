@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.errors import InternalError
@@ -38,10 +39,10 @@ class LocalNet:
     """Started node processes, by name."""
 
     specs: tuple[NodeSpec, ...]
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
 
-    def status(self, name: str) -> dict:
+    def status(self, name: str) -> dict[str, Any]:
         spec = next(s for s in self.specs if s.name == name)
         return read_status(spec.home / STATUS_FILE)
 
@@ -96,7 +97,7 @@ def wait_listening(net: LocalNet, name: str, timeout: float = 60.0) -> str:
                 listen = json.loads(path.read_bytes()).get("listen") or []
             except ValueError:
                 listen = []
-            if listen:
+            if listen and isinstance(listen[0], str):
                 return listen[0]
         if net.processes[name].poll() is not None:
             raise InternalError(

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kernels import ARITHMETIC_VERSION
+from kernels import ARITHMETIC_VERSION as ARITHMETIC_VERSION  # re-exported: train reads the default here
 from p2paudit.engine.config import TrainConfig
 from p2paudit.engine.progress import ProgressHook
 from p2paudit.engine.schedule import batch_for_step

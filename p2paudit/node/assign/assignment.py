@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from p2paudit.defaults import DEFAULT_REDUNDANCY  # noqa: F401 (re-exported: plan and tests import it here)
+from p2paudit.defaults import DEFAULT_REDUNDANCY as DEFAULT_REDUNDANCY  # re-exported: plan and tests import it here
 from p2paudit.errors import InputError
 
 ASSIGN_DOMAIN = b"p2paudit/assign/v1\x00"

@@ -154,7 +154,7 @@ class Verdict:
     """A dispute settled by replaying the step here: which keys' claims the replay contradicts."""
 
     step: int
-    replayed: bytes  # the state this node's replay produced
+    replayed: bytes | None  # the state this node's replay produced; None if the replay failed here
     honest: tuple[bytes, ...]  # keys whose observed digest equals the replay
     contradicted: tuple[bytes, ...]  # keys whose observed digest does not
 

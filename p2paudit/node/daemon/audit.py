@@ -126,7 +126,7 @@ class Auditing:
             began = trio.current_time()
             try:
                 # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
-                audits = await trio.to_thread.run_sync(job, abandon_on_cancel=True)
+                audits = await trio.to_thread.run_sync(job, abandon_on_cancel=True)  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
             except InputError as exc:  # its files could not be fetched or do not fit: try other steps, then again
                 self._step_failed(run_id, step, source.label, exc)
                 continue

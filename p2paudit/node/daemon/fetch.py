@@ -91,7 +91,7 @@ class FetchAhead:
         while True:
             self.opening[url] = "signature and manifest"
             try:
-                source = await trio.to_thread.run_sync(self._open_url, url, abandon_on_cancel=True)
+                source = await trio.to_thread.run_sync(self._open_url, url, abandon_on_cancel=True)  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
             except InputError as exc:  # the server is down, slow, hostile, or the run is not the one pinned
                 why = str(exc)
             except Exception:  # noqa: BLE001 (our own bug: logged with its traceback, never the end of the daemon)
@@ -150,7 +150,7 @@ class FetchAhead:
                 continue
             self.in_flight.add(run_id)
             try:
-                got = await trio.to_thread.run_sync(source.prefetch, step, abandon_on_cancel=True)
+                got = await trio.to_thread.run_sync(source.prefetch, step, abandon_on_cancel=True)  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
             except InputError as exc:  # its files could not be fetched or do not fit: back off from this run
                 self._fetch_failed(run_id, step, source.label, exc)
                 continue

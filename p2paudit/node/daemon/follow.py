@@ -37,6 +37,7 @@ from p2paudit.node.protocols.announce import (
     encode_list,
     encode_list_request,
 )
+from p2paudit.node.protocols.reconcile import StoreCall
 from p2paudit.node.timing.backoff import BackoffPolicy, Backoffs
 from p2paudit.node.timing.bounded_map import BoundedMap
 from p2paudit.run.cache import BlobCache
@@ -107,7 +108,7 @@ class Follower:
         follow: frozenset[bytes],
         cache: BlobCache | None,
         fetch_timeout: float,
-        call: Callable[..., Awaitable],
+        call: StoreCall,
         adopt_run: Callable[[RunSource], Awaitable[None]],
         report: Callable[[str, str], None],
         limits: TransferLimits | None = None,
@@ -158,7 +159,7 @@ class Follower:
         if not self._retry.ready(a.run_id, trio.current_time()):
             return
         try:
-            source = await trio.to_thread.run_sync(self._open, a, abandon_on_cancel=True)
+            source = await trio.to_thread.run_sync(self._open, a, abandon_on_cancel=True)  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
         except InputError as exc:  # the server is down, or the run is not what was announced
             delay = self._retry.failed(a.run_id, trio.current_time())
             self.report("refused", f"announced run {a.run_id.hex()[:12]}..: {exc}; retry in {delay:.0f}s")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.cosignature import Cosignature
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.records import StepAudit
 from p2paudit.identity import Identity
@@ -53,9 +54,9 @@ def append(store: AttestationStore, envelopes: list[bytes]) -> tuple[int, list[t
 def store_evidence(store: AttestationStore, evidence: wire.Evidence, kind: str) -> tuple[str, str, int] | None:
     """Keep checked evidence: its two attestations, or a split view (returned as its (vkey, origin, size))."""
     if kind != "split_view":
-        store.append_many([evidence.first, evidence.second])
+        store.append_many(list(evidence.envelopes()))
         return None
-    return conflicts.record_split_view(store.ledger, evidence.first, evidence.second)
+    return conflicts.record_split_view(store.ledger, *evidence.notes())
 
 
 def evidence_for(store: AttestationStore, signed: bytes, kind: str) -> tuple[int, bytes, bytes] | None:
@@ -76,7 +77,7 @@ def pick(
     identity: Identity,
     runs: tuple[RunSource, ...],
     peers: list[bytes],
-    policy,
+    policy: auditor.AuditPolicy,
     spill: bool,
     avoid: dict[bytes, frozenset[int]],
 ) -> tuple[RunSource, int] | None:
@@ -103,7 +104,7 @@ def record(
     return signed, mine
 
 
-def covered(store: AttestationStore, runs: tuple[RunSource, ...], policy) -> bool:
+def covered(store: AttestationStore, runs: tuple[RunSource, ...], policy: auditor.AuditPolicy) -> bool:
     """Every step of every run holds `redundancy` checks (by trusted keys, if any) in this ledger."""
     for view in runs:
         m = view.manifest
@@ -127,7 +128,7 @@ def record_peer_note(store: AttestationStore, note: str) -> None:
     conflicts.record_peer_note(store.ledger, note)
 
 
-def record_cosignature(store: AttestationStore, note: str, cosignature) -> None:
+def record_cosignature(store: AttestationStore, note: str, cosignature: Cosignature) -> None:
     witness.record_cosignature(store.ledger, note, cosignature)
 
 
@@ -141,7 +142,7 @@ def checkpoint(store: AttestationStore, identity: Identity) -> str:
 
 def write_status(
     store: AttestationStore, identity: Identity, config: Any, runs: list[RunSource], live: dict[str, Any], path: Path
-):
+) -> status.Status:
     """Make the status snapshot and write it (no fsync: it is a view of the ledger); returns the snapshot."""
     snap = status.snapshot(store, identity, config, runs, live)
     status.write_status(path, snap)

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from ledger.cosignature import CosignatureVerifier
+from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError, NetworkError
 from p2paudit.identity import Identity
 from p2paudit.node import wire
@@ -179,7 +180,7 @@ class PeerSync:
         return states
 
     async def _reconcile_with(self, peer: str) -> tuple[int, list[tuple[bytes, str]]]:
-        new, conflicts = 0, []
+        new, conflicts = 0, list[tuple[bytes, str]]()
         for source in list(self.sources):
             m = source.manifest
             done = await reconcile.reconcile_with(self.node, peer, self.db.call, m.run_id, m.num_steps)
@@ -205,16 +206,15 @@ class PeerSync:
             self.sync_bytes += len(response)
             handshake = session.checkpoint is None
             # Proofs, signatures and the append run on the store's thread, off the event loop.
-            await self.db.call(lambda _, answer=response: session.handle_response(answer))
-            if handshake:
-                note = wire.decode_sync_response(response).note
-                await self.db.call(daemon_jobs.record_peer_note, note)
+            await self.db.call(_handle_response, session, response)
+            if handshake and session.note is not None:  # the answer was the status: its note is in
+                await self.db.call(daemon_jobs.record_peer_note, session.note)
                 await self.gossip.announce_split_views()
         new = sum(applied.new for applied in session.applied)
         indices = [(i.index, i.conflict) for a in session.applied for i in a.appended if i.new and i.conflict]
         conflicts = []
         for index, kind in indices:
-            conflicts.append((await self.db.call(lambda store, i=index: store.attestation(i).encoded), kind))
+            conflicts.append((await self.db.call(_encoded, index), kind))
         return new, conflicts
 
     async def serve_reconcile(self, peer: str, request: bytes) -> bytes:
@@ -268,3 +268,11 @@ class PeerSync:
 def peer_public_key(peer: str) -> bytes:
     """The Ed25519 key of a peer id (ids of Ed25519 keys inline the key); WireError otherwise."""
     return wire.origin_public_key(wire.ORIGIN_PREFIX + peer)
+
+
+def _handle_response(_: AttestationStore, session: sync.SyncSession, answer: bytes) -> None:
+    session.handle_response(answer)
+
+
+def _encoded(store: AttestationStore, index: int) -> bytes:
+    return store.attestation(index).encoded

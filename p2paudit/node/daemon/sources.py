@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -40,10 +40,12 @@ FETCH_DEADLINE_S = 3600.0  # a step whose files take longer than this to arrive 
 
 
 class RunSource(Protocol):
+    """What the daemon audits from: the run's checked manifest, a label, and each step's view (a context)."""
+
     manifest: Manifest
     label: str
 
-    def step_view(self, step: int) -> Iterator[RunView]: ...
+    def step_view(self, step: int) -> AbstractContextManager[RunView]: ...
 
     def close(self) -> None: ...
 

@@ -147,7 +147,7 @@ def progress_as_of(status: dict[str, Any], now: float) -> dict[str, Any] | None:
     busy = status.get("busy")
     view = view_from_dict(busy.get("progress")) if isinstance(busy, dict) else None
     written = status.get("written_at")
-    if view is None or type(written) not in (int, float):
+    if view is None or isinstance(written, bool) or not isinstance(written, (int, float)):
         return None
     return (view if view.finished else view.aged(now - written)).to_dict()
 

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple, Unpack
 
 import trio
 
@@ -30,9 +30,9 @@ from p2paudit.errors import InternalError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 QUEUE_SIZE = 256
 _FULL_WAIT = 0.005
-_STOP = object()
 
 
 class StoreOwner:
@@ -40,7 +40,7 @@ class StoreOwner:
 
     def __init__(self, opener: Callable[[], AttestationStore], queue_size: int = QUEUE_SIZE) -> None:
         self._opener = opener
-        self._jobs: queue.Queue = queue.Queue(queue_size)
+        self._jobs: queue.Queue[Callable[[AttestationStore], None] | None] = queue.Queue(queue_size)  # None: stop
         self._thread: threading.Thread | None = None
         self.jobs_done = 0
         self.busiest_job_s = 0.0  # the longest job so far (what a flood costs the owner, not the loop)
@@ -67,7 +67,7 @@ class StoreOwner:
         with trio.CancelScope(shield=True):
             while True:
                 try:
-                    self._jobs.put_nowait(_STOP)
+                    self._jobs.put_nowait(None)
                     break
                 except queue.Full:
                     await trio.sleep(_FULL_WAIT)
@@ -82,7 +82,7 @@ class StoreOwner:
             return
         signal_opened(None)
         try:
-            while (job := self._jobs.get()) is not _STOP:
+            while (job := self._jobs.get()) is not None:
                 began = time.monotonic()
                 job(store)
                 self.jobs_done += 1
@@ -90,19 +90,20 @@ class StoreOwner:
         finally:
             store.close()
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[[AttestationStore, Unpack[Ts]], T], *args: *Ts) -> T:
         """Run fn(store, *args) on the owner thread and return its result (or raise its exception)."""
         if self._thread is None or not self._thread.is_alive():
             raise InternalError("the store's owner thread is not running")
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
-        box: dict[str, Any] = {}
+        value: list[T] = []
+        failure: list[BaseException] = []
 
         def job(store: AttestationStore) -> None:
             try:
-                box["value"] = fn(store, *args)
+                value.append(fn(store, *args))
             except BaseException as error:  # noqa: BLE001 (handed to the caller)
-                box["error"] = error
+                failure.append(error)
             try:
                 token.run_sync_soon(done.set)
             except trio.RunFinishedError:  # the loop is gone: nobody waits for this result
@@ -115,6 +116,6 @@ class StoreOwner:
             except queue.Full:
                 await trio.sleep(_FULL_WAIT)
         await done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        if failure:
+            raise failure[0]
+        return value[0]

@@ -19,7 +19,15 @@ shared/notes/py-libp2p-0.8.1.md.
 
 from p2paudit.node.net._adapter import LIBRARY_LOGGERS, Node
 from p2paudit.node.net._addresses import check_announce
-from p2paudit.node.net._config import NodeConfig, NodeEvent, PeerLink, Reachability, ReachConfig, RelayServiceLimits
+from p2paudit.node.net._config import (
+    Ban,
+    NodeConfig,
+    NodeEvent,
+    PeerLink,
+    Reachability,
+    ReachConfig,
+    RelayServiceLimits,
+)
 from p2paudit.node.net._containment import supervise
 from p2paudit.node.net._discovery import PEERS_PROTOCOL
 from p2paudit.node.net._framing import TokenBucket
@@ -32,6 +40,7 @@ __all__ = [
     "LIBRARY_LOGGERS",
     "PEERS_PROTOCOL",
     "BadResponse",
+    "Ban",
     "Node",
     "NodeConfig",
     "NodeEvent",

@@ -22,7 +22,7 @@ from libp2p.peer.id import ID
 
 from p2paudit.errors import InternalError
 from p2paudit.identity import Identity, peer_id_of, private_seed
-from p2paudit.node.net._config import NodeConfig, NodeEvent, Reachability
+from p2paudit.node.net._config import Ban, NodeConfig, NodeEvent, Reachability
 from p2paudit.node.net._dialling import PeerKeeping
 from p2paudit.node.net._discovery import PeerDiscovery
 from p2paudit.node.net._gossip import Gossip, GossipHandler, GossipValidator
@@ -95,7 +95,7 @@ class Node:
     def is_banned(self, peer: str) -> bool:
         return self.keeping.is_banned(peer)
 
-    def bans(self) -> list[dict[str, object]]:
+    def bans(self) -> list[Ban]:
         """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
         return self.keeping.bans()
 

@@ -51,7 +51,8 @@ def relay_in_addr(addr: str) -> str | None:
     if "/p2p-circuit" not in addr:
         return None
     try:
-        return multiaddr.Multiaddr(addr.split("/p2p-circuit", 1)[0]).value_for_protocol("p2p")
+        relay: str = multiaddr.Multiaddr(addr.split("/p2p-circuit", 1)[0]).value_for_protocol("p2p")  # untyped lib
+        return relay
     except Exception:  # noqa: BLE001 (no /p2p/ before /p2p-circuit)
         return None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 # Reachability, in our terms (_reach): what dial-backs by peers said about our address.
 PUBLIC = "public"
@@ -13,6 +13,14 @@ UNKNOWN = "unknown"
 DIRECT = "direct"
 RELAYED = "relayed"
 HOLE_PUNCHED = "hole-punched"
+
+
+class Ban(TypedDict):
+    """A ban in force (Node.bans, the status file's "bans"): the peer, why, and its end in unix seconds."""
+
+    peer: str
+    reason: str
+    until: float
 
 
 @dataclass(frozen=True)

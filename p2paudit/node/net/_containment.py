@@ -98,7 +98,7 @@ def report_fault(report: FaultReport, error: BaseException, peer: str, where: st
 def contain_streams(host: IHost, report: FaultReport) -> None:
     """Run every inbound stream (negotiation and handler) inside a wrapper that cannot raise."""
     network = host.get_network()
-    inner = network.common_stream_handler
+    inner = network.common_stream_handler  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
 
     async def contained(stream: INetStream) -> None:
         try:

@@ -39,11 +39,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 import multiaddr
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, IRawConnection
 from libp2p.peer.id import ID
 
 from p2paudit.errors import InputError
@@ -81,11 +82,12 @@ class Answer:
     reason: str
 
 
-def _pack(value: list) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+def _pack(value: list[object]) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=True)  # msgpack is untyped: packb gives bytes
+    return packed
 
 
-def _unpack(data: bytes, limit: int, what: str) -> list:
+def _unpack(data: bytes, limit: int, what: str) -> list[Any]:
     if len(data) > limit:
         raise InputError(f"dial-back {what} of {len(data)} bytes is over {limit}")
     try:
@@ -191,15 +193,15 @@ class DialbackServer:
         swarm = self._host.get_network()
         addr = multiaddr.Multiaddr(target)
         began = trio.current_time()
-        raw = None
+        raw: IRawConnection | None = None
         try:
             with trio.fail_after(self._timeout):
-                transport = swarm.transport_manager.transport_for_dialing(addr)
+                transport = swarm.transport_manager.transport_for_dialing(addr)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
                 if transport is None:
                     logger.debug("dial-back of %s: no transport here dials it", target)
                     return False
                 raw = await transport.dial(addr)
-                secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)
+                secure = await swarm.upgrader.upgrade_security(raw, True, peer_id)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
                 await secure.close()
         except trio.TooSlowError:
             logger.debug("dial-back of %s: no answer within %.0f s", target, self._timeout)
@@ -216,11 +218,11 @@ class DialbackServer:
         return True
 
 
-async def _close_quietly(conn: object) -> None:
+async def _close_quietly(conn: IRawConnection | None) -> None:
     if conn is None:
         return
     try:
-        await conn.close()  # type: ignore[attr-defined]
+        await conn.close()
     except Exception:  # noqa: BLE001 (already closed or broken)
         pass
 

@@ -139,13 +139,14 @@ class DialbackClient:
 
     def _maybe_new_round(self) -> None:
         manager = getattr(self.host, "_observed_addr_manager", None)
-        ips = frozenset()
+        ips: frozenset[str] = frozenset()
         if manager is not None:
             ips = frozenset(ip for _, ip in _external_ips(manager.addrs(min_observers=1)))
         changed = bool(self._observed_ips) and bool(ips) and ips != self._observed_ips
         self._observed_ips = ips or self._observed_ips
         now = trio.current_time()
-        stale = self.tally.decided and now - self.tally.decided_at > self._config.recheck_interval
+        decided_at = self.tally.decided_at  # tally.decided: not None
+        stale = decided_at is not None and now - decided_at > self._config.recheck_interval
         if changed or stale:
             logger.info("dial-back: asking again (%s)", "observed address changed" if changed else "recheck")
             self.tally.new_round(now)
@@ -153,7 +154,8 @@ class DialbackClient:
     def _dialback_candidates(self) -> list[str]:
         now = trio.current_time()
         used = {slash24(ips[0]) for p in self.tally.answers if (ips := self.remote_ips(ID.from_base58(p)))}
-        fresh, again = [], []
+        fresh: list[str] = []
+        again: list[str] = []
         for peer_id in sorted(self.host.get_network().connections, key=str):
             peer, ips = str(peer_id), self.remote_ips(peer_id)
             if not ips or peer in self.tally.asked or peer in self._no_dialback:

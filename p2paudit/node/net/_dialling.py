@@ -22,7 +22,7 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PERMANENT_ADDR_TTL
 
 from p2paudit.errors import NetworkError
-from p2paudit.node.net._config import NodeConfig
+from p2paudit.node.net._config import Ban, NodeConfig
 from p2paudit.node.net._containment import FaultReport, supervise
 from p2paudit.node.net._host import NETWORK_ERRORS, parse_peer_addr, parse_peer_id
 from p2paudit.node.net._pubsub import GuardedPubsub
@@ -60,11 +60,11 @@ class PeerKeeping:
     def is_banned(self, peer: str) -> bool:
         return self._bans.alive(peer, trio.current_time())
 
-    def bans(self) -> list[dict[str, object]]:
+    def bans(self) -> list[Ban]:
         """The bans in force: {"peer", "reason", "until" (unix seconds)}, soonest to end first."""
         now, wall = trio.current_time(), time.time()
         current = sorted((self._bans.until(peer) or now, peer, reason) for peer, reason in self._bans.items(now))
-        return [{"peer": p, "reason": reason, "until": wall + u - now} for u, p, reason in current]
+        return [Ban(peer=p, reason=reason, until=wall + u - now) for u, p, reason in current]
 
     async def disconnect_quietly(self, peer_id: ID) -> None:
         try:
@@ -132,7 +132,7 @@ class PeerKeeping:
     async def _dial_direct(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)
         # After one failure the swarm refuses to redial a peer for 60 s; our loops do the back-off.
-        self.host.get_network().unblock_peer(info.peer_id)
+        self.host.get_network().unblock_peer(info.peer_id)  # type: ignore[attr-defined]  # Swarm's; INetworkService does not declare it
         try:
             with trio.fail_after(self.config.dial_timeout):
                 await self.host.connect(info)

@@ -69,7 +69,8 @@ def raise_library_queues(size: int) -> None:
     pointed at a subclass with a larger default. Never lowers either.
     """
     _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = max(size, _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE)
-    if size <= getattr(_pubsub_module.RpcQueue, "p2paudit_size", 0):
+    # pubsub.py imports RpcQueue without re-exporting it: the name patched is that module's own.
+    if size <= getattr(_pubsub_module.RpcQueue, "p2paudit_size", 0):  # type: ignore[attr-defined]
         return
 
     class LargeRpcQueue(RpcQueue):
@@ -78,7 +79,7 @@ def raise_library_queues(size: int) -> None:
         def __init__(self, max_size: int = size, max_message_size: int = DefaultMaxMessageSize) -> None:
             super().__init__(max_size, max_message_size)
 
-    _pubsub_module.RpcQueue = LargeRpcQueue
+    _pubsub_module.RpcQueue = LargeRpcQueue  # type: ignore[attr-defined]  # (the same name)
 
 
 class Gossip:

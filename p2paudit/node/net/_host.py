@@ -18,6 +18,7 @@ from libp2p import new_host
 from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee, IRawConnection, ISecureConn
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
@@ -126,7 +127,7 @@ def build_host(
     host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: GatedNoise(key_pair, is_banned)},
-        muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
         listen_addrs=listen,
         # min_connections and low_watermark 0: py-libp2p's auto-connector keeps at least that many
         # connections by dialling whatever its peerstore holds, and peers fill the peerstore (identify,
@@ -153,12 +154,12 @@ async def run_host(host: IHost, listen: list[multiaddr.Multiaddr], report: Fault
     network = host.get_network()
     async with background_contained_service(network, report):
         await network.listen(*listen)
-        if host.mDNS is not None:
-            host.mDNS.start()
+        if host.mDNS is not None:  # type: ignore[attr-defined]  # BasicHost's; IHost does not declare it
+            host.mDNS.start()  # type: ignore[attr-defined]  # (the same)
         try:
             yield
         finally:
-            await host._shutdown_background_services()
+            await host._shutdown_background_services()  # type: ignore[attr-defined]  # BasicHost's, not IHost's
 
 
 class Notifee(INotifee):

@@ -63,5 +63,5 @@ async def open_node(
                 # nursery ("Nursery is closed to new arrivals") and the whole node raises.
                 # In a finally: a node left by cancellation or an error closes its sockets too
                 # (its peers saw it connected, and kept its relay reservations, until then).
-                with trio.move_on_after(5, shield=True):
+                with trio.move_on_after(5, shield=True):  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
                     await node.host.get_network().close()

@@ -19,11 +19,13 @@ _MAX_STRING = 512
 
 
 def encode_peer_list(entries: list[tuple[str, list[str]]]) -> bytes:
-    return msgpack.packb([[peer, list(addrs)] for peer, addrs in entries], use_bin_type=True)
+    packed: bytes = msgpack.packb([[peer, list(addrs)] for peer, addrs in entries], use_bin_type=True)  # untyped lib
+    return packed
 
 
 def encode_peer_refusal(reason: str) -> bytes:
-    return msgpack.packb(clip_text(reason), use_bin_type=True)
+    packed: bytes = msgpack.packb(clip_text(reason), use_bin_type=True)  # msgpack is untyped: packb gives bytes
+    return packed
 
 
 def decode_peer_list(data: bytes, max_peers: int, max_addrs: int) -> list[tuple[str, list[str]]]:

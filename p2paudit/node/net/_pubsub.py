@@ -65,7 +65,8 @@ class GuardedPubsub(Pubsub):
             return await super().write_msg(stream, rpc_msg)
 
     async def continuously_read_stream(self, stream: INetStream) -> None:
-        await super().continuously_read_stream(_GatedStream(stream, self, stream.muxed_conn.peer_id))
+        gated = _GatedStream(stream, self, stream.muxed_conn.peer_id)
+        await super().continuously_read_stream(gated)  # type: ignore[arg-type]  # INetStream by delegation
 
     async def wait_for_room(self, peer: ID) -> None:
         while self._in_flight.get(peer, 0) >= self.max_in_flight:

@@ -88,7 +88,7 @@ class Reach:
         self.host: IHost | None = None
 
     def attach(self, host: IHost, request: RequestFn, is_bootstrap: Callable[[str], bool]) -> None:
-        self.host = host
+        self.host, self._host = host, host  # host: None until here; _host for what runs only after attach
         self._is_bootstrap = is_bootstrap
         if self.config.relay_service:
             self.circuit: NodeCircuit = GuardedRelay(host, self.config.relay_limits)
@@ -102,7 +102,7 @@ class Reach:
             host, self.config, self._announce, self.tally, request, self.remote_ips, self._emit
         )
         host.get_network().register_notifee(ConnNotifee(self._on_connected, self._on_disconnected))
-        host.get_addrs = self.told  # type: ignore[method-assign]
+        host.get_addrs = self.told  # type: ignore[method-assign]  # replaced on purpose (module docstring)
 
     @asynccontextmanager
     async def services(self, report: FaultReport) -> AsyncIterator[None]:
@@ -145,9 +145,9 @@ class Reach:
                 self._emit("relay", str(peer), "connection lost; reserving again")
 
     def _has_inbound_direct(self) -> bool:
-        for conns in self.host.get_network().connections.values():
+        for conns in self._host.get_network().connections.values():
             for conn in conns:
-                if getattr(conn.direction, "name", "") == "INBOUND" and not is_relayed(conn):
+                if getattr(conn.direction, "name", "") == "INBOUND" and not is_relayed(conn):  # type: ignore[attr-defined]  # SwarmConn's
                     return True
         return False
 
@@ -157,13 +157,13 @@ class Reach:
         """What peers are told, each ending in /p2p/<our id> (the module docstring says which)."""
         out = list(self._announce)
         if not out and not self.tally.leaning_nat:
-            bound = self.host.get_transport_addrs()
+            bound = self._host.get_transport_addrs()
             out += [str(a) for a in bound if not is_wildcard(a) and "/p2p-circuit" not in str(a)]
             if self.tally.state == PUBLIC and self.tally.confirmed:
                 out.append(self.tally.confirmed)
         for relay, grant in list(self.grants.items()):
             out += [f"{a}/p2p-circuit" for a in self._relay_addrs(relay, grant)]
-        me = f"/p2p/{self.host.get_id()}"
+        me = f"/p2p/{self._host.get_id()}"
         return [multiaddr.Multiaddr(a + me) for a in dict.fromkeys(out)]
 
     def circuits_for(self, peer: str) -> list[str]:
@@ -184,16 +184,16 @@ class Reach:
     async def _addrs_loop(self) -> None:
         while True:
             await trio.sleep(TICK)
-            connected = set(self.host.get_network().connections)
+            connected = set(self._host.get_network().connections)
             self.circuit.forget(connected)
             self._hole_punched &= connected
-            current = tuple(str(a) for a in self.host.get_addrs())
+            current = tuple(str(a) for a in self._host.get_addrs())
             if current != self._pushed:
                 logger.info("advertising %s", ", ".join(current) or "no address")
                 self._pushed = current
                 if connected:
                     try:
-                        await self.host._push_identify_to_all_peers()
+                        await self._host._push_identify_to_all_peers()  # type: ignore[attr-defined]  # BasicHost's, not IHost's
                     except NETWORK_ERRORS as error:  # best effort: identify at the next connection tells them
                         logger.info("identify push failed: %s", error)
 
@@ -208,8 +208,8 @@ class Reach:
         return waited and not self._has_inbound_direct()
 
     def _relay_candidates(self) -> list[ID]:
-        store, found, now = self.host.get_peerstore(), [], trio.current_time()
-        for peer_id in self.host.get_network().connections:
+        store, found, now = self._host.get_peerstore(), [], trio.current_time()
+        for peer_id in self._host.get_network().connections:
             if peer_id in self.grants or not self.remote_ips(peer_id):
                 continue
             try:
@@ -239,7 +239,7 @@ class Reach:
 
     async def _reserve_on(self, relay: ID) -> None:
         try:
-            grant = await reserve(self.host, relay)
+            grant = await reserve(self._host, relay)
         except Exception as error:  # noqa: BLE001 (refused, unreachable or a bad answer: back off)
             delay = self._relay_retry.failed(relay, trio.current_time())
             if self.grants.pop(relay, None) is not None:
@@ -257,7 +257,7 @@ class Reach:
 
     async def dial_circuit(self, peer_id: ID, addrs: list[multiaddr.Multiaddr], timeout: float) -> None:
         """Connect to `peer_id` through the first of its /p2p-circuit addresses that works (RequestFailed)."""
-        await dial_circuit(self.transport, self.host.get_id(), peer_id, addrs, timeout)
+        await dial_circuit(self.transport, self._host.get_id(), peer_id, addrs, timeout)
 
     async def drop_dead_relayed(self, peer: str, error: RequestFailed) -> None:
         """A request to `peer` failed: if it is reached only through relays, close those connections."""
@@ -281,7 +281,7 @@ class Reach:
         relay = None
         for conn in conns:
             relay = relay_in_addr(str((conn.get_transport_addresses() or [""])[0]))
-            if relay == str(self.host.get_id()):  # an inbound one is labelled with our own id
+            if relay == str(self._host.get_id()):  # an inbound one is labelled with our own id
                 noted = self.circuit.inbound_relay.get(peer)
                 relay = str(noted) if noted is not None else None
         return PeerLink(str(peer), RELAYED, relay)

@@ -79,7 +79,8 @@ def remote_ip(conn: Any) -> str | None:
         if "/p2p-circuit" in text:
             return None
         try:
-            return addr.value_for_protocol("ip4")
+            ip4: str = addr.value_for_protocol("ip4")  # multiaddr is untyped: a protocol's value is a str
+            return ip4
         except Exception:  # noqa: BLE001 (not IPv4)
             continue
     return None
@@ -144,7 +145,7 @@ class GuardedRelay(NodeCircuit):
         self.refused = 0
         self.relayed_bytes = 0  # bytes copied through circuits since the start, both directions
 
-    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> bytes:
+    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> bytes | None:
         """The library's read of a circuit's data (its only caller is _relay_data), counted."""
         data = await super()._read_stream_with_retry(stream, *args, **kwargs)
         self.relayed_bytes += len(data or b"")
@@ -245,17 +246,17 @@ class GuardedRelay(NodeCircuit):
         circuit_data_limit: list[int] | None = None,
     ) -> None:
         key = _Direction(peer_id)
-        self._active_relays[key] = (src_stream, dst_stream)  # type: ignore[index]
+        self._active_relays[key] = (src_stream, dst_stream)  # type: ignore[index]  # keyed per direction, not by ID
         # The library set `deadline` on time.monotonic(), not trio's clock: read it on the same clock.
         seconds = self.guard.circuit_seconds if deadline is None else max(0.0, deadline - time.monotonic())
         with trio.move_on_after(seconds + 1.0) as scope:
-            await super()._relay_data(src_stream, dst_stream, key, deadline, circuit_data_limit)  # type: ignore[arg-type]
+            await super()._relay_data(src_stream, dst_stream, key, deadline, circuit_data_limit)  # type: ignore[arg-type]  # (the same key)
         if scope.cancelled_caught:  # an idle circuit past its time: the library only checks when data arrives
             logger.info("relay: circuit of %s reset after %.0f s", peer_id, seconds)
             with trio.CancelScope(shield=True):
                 await reset_quietly(src_stream)
                 await reset_quietly(dst_stream)
-        self._active_relays.pop(key, None)  # type: ignore[call-overload]
+        self._active_relays.pop(key, None)  # type: ignore[call-overload]  # (the same key)
 
 
 async def reset_quietly(stream: INetStream | None) -> None:

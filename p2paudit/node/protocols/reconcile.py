@@ -29,9 +29,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar, TypeVarTuple, Unpack
 
 from ledger.merkle import leaf_hash
 from p2paudit.attest.record import decode_signed
@@ -115,7 +115,9 @@ def _leaf_hashes(store: AttestationStore, run_id: bytes, first: int, last: int) 
     )
 
 
-def fingerprints(store: AttestationStore, run_id: bytes, first: int, last: int, buckets: int) -> list:
+def fingerprints(
+    store: AttestationStore, run_id: bytes, first: int, last: int, buckets: int
+) -> list[tuple[int, bytes]]:
     """[(count, SHA-256 over the sorted leaf hashes)] of each bucket of steps first..last."""
     if buckets == 1 and first <= INIT_STEP and last >= _last_step(store, run_id):
         return [whole_run_fingerprint(store, run_id)]
@@ -208,7 +210,19 @@ class Reconciled:
     conflicts: list[tuple[bytes, str]] = field(default_factory=list)  # new conflicting attestations, to announce
 
 
-async def reconcile_run(ask, call, run_id: bytes, num_steps: int) -> Reconciled:
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
+
+class StoreCall(Protocol):
+    """call(fn, *args) runs fn(store, *args) on the store's owner thread (StoreOwner.call) and returns its result."""
+
+    def __call__(self, fn: Callable[[AttestationStore, Unpack[_Ts]], _T], /, *args: *_Ts) -> Awaitable[_T]: ...
+
+
+async def reconcile_run(
+    ask: Callable[[bytes], Awaitable[bytes]], call: StoreCall, run_id: bytes, num_steps: int
+) -> Reconciled:
     """Fetch from one peer every attestation of `run_id` it holds and we lack, each once.
 
     ask(request bytes) -> answer bytes (the network); call(fn, *args) runs fn(store, *args) on the store's
@@ -216,16 +230,16 @@ async def reconcile_run(ask, call, run_id: bytes, num_steps: int) -> Reconciled:
     """
     done = Reconciled()
 
-    async def request(message: Summary | Hashes | Entries, want: str) -> list:
+    async def request(message: Summary | Hashes | Entries) -> bytes:
         answer = await ask(encode_request(message))
         done.requests += 1
         done.received_bytes += len(answer)
-        return decode_answer(answer, want)
+        return answer
 
     # One fingerprint of the whole run first: in steady state peers agree, and the daemon asks every peer
     # every few seconds (36 bytes of answer instead of 64 buckets' 2,300).
     whole = (INIT_STEP, num_steps - 1)
-    theirs = await request(Summary(run_id, *whole, 1), "summary")
+    theirs = decode_answer(await request(Summary(run_id, *whole, 1)), "summary")
     if len(theirs) != 1:
         raise WireError(f"summary of the whole run has {len(theirs)} buckets, want 1")
     if theirs[0][0] == 0 or theirs == await call(fingerprints, run_id, *whole, 1):
@@ -234,7 +248,7 @@ async def reconcile_run(ask, call, run_id: bytes, num_steps: int) -> Reconciled:
     while ranges:
         first, last = ranges.pop()
         buckets = min(MAX_BUCKETS, last - first + 1)
-        theirs = await request(Summary(run_id, first, last, buckets), "summary")
+        theirs = decode_answer(await request(Summary(run_id, first, last, buckets)), "summary")
         bounds = bucket_bounds(first, last, buckets)
         if len(theirs) != len(bounds):
             raise WireError(f"summary of steps {first}-{last} has {len(theirs)} buckets, want {len(bounds)}")
@@ -246,14 +260,14 @@ async def reconcile_run(ask, call, run_id: bytes, num_steps: int) -> Reconciled:
                 ranges.append((a, b))
                 continue
             try:
-                listed = await request(Hashes(run_id, a, b), "hashes")
+                listed = decode_answer(await request(Hashes(run_id, a, b)), "hashes")
             except PeerRefused:
                 done.skipped_ranges += 1
                 continue
             have = await call(held, run_id, a, b)
             missing = [h for h in listed if h not in have]
             for i in range(0, len(missing), MAX_ENTRIES):
-                entries = await request(Entries(tuple(missing[i : i + MAX_ENTRIES])), "entries")
+                entries = decode_answer(await request(Entries(tuple(missing[i : i + MAX_ENTRIES]))), "entries")
                 wanted = set(missing[i : i + MAX_ENTRIES])
                 if any(leaf_hash(e) not in wanted for e in entries):
                     raise WireError("reconcile entries answer holds an entry that was not asked for")
@@ -270,7 +284,7 @@ def _append(store: AttestationStore, entries: list[bytes]) -> tuple[int, list[tu
     return len(fresh), [(store.attestation(a.index).encoded, a.conflict) for a in fresh if a.conflict]
 
 
-async def reconcile_with(node: Node, peer: str, call, run_id: bytes, num_steps: int) -> Reconciled:
+async def reconcile_with(node: Node, peer: str, call: StoreCall, run_id: bytes, num_steps: int) -> Reconciled:
     """reconcile_run with `peer` through net's face (RECONCILE's limits): the asking end of the protocol."""
 
     async def ask(data: bytes) -> bytes:

@@ -31,6 +31,7 @@ from p2paudit.attest.codec import unpack
 from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.record import decode_attestation, decode_signed
 from p2paudit.attest.store import Appended, AttestationStore
+from p2paudit.errors import InternalError
 from p2paudit.node.protocols.page_proof import (
     PageProofError as PageProofError,
 )
@@ -88,7 +89,8 @@ def page_for(store: AttestationStore | Ledger, start: int, count: int, size: int
     count = min(count, MAX_PAGE, size - start)
     if type(start) is not int or start < 0 or count < 1:
         raise LedgerError(f"entries from {start} (count {count}) are not within a tree of size {size}")
-    entries, budget = [], MAX_PAGE_BYTES - 2 * 64 * 34 - 64
+    entries: list[bytes] = []
+    budget = MAX_PAGE_BYTES - 2 * 64 * 34 - 64
     for entry in ledger.entries(start, start + count):
         if entries and budget < len(entry) + 3:
             break
@@ -221,6 +223,7 @@ class SyncSession:
     cursor: SyncCursor
     page_size: int = MAX_PAGE
     checkpoint: Checkpoint | None = None
+    note: str | None = None  # the peer's signed checkpoint note, once its status is in
     position: int = 0
     applied: list[Applied] = field(default_factory=list)
     _waiting: RangeRequest | StatusRequest | None = None
@@ -245,20 +248,23 @@ class SyncSession:
             if not isinstance(response, StatusResponse):
                 raise WireError(f"peer answered a status request with a {type(response).__name__}")
             self.checkpoint = open_peer_checkpoint(response.note)
+            self.note = response.note
             self.position = min(self.cursor.fetched(self.checkpoint.origin), self.checkpoint.size)
         elif isinstance(self._waiting, RangeRequest):
             if not isinstance(response, Page):
                 raise WireError(f"peer answered a range request with a {type(response).__name__}")
-            want = self._waiting
+            want, checkpoint = self._waiting, self.checkpoint
+            if checkpoint is None:  # next_request asks for a range only under a checkpoint
+                raise InternalError("a range request is outstanding with no peer checkpoint")
             if response.start != want.start or len(response.entries) > want.count:
                 raise PageProofError(
                     f"page starts at {response.start} with {len(response.entries)} entries, "
                     f"asked for {want.count} from {want.start}"
                 )
-            entries = verify_page(self.checkpoint, response.start, response.entries, response.proof)
+            entries = verify_page(checkpoint, response.start, response.entries, response.proof)
             self.applied.append(apply_page(self.store, entries))
             self.position = response.start + len(entries)
-            self.cursor.record(self.checkpoint.origin, self.position, self.checkpoint)
+            self.cursor.record(checkpoint.origin, self.position, checkpoint)
         else:
             raise WireError("sync response arrived with no request outstanding")
         self._waiting = None

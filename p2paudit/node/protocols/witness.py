@@ -22,6 +22,7 @@ refused; the caller gossips the pair (`split_view_evidence`).
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -140,7 +141,14 @@ def witness_checkpoint(witness: Witness, request: bytes, now: int | None = None)
         return _check_and_cosign(witness, tx.conn, decoded, cp, verifier, timestamp)
 
 
-def _check_and_cosign(witness, conn, request: WitnessRequest, cp: Checkpoint, verifier: NoteVerifier, timestamp: int):
+def _check_and_cosign(
+    witness: Witness,
+    conn: sqlite3.Connection,
+    request: WitnessRequest,
+    cp: Checkpoint,
+    verifier: NoteVerifier,
+    timestamp: int,
+) -> bytes:
     """The state-dependent checks and the state update, inside the caller's write transaction."""
     now_text = datetime.now(UTC).isoformat(timespec="seconds")
     latest_size, latest_root = latest_given(conn, cp.origin, witness.signer.verifier) or (0, EMPTY_ROOT)
@@ -181,12 +189,12 @@ def split_view_evidence(ledger: Ledger) -> list[bytes]:
     """Every split view this ledger holds, as evidence messages (two notes of one size with different roots)."""
     found = []
     for view in ledger.split_views():
-        notes = dict(zip(view.roots, [None] * len(view.roots)))
+        notes: dict[bytes, str | None] = dict.fromkeys(view.roots)
         for note in view.notes:
             root = Checkpoint.from_body(parse_note(note).text).root
             if notes.get(root) is None:
                 notes[root] = note
-        first, second = list(notes.values())[:2]
+        first, second = [note for note in notes.values() if note is not None][:2]
         found.append(encode_evidence(Evidence("split_view", first, second)))
     return found
 

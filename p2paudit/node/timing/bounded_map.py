@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 from p2paudit.errors import InputError
 
@@ -49,6 +49,10 @@ class BoundedMap(Generic[K, V]):
             return None
         return entry
 
+    @overload
+    def get(self, key: K, default: None = None, now: float | None = None) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V, now: float | None = None) -> V: ...
     def get(self, key: K, default: V | None = None, now: float | None = None) -> V | None:
         """The value of `key`, or `default` if absent (or over at `now`, when given)."""
         entry = self._live(key, now)

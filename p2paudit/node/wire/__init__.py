@@ -183,7 +183,9 @@ def decode_batch(data: bytes) -> GossipBatch:
 
 def batches(run_id: bytes, envelopes: list[bytes]) -> list[bytes]:
     """Encoded batches carrying `envelopes` in order, each within MAX_BATCH items and MAX_BATCH_BYTES."""
-    out, current, size = [], [], 64
+    out: list[bytes] = []
+    current: list[bytes] = []
+    size = 64
     for item in envelopes:
         if current and (len(current) == MAX_BATCH or size + len(item) + 3 > MAX_BATCH_BYTES):
             out.append(encode_batch(GossipBatch(run_id, tuple(current))))
@@ -205,6 +207,18 @@ class Evidence:
     kind: str
     first: bytes | str
     second: bytes | str
+
+    def envelopes(self) -> tuple[bytes, bytes]:
+        """The two attestation envelopes of a dispute or an equivocation; WireError if they are notes."""
+        if isinstance(self.first, bytes) and isinstance(self.second, bytes):
+            return self.first, self.second
+        raise WireError(f"{self.kind} evidence holds notes, not attestation envelopes")
+
+    def notes(self) -> tuple[str, str]:
+        """The two checkpoint notes of a split view; WireError if they are envelopes."""
+        if isinstance(self.first, str) and isinstance(self.second, str):
+            return self.first, self.second
+        raise WireError(f"{self.kind} evidence holds attestation envelopes, not notes")
 
 
 def _check_evidence_items(kind: Any, first: Any, second: Any) -> None:

@@ -73,11 +73,13 @@ class WireError(InputError):
 # -- primitives --------------------------------------------------------------------------------------------
 
 
-def pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+def pack(value: object) -> bytes:
+    # msgpack ships no annotations (its packb is Any to mypy); packb returns bytes.
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
 
 
-def unpack_message(data: Any, limit: int, magic: str, what: str, max_items: int = 0) -> list:
+def unpack_message(data: Any, limit: int, magic: str, what: str, max_items: int = 0) -> list[Any]:
     """Parse one canonical message of at most `limit` bytes; return its fields after magic and version.
     Arrays hold at most max(max_items, the largest list any message here allows) items."""
     if isinstance(data, (bytearray, memoryview)):
@@ -113,7 +115,7 @@ def unpack_message(data: Any, limit: int, magic: str, what: str, max_items: int 
     return value[2:]
 
 
-def check_fields(fields: list, count: int, what: str) -> None:
+def check_fields(fields: list[Any], count: int, what: str) -> None:
     if len(fields) != count:
         raise WireError(f"{what} has {len(fields) + 2} fields, want {count + 2}")
 
@@ -156,7 +158,7 @@ def check_text(value: Any, what: str, high: int) -> str:
     return value
 
 
-def check_list(value: Any, what: str, low: int, high: int) -> list:
+def check_list(value: Any, what: str, low: int, high: int) -> list[Any]:
     if type(value) is not list:
         raise WireError(f"{what} is {type(value).__name__}, want an array")
     if not low <= len(value) <= high:

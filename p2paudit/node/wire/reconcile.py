@@ -7,7 +7,9 @@ most MAX_ENTRIES hashes); an answer is the same kind's items, or a refusal with 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from p2paudit.attest.record_v2 import INIT_INDEX_STEP
 from p2paudit.node.wire.codec import (
@@ -103,7 +105,7 @@ def decode_request(data: bytes) -> Summary | Hashes | Entries:
     raise WireError(f"reconcile request kind {str(kind)[:40]!r} is not summary, hashes or entries")
 
 
-def encode_answer(kind: str, items: list) -> bytes:
+def encode_answer(kind: str, items: Sequence[object]) -> bytes:
     return pack([MAGIC, VERSION, kind, items])
 
 
@@ -111,7 +113,11 @@ def refusal(reason: str) -> bytes:
     return pack([MAGIC, VERSION, "refusal", clip_text(reason)])
 
 
-def decode_answer(data: bytes, want: str) -> list:
+@overload
+def decode_answer(data: bytes, want: Literal["summary"]) -> list[tuple[int, bytes]]: ...
+@overload
+def decode_answer(data: bytes, want: Literal["hashes", "entries"]) -> list[bytes]: ...
+def decode_answer(data: bytes, want: str) -> list[tuple[int, bytes]] | list[bytes]:
     """The answer's items for a request of kind `want`; PeerRefused for a refusal, WireError otherwise."""
     fields = unpack_message(data, MAX_ANSWER_BYTES, MAGIC, "reconcile answer", MAX_HASHES)
     check_fields(fields, 2, "reconcile answer")
@@ -122,7 +128,7 @@ def decode_answer(data: bytes, want: str) -> list:
     limit = {"summary": MAX_BUCKETS, "hashes": MAX_HASHES, "entries": MAX_ENTRIES}[want]
     items = check_list(fields[1], f"reconcile {want}", 0, limit)
     if want == "summary":
-        out = []
+        out: list[tuple[int, bytes]] = []
         for n, item in enumerate(items):
             pair = check_list(item, f"bucket {n}", 2, 2)
             out.append((check_int(pair[0], f"bucket {n} count"), check_bin(pair[1], f"bucket {n}", 32, 32)))

@@ -88,11 +88,11 @@ def check_evidence(data: bytes) -> str:
     evidence = decode_evidence(data)
     try:
         if evidence.kind == "dispute":
-            holds = check_dispute(evidence.first, evidence.second)
+            holds = check_dispute(*evidence.envelopes())
         elif evidence.kind == "equivocation":
-            holds = check_equivocation(evidence.first, evidence.second)
+            holds = check_equivocation(*evidence.envelopes())
         else:
-            holds = check_split_view(evidence.first, evidence.second)
+            holds = check_split_view(*evidence.notes())
     except CheckpointError as exc:
         raise WireError(f"split-view evidence refused: {exc}") from None
     if not holds:
