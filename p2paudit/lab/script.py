@@ -20,6 +20,7 @@ Nothing here writes files; the publisher and the CLI do (DESIGN: only run/ and c
 from __future__ import annotations
 
 import hashlib
+import importlib.abc
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,13 +59,35 @@ class LabScript:
     train_step: Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], Any]
 
 
-def load_script(path: Path) -> LabScript:
-    """Import the script at `path` as a module of its own; InputError naming what it lacks."""
+class _CheckedSource(importlib.abc.SourceLoader):
+    """A loader that runs the bytes load_script read and checked: it never reads the file again."""
+
+    def __init__(self, path: Path, source: bytes) -> None:
+        self._path, self._source = path, source
+
+    def get_filename(self, fullname: str) -> str:
+        return str(self._path)
+
+    def get_data(self, path: str) -> bytes:
+        return self._source
+
+
+def load_script(path: Path, expected_digest: bytes | None = None) -> LabScript:
+    """Import the script at `path` as a module of its own; InputError naming what it lacks.
+
+    With `expected_digest` (a published run's), the bytes are checked before any of them runs, and the
+    bytes checked are the bytes executed (the file is read once): a script changed beside its signed
+    manifest is refused, never run.
+    """
     if not path.is_file():
         raise InputError(f"lab script {path}: not a regular file")
     source = path.read_bytes()
     digest = hashlib.sha256(source).digest()
-    spec = importlib.util.spec_from_file_location(f"p2paudit_lab_script_{digest.hex()[:16]}", path)
+    if expected_digest is not None and digest != expected_digest:
+        raise InputError(f"{path}: its SHA-256 is not the manifest's (the script was not run)")
+    spec = importlib.util.spec_from_file_location(
+        f"p2paudit_lab_script_{digest.hex()[:16]}", path, loader=_CheckedSource(path, source)
+    )
     if spec is None or spec.loader is None:
         raise InputError(f"lab script {path}: cannot be loaded as Python")
     module = importlib.util.module_from_spec(spec)

@@ -152,9 +152,10 @@ def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
     if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
         raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
     script_info = _field(body, "script", dict, where)
-    script = load_script(run_dir / SCRIPT_FILE)
-    if format_digest(script.digest) != script_info.get("sha256"):
-        raise InputError(f"{run_dir / SCRIPT_FILE}: its SHA-256 is not the manifest's")
+    script_sha = script_info.get("sha256")
+    if not isinstance(script_sha, str):
+        raise InputError(f"{where}: field 'script' has no 'sha256' string")
+    script = load_script(run_dir / SCRIPT_FILE, parse_digest(script_sha, f"{where} script.sha256"))
     steps = _field(body, "steps", list, where)
     states, traces, ops, values = [], [], [], []
     for n, item in enumerate(steps):

@@ -16,6 +16,7 @@ from p2paudit.errors import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
 from p2paudit.identity import ensure_node_identity
 from p2paudit.lab import load_script, train_script
 from p2paudit.run.digest import digest_bytes, format_digest
+from p2paudit.run.lab_run import SCRIPT_FILE as SCRIPT_FILE_NAME
 from p2paudit.run.lab_run import lab_trace_path, publish_lab_run
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, sign_body
 from p2paudit.run.manifest_body import canonical_json
@@ -104,3 +105,17 @@ def test_a_signed_malformed_trace_is_refused_in_one_line(tmp_path, monkeypatch, 
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == EXIT_USAGE, result.output
     assert len(lines) == 1 and str(trace_file) in lines[0], result.output
+
+
+def test_a_script_changed_beside_its_signed_manifest_is_refused_before_it_runs(tmp_path, monkeypatch):
+    """Whoever can write the run directory (a mirror, a cache) cannot get code run by a verifier."""
+    monkeypatch.setenv("P2PAUDIT_HOME", str(tmp_path / "home"))
+    run = publish(tmp_path, lambda claims, states: claims)
+    marker = tmp_path / "ran"
+    script = run / SCRIPT_FILE_NAME
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n" + script.read_text())
+    result = invoke(tmp_path / "home", "verify-script", str(run))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert len(lines) == 1 and "SHA-256 is not the manifest's" in lines[0], result.output
+    assert not marker.exists()
