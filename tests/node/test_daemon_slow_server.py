@@ -126,15 +126,15 @@ def test_a_stalled_run_does_not_starve_a_healthy_one(runs, tmp_path):
             policy=AuditPolicy(redundancy=1, scratch_dir=tmp_path / "scratch"),
             cache_dir=tmp_path / "cache",
             fetch_timeout=30.0,  # a stalled request holds for 30 s, longer than the old daemon's whole budget
-            duration=40.0,
+            duration=60.0,  # room for one failed open of the healthy run and its retry on a loaded machine (CI)
         )
         began = time.monotonic()
         trio.run(run_daemon, identity_from_seed(b"\x72" * 32), config, events.append)
         took = time.monotonic() - began
     healthy_steps = _covered(tmp_path / "ledger.db", open_run(run_a).manifest.run_id)
-    assert healthy_steps == {step: 1 for step in range(4)}, [e.text for e in events][-20:]
+    assert healthy_steps == {step: 1 for step in range(4)}, "\n".join(e.text for e in events)
     assert _covered(tmp_path / "ledger.db", open_run(run_b).manifest.run_id) == {}
-    assert took < 40.0 + STOP_WITHIN_S, f"stopped after {took:.1f} s"
+    assert took < 60.0 + STOP_WITHIN_S, f"stopped after {took:.1f} s"
     assert any(p.startswith("checkpoints/") or p.startswith("shards/") for p in stalled.paths())
 
 
