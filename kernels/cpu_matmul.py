@@ -46,6 +46,7 @@ K_BLOCK = 128  # k values folded per tile visit: a B panel's strip is 128 x 32 f
 CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
 CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
 PACK_K = 256  # k values per packing task
+TRANSPOSE_K = 16  # k values per block of a transposing pack: one 64-byte line of each source row
 PACK_GROUP = 16  # panels per packing task of a k-major operand (its rows are read 16 panels wide)
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
 
@@ -72,17 +73,26 @@ def _pack_k_major(src, z, x_count, k0, k1, q0, q1, dst):
 def _pack_transposed(src, z, x_count, k0, k1, q, dst):
     """dst[z, q, k, r] = src[z, q * W + r, k] (+0.0 past x_count) for k in [k0, k1).
 
-    src (BH, X, K): the panel's W rows are read along k side by side, W =
-    dst.shape[3], and each k's W values are written contiguously.
+    src (BH, X, K): the panel's W rows (W = dst.shape[3]) are copied
+    TRANSPOSE_K values of k at a time, each row's run of k read in one go (one
+    cache line) into the W x TRANSPOSE_K block of dst, which stays in L1.
+    Reading the W rows side by side one k at a time instead (the first
+    version) cost 2.7 ns an element single-threaded where the row stride is a
+    multiple of 4 KiB (K = 1024 or 3072: every row's line falls in one L1
+    set), against 0.7 ns this way (docs/benchmarks.md).
     """
     width = dst.shape[3]
     base = q * width
     valid = min(width, x_count - base)
-    for k in range(k0, k1):
+    for kb in range(k0, k1, TRANSPOSE_K):
+        kb1 = min(k1, kb + TRANSPOSE_K)
         for r in range(valid):
-            dst[z, q, k, r] = src[z, base + r, k]
+            row = src[z, base + r]  # (K,)
+            for k in range(kb, kb1):
+                dst[z, q, k, r] = row[k]
         for r in range(valid, width):
-            dst[z, q, k, r] = 0.0
+            for k in range(kb, kb1):
+                dst[z, q, k, r] = 0.0
 
 
 @njit(inline="always")
