@@ -144,5 +144,9 @@ def first_departure(ours: list[bytes], theirs: list[bytes]) -> str | None:
 
 
 def _describe(record: bytes) -> str:
-    name, inputs, outputs, _ = json.loads(record)
-    return f"{name} of {len(inputs)} inputs -> {[tuple(o[0]) for o in outputs]}"
+    """One op of a trace in words; a record that is not one (a publisher signs whatever it likes) says so."""
+    try:
+        name, inputs, outputs, _ = json.loads(record)
+        return f"{name} of {len(inputs)} inputs -> {[tuple(o[0]) for o in outputs]}"
+    except (ValueError, TypeError, IndexError, KeyError, RecursionError):
+        return f"a record that is not a trace entry ({len(record)} bytes)"
