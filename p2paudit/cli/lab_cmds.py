@@ -1,14 +1,19 @@
-"""`p2paudit train-script` and `verify-script`: a lab's own PyTorch script, trained and replayed under the lab mode."""
+"""`p2paudit train-script` and `verify-script`: a lab's own PyTorch script, trained and replayed under the lab mode;
+and `verify-range --run DIR` on a lab run (verify_lab_range): its steps as audits, printed and signed as any run's."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from p2paudit.cli import cli
 from p2paudit.cli.run_cmds import _node_identity
-from p2paudit.errors import MismatchError
+from p2paudit.errors import InputError, MismatchError
+
+if TYPE_CHECKING:
+    from p2paudit.audit.records import StepAudit
 
 
 @cli.command("train-script")
@@ -70,3 +75,56 @@ def verify_script_cmd(run_dir: Path, step_range: str | None) -> None:
         click.echo(f"step {v.step}: {'match' if ok else 'MISMATCH'}" + "".join(f"; {f}" for f in v.findings))
     if bad:
         raise MismatchError(f"{bad} of {len(verdicts)} steps did not match")
+
+
+def verify_lab_range(
+    run_dir: Path,
+    steps: str,
+    as_json: bool,
+    publisher: str | None,
+    world_size: int | None,
+    attest: bool,
+    ledger_path: Path | None,
+) -> None:
+    """`verify-range STEPS --run DIR` when DIR holds a lab run: replay under the lab mode, print each audit
+    as verify-range does, sign them with --attest; exit 1 when any does not match (MismatchError)."""
+    import json
+
+    from p2paudit.audit.lab_replay import lab_audits
+    from p2paudit.audit.records import VERDICTS
+    from p2paudit.audit.replay import parse_step_range
+    from p2paudit.cli.run_cmds import _audit_line, record_in_ledger
+    from p2paudit.identity import parse_public_key_hex
+    from p2paudit.run.digest import format_digest
+    from p2paudit.run.lab_run import lab_publisher, open_lab_run
+
+    if world_size != 1:
+        raise InputError("--world-size: a lab run replays in one process (leave it at 1)")
+    if publisher is not None and lab_publisher(run_dir) != parse_public_key_hex(publisher):
+        raise InputError(
+            f"{run_dir}: the lab run is not signed by --publisher {publisher[:16]}... (its script not run)"
+        )
+    view = open_lab_run(run_dir)  # the signature is checked before the script is loaded
+    chosen = parse_step_range(steps, view.num_steps)
+    span = range(0) if chosen.first is None or chosen.last is None else range(chosen.first, chosen.last + 1)
+
+    def shown(audit: StepAudit) -> None:
+        click.echo(_audit_line(audit))
+
+    audits = lab_audits(view, chosen.init, span, None if as_json else shown)
+    counts = {v: sum(1 for a in audits if a.verdict == v) for v in VERDICTS}
+    summary = {"run_id": format_digest(view.run_id), "publisher": view.public_key.hex(), "steps": len(audits),
+               **counts, "seconds": sum(a.seconds for a in audits), "replay": "lab"}  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"summary": summary, "audits": [a.to_dict() for a in audits], "diagnoses": []}, indent=2))
+    else:
+        click.echo(
+            f"{len(audits)} check(s) of run {summary['run_id']}: {counts['match']} match, {counts['mismatch']} "
+            f"mismatch, {counts['error']} error ({summary['seconds']:.2f}s, lab, {view.claims.torch_build}); "
+            f"signed by publisher key {summary['publisher']}"
+        )
+    if attest:
+        record_in_ledger(view.run_id, view.num_steps, view.public_key, view.label, audits, ledger_path, as_json)
+    bad = sum(1 for a in audits if a.verdict != "match")
+    if bad:
+        raise MismatchError(f"{bad} of {len(audits)} check(s) did not match the published claim")

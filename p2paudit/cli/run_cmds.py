@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,20 +160,34 @@ def _verify(
 
 def _attest(run_dir: Path, report: RangeReport, ledger_path: Path | None, as_json: bool = False) -> None:
     """Sign every audited step with the node key and append it to the node's ledger; print where."""
+    from p2paudit.run.manifest import read_manifest
+
+    manifest = read_manifest(run_dir)
+    record_in_ledger(
+        manifest.run_id, manifest.num_steps, manifest.public_key, run_dir.name, report.audits, ledger_path, as_json
+    )
+
+
+def record_in_ledger(
+    run_id: bytes,
+    num_steps: int,
+    publisher: bytes,
+    label: str,
+    audits: Sequence[StepAudit],
+    ledger_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Sign the audits of a checked run (its id, step count and publisher key) into the ledger; print where."""
     from p2paudit.attest.recording import record_audits
     from p2paudit.attest.store import AttestationStore, read_origin
     from p2paudit.attest.tables import origin_for
     from p2paudit.identity import home_dir
-    from p2paudit.run.manifest import read_manifest
 
     identity = _node_identity()
     path = ledger_path if ledger_path is not None else home_dir() / "ledger.db"
     origin = None if read_origin(path) is not None else origin_for(identity.public_key)
-    manifest = read_manifest(run_dir)
     with AttestationStore.open(path, origin) as store:
-        done = record_audits(
-            store, identity, manifest.run_id, manifest.num_steps, run_dir.name, report.audits, None, manifest.public_key
-        )
+        done = record_audits(store, identity, run_id, num_steps, label, audits, None, publisher)
         size = store.ledger.size
     if as_json:
         return
@@ -354,9 +368,16 @@ def verify_range_cmd(
     does not, 2 on bad usage or unreadable input, 3 on the verifier's own failure.
     With --world-size from-env (under torchrun, see docs/engine.md) rank 0
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
+    A local lab run (train-script's, docs/lab-mode.md) replays under the lab mode,
+    running its signed script: replay only a publisher you would let run code.
     """
     replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
     world_size = _world_size(world_text)  # refused before anything of a remote run is fetched
+    if _is_local_lab_run(run_dir):
+        from p2paudit.cli.lab_cmds import verify_lab_range
+
+        verify_lab_range(Path(run_dir), steps, as_json, publisher, world_size, attest, ledger_path)
+        return
     local = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay, publisher, allow_other_hosts)
     with local as (local_dir, partial_data):
         report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
@@ -365,6 +386,14 @@ def verify_range_cmd(
         if attest:
             _attest(local_dir, report, ledger_path, as_json)
     _fail_unless_all_match(report)
+
+
+def _is_local_lab_run(run: str) -> bool:
+    """Whether --run names a directory holding a lab run (its manifest's format says so; run.lab_run)."""
+    from p2paudit.run.lab_run import is_lab_run
+    from p2paudit.run.remote import is_remote
+
+    return not is_remote(run) and Path(run).is_dir() and is_lab_run(Path(run))
 
 
 def _fail_unless_all_match(report: RangeReport) -> None:

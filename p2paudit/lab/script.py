@@ -149,21 +149,35 @@ def load_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict[s
 
 @dataclass(frozen=True)
 class ReplayVerdict:
-    """One replayed step: equal or not, and why (one line each)."""
+    """One replayed step: equal or not, and why (one line each); the replay's own trace and state digests."""
 
     step: int
     state_matches: bool
     trace_matches: bool
     findings: tuple[str, ...]
+    observed_trace: bytes
+    observed_state: bytes
 
 
-def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np.ndarray], step: int) -> ReplayVerdict:
-    """Replay step `step` from the published state before it and compare with the claims."""
+def check_torch_build(claims: LabClaims) -> None:
+    """TorchBuildMismatch unless this process runs the torch build the run was trained under."""
     if claims.torch_build != torch_build():
         raise TorchBuildMismatch(
             f"the run was trained under {claims.torch_build}; this replay runs {torch_build()}: "
             "a lab run replays only under its own torch build"
         )
+
+
+def rebuild_initial(script: LabScript, claims: LabClaims) -> StateDigest:
+    """The digest of state 0 as the script's build() makes it (the lab's init, replayed under the run's build)."""
+    check_torch_build(claims)
+    model, opt = script.build()
+    return LabRun(model, opt, backend=claims.backend, arithmetic=claims.arithmetic_version).initial
+
+
+def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np.ndarray], step: int) -> ReplayVerdict:
+    """Replay step `step` from the published state before it and compare with the claims."""
+    check_torch_build(claims)
     if claims.script_digest != script.digest:
         raise InputError(f"lab script {script.path} is not the run's (its SHA-256 differs from the claimed one)")
     if not 0 <= step < len(claims.states):
@@ -189,4 +203,4 @@ def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np
         if trace_ok and ours.values is not None and claims.values[step] is not None:
             departure = first_value_departure(list(ours.values), list(claims.values[step] or ()))
             findings.append(departure or "every op's outputs match: the claimed state is not what they computed")
-    return ReplayVerdict(step, state_ok, trace_ok, tuple(findings))
+    return ReplayVerdict(step, state_ok, trace_ok, tuple(findings), ours.trace, ours.state.digest)

@@ -1,6 +1,8 @@
 """A lab run directory: a lab script's claims (p2paudit.lab.LabClaims) signed, with a checkpoint of every state.
 
-    manifest.json        canonical JSON body, signed as every run's is (run.manifest.sign_body):
+    manifest.json        canonical JSON body, signed as an engine run's is (run.manifest.sign_body) but
+                         under a domain of its own, LAB_SIGNATURE_DOMAIN, so that no lab manifest's
+                         signature verifies as an engine manifest's, nor the reverse:
                          {"format": "p2paudit-lab-run", "version": 1, "torch_build": "torch 2.13.0+cpu (git ...)",
                           "op_table_version": 1, "arithmetic_version": 2, "backend": "cpu",
                           "script": {"name": "lab_llama.py", "sha256": "sha256:<hex>", "source": "<the text>"},
@@ -17,6 +19,7 @@ The lab mode's guarantee is named as such: a replay needs the torch build the ma
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,7 +30,7 @@ from p2paudit.identity import Identity, verify_signature
 from p2paudit.lab import LabClaims, LabScript, load_script, train_script
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
-from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, SIGNATURE_DOMAIN, SIGNATURE_FILE, parse_signature
+from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, SIGNATURE_FILE, parse_signature
 from p2paudit.run.manifest import sign_body as sign_manifest
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.run.storage import parse_json, read_file, write_atomic
@@ -36,6 +39,9 @@ T = TypeVar("T")
 
 LAB_FORMAT = "p2paudit-lab-run"
 LAB_VERSION = 1
+# What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (an engine manifest's: run.manifest's
+# SIGNATURE_DOMAIN "p2paudit run manifest v1\0" || body; the two differ at byte 9, neither is the other's prefix).
+LAB_SIGNATURE_DOMAIN = b"p2paudit lab run manifest v1\x00"
 SCRIPT_FILE = "script.py"
 MAX_TRACE_FILE = 64 * 1024 * 1024
 
@@ -88,7 +94,7 @@ def publish_lab_run(
         "initial_state": claims.initial.to_dict(),
         "steps": steps,
     }  # fmt: skip
-    body_bytes, envelope = sign_manifest(body, identity)
+    body_bytes, envelope = sign_manifest(body, identity, LAB_SIGNATURE_DOMAIN)
     write_atomic(run_dir / MANIFEST_FILE, body_bytes)
     write_atomic(run_dir / SIGNATURE_FILE, canonical_json(envelope))
     return digest_bytes(body_bytes)
@@ -138,16 +144,68 @@ def _trace_lists(blob: bytes, where: str) -> tuple[tuple[bytes, ...], tuple[tupl
     return tuple(r.encode("ascii") for r in ops), values
 
 
+def manifest_format(run_dir: Path) -> object:
+    """The "format" field of the run's manifest.json, unverified and nothing loaded (None when the body is
+    no JSON object): which reader to open the run with. That reader checks the signature."""
+    body = parse_json(read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir), str(run_dir))
+    return body.get("format") if isinstance(body, dict) else None
+
+
+def is_lab_run(run_dir: Path) -> bool:
+    """Whether the run directory holds a lab run: it has the lab's files (script.py, lab-traces/) and its
+    manifest's format says so. False when it has no readable manifest (the engine's reader then says why);
+    an engine run's manifest, which can be large, is not read here at all."""
+    if not ((run_dir / SCRIPT_FILE).is_file() and (run_dir / "lab-traces").is_dir()):
+        return False
+    try:
+        return manifest_format(run_dir) == LAB_FORMAT
+    except InputError:
+        return False
+
+
+@dataclass(frozen=True)
+class LabRunView:
+    """An opened lab run: its directory, script, claims, publisher key and run id (SHA-256 of the manifest)."""
+
+    run_dir: Path
+    script: LabScript
+    claims: LabClaims
+    public_key: bytes
+    run_id: bytes
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.claims.states)
+
+    @property
+    def label(self) -> str:
+        return self.run_dir.name
+
+
+def lab_publisher(run_dir: Path) -> bytes:
+    """The public key the run's signature file names (unverified: to refuse an unwanted publisher early)."""
+    sig = read_file(run_dir / SIGNATURE_FILE, "manifest signature", 4096, run_dir)
+    return parse_signature(sig, run_dir / SIGNATURE_FILE)[1]
+
+
 def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
     """Check the signature and every field; (the run's script, its claims, the publisher's public key)."""
+    view = open_lab_run(run_dir)
+    return view.script, view.claims, view.public_key
+
+
+def open_lab_run(run_dir: Path) -> LabRunView:
+    """Check the signature and every field, then load the script; the opened run.
+
+    The script is loaded (run) only after the signature verifies and its bytes are the signed SHA-256's."""
     where = str(run_dir / MANIFEST_FILE)
     body_bytes = read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir)
     sig = read_file(run_dir / SIGNATURE_FILE, "manifest signature", 4096, run_dir)
     run_id, public_key, signature = parse_signature(sig, run_dir / SIGNATURE_FILE)
     if digest_bytes(body_bytes) != run_id:
         raise InputError(f"{where}: the run id in {SIGNATURE_FILE} is not the SHA-256 of the manifest")
-    if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
-        raise InputError(f"{where}: the publisher's signature does not verify")
+    if not verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):
+        raise InputError(f"{where}: the publisher's signature does not verify as a lab run manifest's")
     body = parse_json(body_bytes, where)
     if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
         raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
@@ -176,7 +234,7 @@ def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
         script.digest, StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
         tuple(states), tuple(traces), tuple(ops), tuple(values),
     )  # fmt: skip
-    return script, claims, public_key
+    return LabRunView(run_dir, script, claims, public_key, run_id)
 
 
 def load_lab_state(run_dir: Path, claims: LabClaims, n: int) -> dict[str, np.ndarray]:

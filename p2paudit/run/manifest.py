@@ -87,10 +87,13 @@ class Manifest:
         return max(c for c in self.checkpoints if c <= n)
 
 
-def sign_body(body: dict[str, Any], identity: Identity) -> tuple[bytes, dict[str, Any]]:
-    """(canonical body bytes, signature file object) for `body` signed by `identity`."""
+def sign_body(
+    body: dict[str, Any], identity: Identity, domain: bytes = SIGNATURE_DOMAIN
+) -> tuple[bytes, dict[str, Any]]:
+    """(canonical body bytes, signature file object) for `body` signed by `identity` over domain || body
+    (an engine run's SIGNATURE_DOMAIN; a lab run's is run.lab_run.LAB_SIGNATURE_DOMAIN)."""
     body_bytes = canonical_json(body)
-    signature = sign(identity, SIGNATURE_DOMAIN + body_bytes)
+    signature = sign(identity, domain + body_bytes)
     envelope = {
         "format": SIGNATURE_FORMAT,
         "version": RUN_VERSION,

@@ -16,8 +16,8 @@ from p2paudit.errors import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
 from p2paudit.identity import ensure_node_identity
 from p2paudit.lab import load_script, train_script
 from p2paudit.run.digest import digest_bytes, format_digest
+from p2paudit.run.lab_run import LAB_SIGNATURE_DOMAIN, lab_trace_path, publish_lab_run
 from p2paudit.run.lab_run import SCRIPT_FILE as SCRIPT_FILE_NAME
-from p2paudit.run.lab_run import lab_trace_path, publish_lab_run
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, sign_body
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.tensor_digest import digest_state
@@ -98,7 +98,7 @@ def test_a_signed_malformed_trace_is_refused_in_one_line(tmp_path, monkeypatch, 
     body = json.loads((run / MANIFEST_FILE).read_bytes())
     body["steps"][0]["trace_file"] = format_digest(digest_bytes(trace))
     identity, _ = ensure_node_identity()
-    body_bytes, envelope = sign_body(body, identity)
+    body_bytes, envelope = sign_body(body, identity, LAB_SIGNATURE_DOMAIN)  # a lab manifest's domain
     (run / MANIFEST_FILE).write_bytes(body_bytes)
     (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
     result = invoke(tmp_path / "home", "verify-script", str(run))
