@@ -39,6 +39,10 @@ triton backend does them on its device tensors, with the same bits:
     div_scalar(x, d)        float32 x / float32(d), one rounding
     split_heads(x, B, T, H) (N, C) -> (BH, T, D), contiguous; merge_heads(x, B, H) is its inverse
     split_tokens(tokens)    int64 (B, T+1) -> (inputs, targets, positions), each int64 (B*T,)
+    mul(a, b)               float32 a * b, one rounding; same shape (SwiGLU)
+    rope(x, cos, sin)       (BH, T, D), (T, D/2) x2 -> (BH, T, D): rotary positions (section 4.7)
+    repeat_heads(x, G)      (BKV, T, D) -> (BKV*G, T, D), each head copied G times (grouped-query attention)
+    sum_head_groups(x, G)   (BKV*G, T, D) -> (BKV, T, D), each run of G heads summed left to right
 
 Scalars (eps, lr, betas, dloss) are Python floats or numpy float32; each
 backend converts them with `numpy.float32` before use. Bad input (wrong dtype,

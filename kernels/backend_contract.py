@@ -151,6 +151,23 @@ class Backend(Protocol[ArrayT]):
 
     def div_scalar(self, x: ArrayT, d: Scalar) -> ArrayT: ...
 
+    # the Llama family's ops (kernels/numpy_layout.py defines the bits)
+    def mul(self, a: ArrayT, b: ArrayT) -> ArrayT:
+        """a * b elementwise, one rounding; one shape."""
+        ...
+
+    def rope(self, x: ArrayT, cos: ArrayT, sin: ArrayT) -> ArrayT:
+        """(BH, T, D), (T, D/2) x2 -> (BH, T, D): rotary positions."""
+        ...
+
+    def repeat_heads(self, x: ArrayT, groups: int) -> ArrayT:
+        """(BKV, T, D) -> (BKV * groups, T, D), each head copied `groups` times in a row."""
+        ...
+
+    def sum_head_groups(self, x: ArrayT, groups: int) -> ArrayT:
+        """(BKV * groups, T, D) -> (BKV, T, D), each group's heads summed in order."""
+        ...
+
     def split_heads(self, x: ArrayT, B: int, T: int, H: int) -> ArrayT:
         """(N, C) -> (BH, T, D)."""
         ...

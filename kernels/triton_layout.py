@@ -74,6 +74,50 @@ def div_scalar(x: Arr, d: Scalar) -> Arr:
     return y
 
 
+def mul(a: Arr, b: Arr) -> Arr:
+    """a * b, float32, rounded once: two device tensors of one shape (numpy input: numpy_layout.mul)."""
+    io.torch_mode(a, b)  # the kind check every entry point makes: refuses a mix
+    if not isinstance(a, torch.Tensor):
+        return numpy_layout.mul(a, b)
+    validate.check_pair(io.checkable(a, "a"), "a", io.checkable(b, "b"), "b")
+    y = torch.empty_like(a)
+    L.launch(tr.mul_kernel, L.flat_grid(a.numel()), a, b, y, a.numel(), BLOCK=L.FLAT_BLOCK)
+    return y
+
+
+def rope(x: Arr, cos: Arr, sin: Arr) -> Arr:
+    """Rotary positions with numpy_layout.rope's bits: x (BH, T, D), cos and sin (T, D/2) on the device."""
+    io.torch_mode(x, cos, sin)  # the kind check every entry point makes: refuses a mix
+    if not isinstance(x, torch.Tensor):
+        return numpy_layout.rope(x, cos, sin)
+    _, t, d = validate.check_rope(io.checkable(x, "x"), io.checkable(cos, "cos"), io.checkable(sin, "sin"))
+    y = torch.empty_like(x)
+    L.launch(tr.rope_kernel, L.flat_grid(x.numel()), x, cos, sin, y, x.numel(), t, d, BLOCK=L.FLAT_BLOCK)
+    return y
+
+
+def repeat_heads(x: Arr, groups: int) -> Arr:
+    """(BKV, T, D) -> (BKV * groups, T, D), each head copied `groups` times in a row (exact, on the device)."""
+    io.torch_mode(x)  # the kind check every entry point makes
+    if not isinstance(x, torch.Tensor):
+        return numpy_layout.repeat_heads(x, groups)
+    validate.check_head_groups(io.checkable(x, "x"), groups, summing=False)
+    return x.repeat_interleave(groups, dim=0)
+
+
+def sum_head_groups(x: Arr, groups: int) -> Arr:
+    """(BKV * groups, T, D) -> (BKV, T, D): each run of `groups` heads summed left to right (add's roundings)."""
+    io.torch_mode(x)  # the kind check every entry point makes
+    if not isinstance(x, torch.Tensor):
+        return numpy_layout.sum_head_groups(x, groups)
+    rows, t, d, g = validate.check_head_groups(io.checkable(x, "x"), groups, summing=True)
+    parts = x.reshape(rows // g, g, t, d)
+    total = parts[:, 0].contiguous()
+    for i in range(1, g):
+        total = add(total, parts[:, i].contiguous())
+    return total
+
+
 def split_heads(x: Arr, B: int, T: int, H: int) -> Arr:
     """(N, C) -> (BH, T, D), contiguous: head h of sequence b is row b*H + h (an exact copy on the device)."""
     io.torch_mode(x)  # the kind check every entry point makes

@@ -114,6 +114,8 @@ def kernel_specs() -> list[KernelSpec]:
         S(k, flat)
         for k in (
             tr.mul_kernel,
+            tr.add_kernel,
+            tr.rope_kernel,
             tr.rmsnorm_forward_kernel,
             tr.rmsnorm_backward_parts_kernel,
             tr.rmsnorm_backward_dx_kernel,

@@ -178,3 +178,23 @@ def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p2_ptr, m2_ptr, v2_ptr, scal_ptr, n
     tl.store(p2_ptr + offs, p2, mask=ok)
     tl.store(m2_ptr + offs, m2, mask=ok)
     tl.store(v2_ptr + offs, v2, mask=ok)
+
+
+@triton.jit
+def rope_kernel(x_ptr, cos_ptr, sin_ptr, y_ptr, numel, T, D, BLOCK: tl.constexpr):
+    """Rotary positions on x (BH, T, D) (section 4.7): y1 = x1 c - x2 s, y2 = x2 c + x1 s, halves of a row.
+
+    cos and sin are (T, D/2); an element of the first half pairs with the one D/2 after it.
+    """
+    offs, ok = _flat(numel, BLOCK)
+    half = D // 2
+    col = offs % D
+    t = (offs // D) % T
+    first = col < half
+    i = tl.where(first, col, col - half)
+    partner = tl.where(first, offs + half, offs - half)
+    x = tl.load(x_ptr + offs, mask=ok, other=0.0)
+    xp = tl.load(x_ptr + partner, mask=ok, other=0.0)
+    c = tl.load(cos_ptr + t * half + i, mask=ok, other=0.0)
+    s = tl.load(sin_ptr + t * half + i, mask=ok, other=0.0)
+    tl.store(y_ptr + offs, tl.where(first, x * c - xp * s, x * c + xp * s), mask=ok)

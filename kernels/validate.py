@@ -215,3 +215,27 @@ def check_adamw(p: object, g: object, m: object, v: object, step: object) -> int
     for other, name in ((g, "g"), (m, "m"), (v, "v")):
         check_pair(p, "p", other, name)
     return check_size(step, "step", 1)
+
+
+def check_rope(x: object, cos: object, sin: object) -> tuple[int, int, int]:
+    """Check x (BH, T, D) with D even and the tables cos, sin (T, D/2); return (BH, T, D)."""
+    x = check_float32(x, "x")
+    check_ndim(x, "x", (3,))
+    bh, t, d = x.shape
+    if d % 2:
+        raise KernelInputError(f"x has an odd last dimension {d}, want an even head size")
+    for name, table in (("cos", cos), ("sin", sin)):
+        table = check_float32(table, name)
+        if table.shape != (t, d // 2):
+            raise KernelInputError(f"{name} has shape {table.shape}, want {(t, d // 2)} (x's T, D/2)")
+    return bh, t, d
+
+
+def check_head_groups(x: object, groups: object, summing: bool) -> tuple[int, int, int, int]:
+    """Check x (rows, T, D) and a group size; when summing, rows must divide by it. Return (rows, T, D, G)."""
+    x = check_float32(x, "x")
+    check_ndim(x, "x", (3,))
+    g = check_size(groups, "groups", 1)
+    if summing and x.shape[0] % g:
+        raise KernelInputError(f"x has {x.shape[0]} heads, not a multiple of groups {g}")
+    return x.shape[0], x.shape[1], x.shape[2], g

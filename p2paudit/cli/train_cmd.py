@@ -52,7 +52,7 @@ def _publish_with_progress(
     "config_name",
     default="tiny",
     show_default=True,
-    help="A preset (tiny, small, 125m, 350m, 1b) or a JSON file of the whole training config (FILE.json).",
+    help="A preset (tiny, small, 125m, 350m, 1b, tiny-llama, llama-125m) or a JSON file of the whole training config (FILE.json).",
 )
 @click.option(
     "--data",

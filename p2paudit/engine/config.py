@@ -11,6 +11,13 @@ Every size is bounded before anything is allocated or looped over: a signed
 the allocator. The bounds admit GPT shapes up to about 2 billion parameters
 (n_layer <= 64, n_embd <= 8192, vocab_size <= 2^17, seq_len <= 8192) and
 steps of up to 2^22 tokens; `check_sizes` states them all.
+
+Two families (docs/engine.md, "Model families"): `gpt` (learned positions,
+multi-head attention, a SiLU MLP) and `llama` (rotary positions with base
+`rope_theta`, grouped-query attention with `n_kv_head` key/value heads, a
+SwiGLU MLP). A gpt config's dict has no `family`, `rope_theta` or `n_kv_head`
+key, so every manifest written before the llama family is byte for byte what
+it was; a llama config's dict has all three.
 """
 
 from __future__ import annotations
@@ -36,11 +43,19 @@ MAX_MICRO_BATCHES = 2**16
 MAX_TOKENS_PER_STEP = 2**22  # micro_batches * batch_size * seq_len: 4M tokens (GPT-3's largest batch was 3.2M)
 MAX_SCHEDULE_STEPS = 2**32  # warmup_steps and decay_steps; also the largest step count of a run
 MAX_NAME_CHARS = 64
+FAMILIES = ("gpt", "llama")
+LLAMA_KEYS = ("family", "rope_theta", "n_kv_head")  # in a model dict exactly when the family is llama
+MAX_ROPE_THETA = 1e9  # Llama 3 uses 500,000
+SWIGLU_MULTIPLE = 256  # the SwiGLU width is rounded up to a multiple of this (Llama's `multiple_of`)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only transformer; n_embd must divide by n_head."""
+    """A decoder-only transformer; n_embd must divide by n_head.
+
+    family "gpt" leaves rope_theta 0.0 and n_kv_head 0 (unused); family "llama"
+    sets rope_theta > 1 and 1 <= n_kv_head <= n_head with n_head % n_kv_head == 0.
+    """
 
     name: str
     vocab_size: int
@@ -50,17 +65,49 @@ class ModelConfig:
     n_embd: int
     mlp_mult: int
     tied_head: bool
+    family: str = "gpt"
+    rope_theta: float = 0.0
+    n_kv_head: int = 0
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def is_llama(self) -> bool:
+        return self.family == "llama"
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head for llama, n_head for gpt."""
+        return self.n_kv_head if self.is_llama else self.n_head
+
+    @property
+    def mlp_hidden(self) -> int:
+        """F: mlp_mult * C for gpt; for llama's SwiGLU 2/3 of that, rounded up to a multiple of 256."""
+        width = self.mlp_mult * self.n_embd
+        if not self.is_llama:
+            return width
+        return -(-2 * width // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.is_llama:
+            for key in LLAMA_KEYS:
+                del d[key]
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> ModelConfig:
-        cfg = cls(**_check_fields(cls, d, "model"))
+        if isinstance(d, dict) and "family" not in d:
+            present = [key for key in LLAMA_KEYS if key in d]
+            if present:
+                raise InputError(f'model key {present[0]} needs family "llama" (a gpt model omits it)')
+            cfg = cls(**_check_fields(cls, d, "model", omitted=LLAMA_KEYS))
+        else:
+            cfg = cls(**_check_fields(cls, d, "model"))
+            if cfg.family == "gpt":
+                raise InputError('model family "gpt" is written by omitting family, rope_theta and n_kv_head')
         _check_model(cfg)
         return cfg
 
@@ -125,11 +172,11 @@ class TrainConfig:
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
 
-def _check_fields(cls: type, d: Any, what: str) -> dict[str, Any]:
-    """Check that `d` is a dict with exactly cls's fields, each of its declared plain type."""
+def _check_fields(cls: type, d: Any, what: str, omitted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Check that `d` is a dict with exactly cls's fields but `omitted` (left at their defaults), each of its type."""
     if not isinstance(d, dict):
         raise InputError(f"{what} is a {type(d).__name__}, want an object")
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in omitted]
     unknown = sorted(set(d) - set(names))
     missing = [n for n in names if n not in d]
     if unknown:
@@ -138,6 +185,8 @@ def _check_fields(cls: type, d: Any, what: str) -> dict[str, Any]:
         raise InputError(f"{what} lacks key(s) {', '.join(missing)}")
     out = {}
     for f in dataclasses.fields(cls):
+        if f.name in omitted:
+            continue
         want = _TYPES.get(str(f.type))
         value = d[f.name]
         if want is not None:
@@ -167,9 +216,29 @@ def _check_range(value: int, low: int, high: int, where: str) -> None:
 
 def count_parameters(m: ModelConfig) -> int:
     """The number of parameters of `m` (as engine.state.param_shapes lays them out), without building them."""
-    C, F, V, T = m.n_embd, m.mlp_mult * m.n_embd, m.vocab_size, m.seq_len
+    C, F, V, T = m.n_embd, m.mlp_hidden, m.vocab_size, m.seq_len
+    if m.is_llama:  # no wpe; wk and wv are (C, n_kv_head * D); w_gate, w_up, w_proj
+        KV = m.kv_heads * m.head_dim
+        per_layer = 2 * C + 2 * C * C + 2 * C * KV + 3 * C * F
+        return V * C + m.n_layer * per_layer + C + (0 if m.tied_head else V * C)
     per_layer = 2 * C + 4 * C * C + 2 * C * F
     return V * C + T * C + m.n_layer * per_layer + C + (0 if m.tied_head else V * C)
+
+
+def _check_family(m: ModelConfig) -> None:
+    if m.family not in FAMILIES:
+        raise InputError(f"model family {m.family[:40]!r} is not one of {', '.join(FAMILIES)}")
+    if not m.is_llama:
+        if m.rope_theta != 0.0 or m.n_kv_head != 0:
+            raise InputError("model family gpt takes no rope_theta or n_kv_head (they are llama's)")
+        return
+    if not 1.0 < m.rope_theta <= MAX_ROPE_THETA:
+        raise InputError(f"model rope_theta is {m.rope_theta}, want a number in (1, {MAX_ROPE_THETA:g}]")
+    _check_range(m.n_kv_head, 1, m.n_head, "model n_kv_head")
+    if m.n_head % m.n_kv_head:
+        raise InputError(f"model n_head {m.n_head} is not a multiple of n_kv_head {m.n_kv_head}")
+    if m.head_dim % 2:
+        raise InputError(f"model head size {m.head_dim} (n_embd / n_head) is odd; rotary positions need it even")
 
 
 def _check_model(m: ModelConfig) -> None:
@@ -188,6 +257,7 @@ def _check_model(m: ModelConfig) -> None:
         _check_range(getattr(m, key), 1, high, f"model {key}")
     if m.n_embd % m.n_head:
         raise InputError(f"model n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
+    _check_family(m)
     params = count_parameters(m)
     if params > MAX_PARAMS:
         raise InputError(f"model has {params} parameters, more than the {MAX_PARAMS} allowed")
@@ -246,7 +316,43 @@ GPT_350M = ModelConfig(
 GPT_1B = ModelConfig(
     name="1b", vocab_size=GPT_VOCAB, seq_len=2048, n_layer=16, n_head=8, n_embd=2048, mlp_mult=4, tied_head=False
 )  # Pythia-1B (untied head)
-CONFIGS: dict[str, ModelConfig] = {"tiny": TINY, "small": SMALL, "125m": GPT_125M, "350m": GPT_350M, "1b": GPT_1B}
+# The Llama family: rotary positions (theta 10,000), grouped-query attention, SwiGLU, untied head.
+TINY_LLAMA = ModelConfig(
+    name="tiny-llama",
+    vocab_size=256,
+    seq_len=64,
+    n_layer=2,
+    n_head=4,
+    n_embd=64,
+    mlp_mult=4,
+    tied_head=False,
+    family="llama",
+    rope_theta=10000.0,
+    n_kv_head=2,
+)
+LLAMA_VOCAB = 32000  # Llama 1 and 2's SentencePiece vocabulary
+LLAMA_125M = ModelConfig(
+    name="llama-125m",
+    vocab_size=LLAMA_VOCAB,
+    seq_len=2048,
+    n_layer=12,
+    n_head=12,
+    n_embd=768,
+    mlp_mult=4,
+    tied_head=False,
+    family="llama",
+    rope_theta=10000.0,
+    n_kv_head=4,
+)  # GPT-2 small's depth and width in Llama's architecture (SwiGLU width 2048)
+CONFIGS: dict[str, ModelConfig] = {
+    "tiny": TINY,
+    "small": SMALL,
+    "125m": GPT_125M,
+    "350m": GPT_350M,
+    "1b": GPT_1B,
+    "tiny-llama": TINY_LLAMA,
+    "llama-125m": LLAMA_125M,
+}
 
 # Per-model training defaults: (batch_size, micro_batches, lr, min_lr, warmup_steps, decay_steps).
 # The GPT presets read 65,536 tokens per step by default.
@@ -256,6 +362,8 @@ _DEFAULTS = {
     "125m": (4, 16, 6e-4, 6e-5, 100, 10000),
     "350m": (2, 32, 3e-4, 3e-5, 100, 10000),
     "1b": (1, 32, 3e-4, 3e-5, 100, 10000),
+    "tiny-llama": (4, 4, 3e-3, 3e-4, 10, 1000),
+    "llama-125m": (2, 16, 6e-4, 6e-5, 100, 10000),
 }
 
 

@@ -2,7 +2,7 @@
 
 Counted from what engine.step, engine.model and engine.backward keep alive at
 once (P = parameters, N = batch_size * seq_len tokens of one micro-batch,
-C = n_embd, F = mlp_mult * C, V = vocab_size, H = n_head, T = seq_len, L =
+C = n_embd, F = the MLP width (model.mlp_hidden), V = vocab_size, H = n_head, T = seq_len, L =
 n_layer, k = log2(micro_batches); every float is 4 bytes):
 
 - the state: parameters and the two AdamW moments, 3P;
@@ -11,10 +11,10 @@ n_layer, k = log2(micro_batches); every float is 4 bytes):
 - while the update runs: the old state, the summed gradients and the new
   state, 7P (apply_update builds a new dict; nothing is updated in place).
 
-A (floats) = L (7NC + 2NF + 2N + HBT^2)            the per-layer forward cache
+A (floats) = L (7NC + 2NF + 2N + HBT^2)            the per-layer forward cache (llama: 4NF)
            + 2NC + N + 3NV + 2VC                    last block, logits, dlogits, the
                                                     cross-entropy temporary, head grads
-           + 12NC + 2NF + 3HBT^2 + 6N               one layer's backward temporaries,
+           + 12NC + 2NF + 3HBT^2 + 6N               one layer's backward temporaries (llama: 4NF),
                                                     attention scores, int64 indices
 
 train step = 4 max(3P + (k + 1)P + A, 3P + (k + 2)P, 7P) + the token stream and
@@ -86,11 +86,12 @@ def activation_floats(cfg: TrainConfig) -> int:
     """Floats of one micro-batch's activations and backward temporaries (see the module docstring)."""
     m = cfg.model
     B, T, C, V, H, L = cfg.batch_size, m.seq_len, m.n_embd, m.vocab_size, m.n_head, m.n_layer
-    F, N = m.mlp_mult * C, cfg.batch_size * m.seq_len
+    F, N = m.mlp_hidden, cfg.batch_size * m.seq_len
+    mlp = 4 if m.is_llama else 2  # (N, F) arrays: llama's SwiGLU keeps gate, up, silu and their product
     scores = H * B * T * T
-    per_layer = 7 * N * C + 2 * N * F + 2 * N + scores
+    per_layer = 7 * N * C + mlp * N * F + 2 * N + scores
     head = 2 * N * C + N + 3 * N * V + 2 * V * C
-    backward_temps = 12 * N * C + 2 * N * F + 3 * scores + 6 * N
+    backward_temps = 12 * N * C + mlp * N * F + 3 * scores + 6 * N
     return L * per_layer + head + backward_temps
 
 

@@ -9,6 +9,14 @@ Order and names (C = n_embd, F = mlp_mult * C, V = vocab_size, T = seq_len):
     opt/m/<param> and opt/v/<param> for every param, in the same order
     step  int64 0-d: the number of updates done
 
+The llama family (F = model.mlp_hidden, KV = n_kv_head * head_dim) has no
+wpe (positions are rotary), (C, KV) wk and wv, and a SwiGLU MLP:
+
+    params/wte (V, C)
+    params/h.<l>.ln1 (C,)  params/h.<l>.attn.wq (C, C) wk (C, KV) wv (C, KV) wo (C, C)
+    params/h.<l>.ln2 (C,)  params/h.<l>.mlp.w_gate (C, F) w_up (C, F) w_proj (F, C)
+    params/ln_f (C,)  [params/lm_head (V, C) when the head is untied]
+
 Linear maps are stored (in, out): y = x @ W. Every float tensor is float32.
 """
 
@@ -27,15 +35,19 @@ INIT_BOUND = np.float32(0.035)
 
 def param_shapes(model: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Parameter names (without the "params/" prefix) and shapes, in state order."""
-    C, F, V, T = model.n_embd, model.mlp_mult * model.n_embd, model.vocab_size, model.seq_len
-    shapes: dict[str, tuple[int, ...]] = {"wte": (V, C), "wpe": (T, C)}
+    C, F, V, T = model.n_embd, model.mlp_hidden, model.vocab_size, model.seq_len
+    KV = model.kv_heads * model.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"wte": (V, C)}
+    if not model.is_llama:
+        shapes["wpe"] = (T, C)
     for layer in range(model.n_layer):
         p = f"h.{layer}."
         shapes[p + "ln1"] = (C,)
-        for w in ("wq", "wk", "wv", "wo"):
-            shapes[p + "attn." + w] = (C, C)
+        for w, width in (("wq", C), ("wk", KV), ("wv", KV), ("wo", C)):
+            shapes[p + "attn." + w] = (C, width)
         shapes[p + "ln2"] = (C,)
-        shapes[p + "mlp.w_fc"] = (C, F)
+        for w in ("w_gate", "w_up") if model.is_llama else ("w_fc",):
+            shapes[p + "mlp." + w] = (C, F)
         shapes[p + "mlp.w_proj"] = (F, C)
     shapes["ln_f"] = (C,)
     if not model.tied_head:

@@ -16,3 +16,9 @@ GOLDEN_TINY_DIGESTS = {
     2: "sha256:f5f8249ef69bf8f53afcb4f91abef7703cd1c255087e87ea87a30bf170ffc4d7",
 }
 GOLDEN_TINY_DIGEST = GOLDEN_TINY_DIGESTS[ARITHMETIC_VERSION]  # the run `p2paudit demo` trains: a new run's version
+
+# The same run with the Llama family's test preset: `train_config("tiny-llama", steps=8, seed=0)`.
+GOLDEN_TINY_LLAMA_DIGESTS = {
+    1: "sha256:ab651ac42e18decaf3a57c6518821225227b40689e8e2492b323681599010357",
+    2: "sha256:c63e033013e93a290549921f077177327c53f9f6ec1a6dc37176bf624c58abf3",
+}

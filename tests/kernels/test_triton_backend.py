@@ -91,6 +91,16 @@ def _probe_layout_ops(triton_backend, reference, rng) -> list[str]:
     heads = triton_backend.split_heads(up(x), 2, 5, 3)
     problems.append(compare_outputs(down(heads), reference.split_heads(x, 2, 5, 3)))
     problems.append(compare_outputs(down(triton_backend.merge_heads(heads, 2, 3)), x))
+    # The Llama family's ops: rope (odd positions and a head size past one half-block), grouped heads, mul.
+    for bh, t, d in ((3, 5, 4), (2, 7, 130)):
+        x, cos, sin = sprinkle(rng, wide(rng, (bh, t, d)), 4), wide(rng, (t, d // 2)), wide(rng, (t, d // 2))
+        got = triton_backend.rope(up(x), up(cos), up(sin))
+        problems.append(compare_outputs(down(got), reference.rope(x, cos, sin)))
+        other = x[::-1].copy()
+        problems.append(compare_outputs(down(triton_backend.mul(up(x), up(other))), reference.mul(x, other)))
+    kv = sprinkle(rng, wide(rng, (6, 3, 4)), 6)
+    problems.append(compare_outputs(down(triton_backend.repeat_heads(up(kv), 3)), reference.repeat_heads(kv, 3)))
+    problems.append(compare_outputs(down(triton_backend.sum_head_groups(up(kv), 3)), reference.sum_head_groups(kv, 3)))
     tokens = rng.integers(0, 50, (3, 9))
     for got, want in zip(triton_backend.split_tokens(up(tokens)), reference.split_tokens(tokens), strict=True):
         if not np.array_equal(down(got), want) or down(got).dtype != np.int64:
