@@ -27,11 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from p2paudit.audit.records import INIT, MATCH, MISMATCH, StepAudit
 from p2paudit.errors import InputError
-from p2paudit.lab import ReplayVerdict, replay_step
+from p2paudit.lab import ReplayVerdict, replay_step, torch_build
 from p2paudit.lab.script import check_torch_build, rebuild_initial
 from p2paudit.run.lab_run import LabRunView, load_lab_state, read_lab_run
 
@@ -50,8 +48,9 @@ def verify_lab_steps(run_dir: Path, first: int, last: int) -> tuple[bytes, list[
 
 
 def lab_engine_version(view: LabRunView) -> str:
-    """What replayed a lab step, as an audit's engine_version (at most 64 printable characters)."""
-    return f"p2paudit-lab op-table {view.claims.op_table_version} torch {torch.__version__}"[:64]
+    """What replayed a lab step, as an audit's engine_version (at most 64 printable characters): the lab
+    mode, its op table and this process's torch build (which check_torch_build holds equal to the run's)."""
+    return f"p2paudit-lab op-table {view.claims.op_table_version} {torch_build()}"[:64]
 
 
 def _init_audit(view: LabRunView) -> StepAudit:

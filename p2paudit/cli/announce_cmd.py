@@ -43,8 +43,8 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
 
     import trio
 
+    from p2paudit.cli.audit_io import node_identity
     from p2paudit.cli.log_file import open_log_file
-    from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.errors import InputError
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config
     from p2paudit.node.net import LIBRARY_LOGGERS
@@ -52,7 +52,7 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     from p2paudit.run.cache import BlobCache
     from p2paudit.run.remote import RemoteRun
 
-    identity = _node_identity()
+    identity = node_identity()
     home = home_dir()
     configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
     peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))

@@ -225,10 +225,10 @@ def daemon(
     """
     import trio
 
+    from p2paudit.cli.audit_io import node_identity
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.progress_display import telling_compiles
-    from p2paudit.cli.run_cmds import _node_identity
     from p2paudit.cli.status_lines import one_line
     from p2paudit.identity import CONFIG_FILE_NAME, home_dir, load_config, peer_id_of
     from p2paudit.node.assign.auditor import AuditPolicy
@@ -237,7 +237,7 @@ def daemon(
     from p2paudit.node.daemon.run import run_daemon
     from p2paudit.node.net import LIBRARY_LOGGERS, ReachConfig
 
-    identity = _node_identity()
+    identity = node_identity()
     home = home_dir()
     configured = load_config(home / CONFIG_FILE_NAME) if (home / CONFIG_FILE_NAME).exists() else None
     peers = tuple(dict.fromkeys((*peers, *(configured.peers if configured else ()))))  # flags first, no repeats

@@ -101,7 +101,7 @@ def own_home(home: Path) -> Iterator[None]:
 
 
 def _demo(demo_dir: Path, backend: str, nodes: int) -> None:
-    from p2paudit.cli.run_cmds import _node_identity
+    from p2paudit.cli.audit_io import node_identity
     from p2paudit.cli.train_cmd import _publish_with_progress
     from p2paudit.errors import InternalError
     from p2paudit.run.golden import GOLDEN_TINY_DIGEST, GOLDEN_TINY_STEPS
@@ -112,7 +112,7 @@ def _demo(demo_dir: Path, backend: str, nodes: int) -> None:
     plan = TrainPlan(run_dir, "tiny", DEMO_STEPS, None, 0, DEMO_CKPT_EVERY, 1, backend)
     check_plan(plan)
     click.echo(f"publishing the tiny run ({DEMO_STEPS} steps, checkpoint every {DEMO_CKPT_EVERY}) into {run_dir}")
-    result = _publish_with_progress(plan, _node_identity())
+    result = _publish_with_progress(plan, node_identity())
     if result.already_complete:
         click.echo("(reusing the finished run already there)")
     outcome = _run_network(demo_dir, run_dir, backend, nodes)

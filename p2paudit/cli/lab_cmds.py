@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from p2paudit.cli import cli
-from p2paudit.cli.run_cmds import _node_identity
+from p2paudit.cli.audit_io import node_identity
 from p2paudit.errors import InputError, MismatchError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def train_script_cmd(
         script_path,
         run_dir,
         steps,
-        _node_identity(),
+        node_identity(),
         backend=backend,
         arithmetic=None if arithmetic is None else int(arithmetic),
         values=values,
@@ -93,7 +93,7 @@ def verify_lab_range(
     from p2paudit.audit.lab_replay import lab_audits
     from p2paudit.audit.records import VERDICTS
     from p2paudit.audit.replay import parse_step_range
-    from p2paudit.cli.run_cmds import _audit_line, record_in_ledger
+    from p2paudit.cli.audit_io import audit_line, record_in_ledger
     from p2paudit.identity import parse_public_key_hex
     from p2paudit.run.digest import format_digest
     from p2paudit.run.lab_run import lab_publisher, open_lab_run
@@ -109,7 +109,7 @@ def verify_lab_range(
     span = range(0) if chosen.first is None or chosen.last is None else range(chosen.first, chosen.last + 1)
 
     def shown(audit: StepAudit) -> None:
-        click.echo(_audit_line(audit))
+        click.echo(audit_line(audit))
 
     audits = lab_audits(view, chosen.init, span, None if as_json else shown)
     counts = {v: sum(1 for a in audits if a.verdict == v) for v in VERDICTS}

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 import click
 
 from p2paudit.cli import cli
-from p2paudit.cli.run_cmds import BACKEND_CHOICE, _node_identity
+from p2paudit.cli.audit_io import node_identity
+from p2paudit.cli.run_cmds import BACKEND_CHOICE
 
 if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.engine.config import TrainConfig
@@ -154,7 +155,7 @@ def train(
     memory = f"memory per process: {estimate.describe()}; {'unknown' if have is None else format_bytes(have)} available"
     if not as_json:
         click.echo(f"{cfg.model.name}: {count_parameters(cfg.model):,} parameters; {memory}")
-    identity = load_identity(key_path) if key_path is not None else _node_identity()
+    identity = load_identity(key_path) if key_path is not None else node_identity()
     scratch = scratch_dir if scratch_dir is not None else home_dir() / "scratch"
     result = _publish_with_progress(plan, identity, as_json=as_json, scratch_dir=scratch, **options)
     state = (
