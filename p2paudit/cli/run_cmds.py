@@ -320,7 +320,10 @@ def verify_range_cmd(
     world_size = _world_size(world_text)  # refused before anything of a remote run is fetched
     if _is_local_lab_run(run_dir):
         from p2paudit.cli.lab_cmds import verify_lab_range
+        from p2paudit.errors import InputError
 
+        if against is not None:  # never a comparison silently not made
+            raise InputError("--against: a lab run replays once, on the backend its manifest names")
         verify_lab_range(Path(run_dir), steps, as_json, publisher, world_size, attest, ledger_path)
         return
     local = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay, publisher, allow_other_hosts)

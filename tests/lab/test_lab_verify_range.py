@@ -132,3 +132,5 @@ def test_another_publisher_is_refused_before_the_script_runs(honest, tmp_path):
     assert result.exit_code == EXIT_USAGE and len(lines) == 1 and "not signed by --publisher" in lines[0]
     many = invoke(home, "verify-range", "0", "--run", str(run), "--world-size", "2")
     assert many.exit_code == EXIT_USAGE and "a lab run replays in one process" in many.output
+    against = invoke(home, "verify-range", "0", "--run", str(run), "--against", "reference")
+    assert against.exit_code == EXIT_USAGE and "--against: a lab run replays once" in against.output
