@@ -18,7 +18,12 @@ from p2paudit.engine.config import ModelConfig
 F32 = np.float32
 
 
-@functools.cache
+# A few models' tables at most: a daemon meets strangers' configs, and one table set of the largest allowed
+# shape (seq_len 8192, head size 8192) is 400 MB, so the cache is bounded, not keyed forever.
+TABLE_CACHE_SIZE = 4
+
+
+@functools.lru_cache(maxsize=TABLE_CACHE_SIZE)
 def _tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     half = head_dim // 2
     exponent = -(np.arange(half, dtype=F32) * F32(2)) / F32(head_dim)  # -(2i) / D: the division rounds once

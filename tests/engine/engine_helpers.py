@@ -47,3 +47,11 @@ def failing_run(rank: int, world_size: int) -> int:
     if rank == world_size - 1:
         raise ValueError(f"rank {rank} fails on purpose")
     return rank
+
+
+def assert_grads_close(ours: dict, want: dict, rel_tol: float) -> None:
+    """Every float32 gradient within rel_tol * max |want| + 1e-7 of the float64 one, with its shape."""
+    for name, g in want.items():
+        assert ours[name].dtype == np.float32 and ours[name].shape == g.shape
+        err = np.abs(ours[name].astype(np.float64) - g).max()
+        assert err <= rel_tol * np.abs(g).max() + 1e-7, f"{name}: max error {err:.3g}, scale {np.abs(g).max():.3g}"

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from engine_helpers import shrunk_config, text_corpus
+from engine_helpers import assert_grads_close, shrunk_config, text_corpus
 
 import kernels
 from p2paudit.engine.model import NORM_EPS
@@ -77,10 +77,7 @@ def test_gradients_match_float64_autograd(tied):
     want, want_loss = autograd_grads(state, tokens, cfg.model)
     assert list(ours) == list(want)
     assert abs(float(loss) - want_loss) <= 1e-5 * want_loss
-    for name, g in want.items():
-        assert ours[name].dtype == np.float32 and ours[name].shape == g.shape
-        err = np.abs(ours[name].astype(np.float64) - g).max()
-        assert err <= REL_TOL * np.abs(g).max() + 1e-7, f"{name}: max error {err:.3g}, scale {np.abs(g).max():.3g}"
+    assert_grads_close(ours, want, REL_TOL)
 
 
 def test_the_comparison_can_fail():

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from engine_helpers import text_corpus
+from engine_helpers import assert_grads_close, text_corpus
 from test_grads import perturbed_state, rms
 
 import kernels
@@ -114,10 +114,7 @@ def test_llama_gradients_match_float64_autograd(n_kv_head, arithmetic):
     want, want_loss = float64_grads(state, tokens, cfg.model)
     assert list(ours) == list(want) and "wpe" not in ours
     assert abs(float(loss) - want_loss) <= 1e-5 * want_loss
-    for name, g in want.items():
-        assert ours[name].dtype == np.float32 and ours[name].shape == g.shape
-        err = np.abs(ours[name].astype(np.float64) - g).max()
-        assert err <= REL_TOL * np.abs(g).max() + 1e-7, f"{name}: max error {err:.3g}, scale {np.abs(g).max():.3g}"
+    assert_grads_close(ours, want, REL_TOL)
 
 
 def test_the_float64_comparison_fails_without_the_rotation():
@@ -143,6 +140,15 @@ def test_rope_tables_are_the_rotation_angles_to_float32_accuracy():
     bound = 4e-7 * np.maximum(1.0, angle)
     assert np.all(np.abs(cos - np.cos(angle)) <= bound) and np.all(np.abs(sin - np.sin(angle)) <= bound)
     assert not cos.flags.writeable
+
+
+def test_the_table_cache_is_bounded():
+    from p2paudit.engine import rope
+
+    base = train_config("tiny-llama").model
+    for theta in (2.0, 3.0, 5.0, 7.0, 11.0, 13.0):
+        rope_tables(dataclasses.replace(base, rope_theta=theta))
+    assert rope._tables.cache_info().currsize <= rope.TABLE_CACHE_SIZE
 
 
 def test_rope_is_a_rotation_and_its_backward_its_inverse():
