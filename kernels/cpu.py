@@ -237,7 +237,8 @@ def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, dloss: Scala
     """dlogits (N, V) = (e / s - onehot(t)) * (dloss / N)."""
     n, _ = validate.check_cross_entropy(logits, targets)
     g = validate.to_float32(dloss, "dloss") / F32(n)
-    dlogits: HostArray = cross_entropy_backward_2d(logits, targets, F32(g))  # (N, V)
+    dlogits: HostArray = np.empty(logits.shape, np.float32)  # (N, V)
+    cross_entropy_backward_2d(logits, targets, F32(g), dlogits)
     return dlogits
 
 
@@ -251,7 +252,8 @@ def embedding(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def embedding_backward(idx: np.ndarray, dout: np.ndarray, vocab_size: int) -> np.ndarray:
     """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n in increasing order."""
     v, _, _ = validate.check_embedding_backward(idx, dout, vocab_size)
-    dtable: HostArray = embedding_scatter_add(idx, dout, v)  # (V, C)
+    dtable: HostArray = np.zeros((v, dout.shape[1]), np.float32)  # (V, C), +0.0
+    embedding_scatter_add(idx, dout, dtable)
     return dtable
 
 
@@ -271,11 +273,9 @@ def adamw(
     step = validate.check_adamw(p, g, m, v, step)
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
-    p2: HostArray
-    m2: HostArray
-    v2: HostArray
-    p2, m2, v2 = adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps)
-    return p2.reshape(p.shape), m2.reshape(p.shape), v2.reshape(p.shape)
+    p2, m2, v2 = (np.empty(p.shape, np.float32) for _ in range(3))  # numpy's: huge pages (adamw_flat)
+    adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, *(x.reshape(-1) for x in (p2, m2, v2)))
+    return p2, m2, v2
 
 
 if TYPE_CHECKING:  # mypy holds this module to the contract (kernels/backend_contract.py); nothing runs here

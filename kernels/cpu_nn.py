@@ -184,10 +184,12 @@ def cross_entropy_rows(logits, targets):
 
 
 @njit(parallel=True, cache=True)
-def cross_entropy_backward_2d(logits, targets, g):
-    """dlogits (N, V) = (e / s - onehot(t)) * g (section 4.4). Precondition: g float32."""
+def cross_entropy_backward_2d(logits, targets, g, dl):
+    """dlogits (N, V) = (e / s - onehot(t)) * g (section 4.4) into dl, a new (N, V) array. Precondition: g float32.
+
+    dl comes from numpy (huge pages); numba's allocator faults a new array in 4 KiB at a time.
+    """
     n, v = logits.shape
-    dl = np.empty_like(logits)  # (N, V)
     n_tasks = (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     for task in prange(n_tasks):
         buf = np.empty(next_pow2(v), np.float32)  # scratch (P2(V),)
@@ -198,7 +200,6 @@ def cross_entropy_backward_2d(logits, targets, g):
             for j in range(v):
                 hot = ONE if j == t else ZERO
                 dst[j] = (dst[j] / s - hot) * g
-    return dl
 
 
 @njit(parallel=True, cache=True)
@@ -215,14 +216,16 @@ def embedding_gather(table, idx):
 
 
 @njit(parallel=True, cache=True)
-def embedding_scatter_add(idx, dout, vocab_size):
-    """dtable (V, C): +0.0, then dtable[idx[n]] += dout[n] for n = 0, 1, ... (section 4.5).
+def embedding_scatter_add(idx, dout, dtable):
+    """dtable (V, C), given all +0.0: dtable[idx[n]] += dout[n] for n = 0, 1, ... (section 4.5).
 
     Threads split the columns: every column block sees all tokens in
     increasing n, so each row receives its tokens in the document's order.
+    dtable comes from numpy's zeros (huge pages, zeroed by the kernel as they
+    are touched): numba's np.zeros wrote all V x C values first, 4 KiB pages
+    faulted in one at a time.
     """
     n, c = dout.shape
-    dtable = np.zeros((vocab_size, c), np.float32)  # (V, C)
     n_tasks = (c + EMB_COLS_PER_TASK - 1) // EMB_COLS_PER_TASK
     for task in prange(n_tasks):
         c0 = task * EMB_COLS_PER_TASK
@@ -232,4 +235,3 @@ def embedding_scatter_add(idx, dout, vocab_size):
             src = dout[i, c0:c1]  # (c1 - c0,)
             for j in range(c1 - c0):  # from 0: LLVM then knows j >= 0 and vectorises
                 dst[j] = dst[j] + src[j]
-    return dtable

@@ -270,8 +270,9 @@ def update_params(
     lr = lr_at(counter, o)
     shapes = param_shapes(cfg.model)
     for updated, (name, shape) in enumerate(shapes.items(), start=1):
-        # exact unless subnormal: M is 2^j
-        g = emit(trace, f"update/{name}/grad", backend.div_scalar(grads[name], np.float32(M)))
+        # exact unless subnormal: M is 2^j; G / 1.0 is G (NaN stays NaN), so M = 1 skips a pass over memory
+        g = grads[name] if M == 1 else backend.div_scalar(grads[name], np.float32(M))
+        g = emit(trace, f"update/{name}/grad", g)
         m, v = moments(name)
         wd = np.float32(o.weight_decay) if len(shape) == 2 else np.float32(0.0)
         p2, m2, v2 = backend.adamw(

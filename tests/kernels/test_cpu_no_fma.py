@@ -51,7 +51,7 @@ def _sample_calls():
     scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
     return [
         ("pack_operands", mm.pack_operands, (a3, False, a3, True, ap, bp, 1, 1)),
-        ("matmul_packed", mm.matmul_packed, (ap, bp, 5, 5, mm.FULL)),
+        ("matmul_packed", mm.matmul_packed, (ap, bp, np.empty((1, 5, 5), F32), mm.FULL, 1, 1)),
         ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
@@ -61,15 +61,23 @@ def _sample_calls():
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
         ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
-        ("adamw_flat", ew.adamw_flat, (flat, flat, flat, np.abs(flat), *scalars)),
+        (
+            "adamw_flat",
+            ew.adamw_flat,
+            (flat, flat, flat, np.abs(flat), *scalars, *(np.empty_like(flat) for _ in range(3))),
+        ),
         ("softmax_causal_3d", nn.softmax_causal_3d, (s,)),
         ("softmax_causal_backward_3d", nn.softmax_causal_backward_3d, (s, s)),
         ("rmsnorm_2d", nn.rmsnorm_2d, (x, x[0], F32(1e-5))),
         ("rmsnorm_backward_rows", nn.rmsnorm_backward_rows, (x, x[0], x[:, 0].copy(), x)),
         ("cross_entropy_rows", nn.cross_entropy_rows, (x, np.array([0, 6, 2, 3, 1], dtype=np.int64))),
-        ("cross_entropy_backward_2d", nn.cross_entropy_backward_2d, (x, np.zeros(5, np.int64), F32(0.2))),
+        (
+            "cross_entropy_backward_2d",
+            nn.cross_entropy_backward_2d,
+            (x, np.zeros(5, np.int64), F32(0.2), np.empty_like(x)),
+        ),
         ("embedding_gather", nn.embedding_gather, (x, idx)),
-        ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), 2)),
+        ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 5), F32))),
     ]
 
 
