@@ -40,101 +40,14 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from kernels.cpu_pack import PACK_K, pack_k_major, pack_operands, pack_task_count, pack_transposed
 from kernels.cpu_scalar import bits_from_f32, mac_f32
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 
 K_BLOCK = 128  # k values folded per tile visit: a B panel's strip is 128 x 32 floats, 16 KiB of L1
 CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
 CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
-PACK_K = 256  # k values per packing task
-TRANSPOSE_K = 16  # k values per block of a transposing pack: one 64-byte line of each source row
-PACK_GROUP = 16  # panels per packing task of a k-major operand (its rows are read 16 panels wide)
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
-
-
-@njit(inline="always")
-def _pack_k_major(src, z, x_count, k0, k1, q0, q1, dst):
-    """dst[z, q, k, r] = src[z, k, q * W + r] (+0.0 past x_count) for q in [q0, q1), k in [k0, k1).
-
-    src (BH, K, X) is read along its rows, W = dst.shape[3] values per panel.
-    """
-    width = dst.shape[3]
-    for k in range(k0, k1):
-        for q in range(q0, q1):
-            base = q * width
-            if base + width <= x_count:
-                for r in range(width):
-                    dst[z, q, k, r] = src[z, k, base + r]
-            else:
-                for r in range(width):
-                    dst[z, q, k, r] = src[z, k, base + r] if base + r < x_count else np.float32(0.0)
-
-
-@njit(inline="always")
-def _pack_transposed(src, z, x_count, k0, k1, q, dst):
-    """dst[z, q, k, r] = src[z, q * W + r, k] (+0.0 past x_count) for k in [k0, k1).
-
-    src (BH, X, K): the panel's W rows (W = dst.shape[3]) are copied
-    TRANSPOSE_K values of k at a time, each row's run of k read in one go (one
-    cache line) into the W x TRANSPOSE_K block of dst, which stays in L1.
-    Reading the W rows side by side one k at a time instead (the first
-    version) cost 2.7 ns an element single-threaded where the row stride is a
-    multiple of 4 KiB (K = 1024 or 3072: every row's line falls in one L1
-    set), against 0.7 ns this way (docs/benchmarks.md).
-    """
-    width = dst.shape[3]
-    base = q * width
-    valid = min(width, x_count - base)
-    for kb in range(k0, k1, TRANSPOSE_K):
-        kb1 = min(k1, kb + TRANSPOSE_K)
-        for r in range(valid):
-            row = src[z, base + r]  # (K,)
-            for k in range(kb, kb1):
-                dst[z, q, k, r] = row[k]
-        for r in range(valid, width):
-            for k in range(kb, kb1):
-                dst[z, q, k, r] = 0.0
-
-
-@njit(inline="always")
-def _pack_task(src, k_major, task, k_chunks, x_count, dst):
-    """One packing task of one operand into its panels dst (BH, Q, K, W); see pack_operands."""
-    n_q, k_count = dst.shape[1], dst.shape[2]
-    per_z = (n_q + PACK_GROUP - 1) // PACK_GROUP * k_chunks if k_major else n_q * k_chunks
-    z = task // per_z
-    rest = task - z * per_z
-    kc = rest % k_chunks
-    k0, k1 = kc * PACK_K, min(k_count, kc * PACK_K + PACK_K)
-    if k_major:
-        q0 = rest // k_chunks * PACK_GROUP
-        _pack_k_major(src, z, x_count, k0, k1, q0, min(n_q, q0 + PACK_GROUP), dst)
-    else:
-        _pack_transposed(src, z, x_count, k0, k1, rest // k_chunks, dst)
-
-
-def _pack_task_count(dst_shape: tuple[int, ...], k_major: bool, k_chunks: int) -> int:
-    bh, n_q = dst_shape[0], dst_shape[1]
-    return bh * k_chunks * ((n_q + PACK_GROUP - 1) // PACK_GROUP if k_major else n_q)
-
-
-@njit(parallel=True, cache=True)
-def pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks):
-    """Fill the panels ap of A (BH, M, K) (or of aᵀ given as (BH, K, M)) and bp of B (BH, K, N) (or bᵀ (BH, N, K)).
-
-    ap (BH, ceil(M / TILE_ROWS), K, TILE_ROWS): ap[z, p, k, r] = A[z, p * TILE_ROWS + r, k];
-    bp (BH, ceil(N / TILE_COLS), K, TILE_COLS): bp[z, q, k, c] = B[z, k, q * TILE_COLS + c];
-    +0.0 past M and N. a_tasks and b_tasks: the task counts of _pack_task_count.
-    Precondition: A's K equals B's K, same BH, ap and bp of those shapes.
-    """
-    k_count = ap.shape[2]
-    k_chunks = max(1, (k_count + PACK_K - 1) // PACK_K)
-    m = a.shape[2] if a_transposed else a.shape[1]
-    n = b.shape[1] if b_transposed else b.shape[2]
-    for task in prange(a_tasks + b_tasks):
-        if task < a_tasks:
-            _pack_task(a, a_transposed, task, k_chunks, m, ap)
-        else:
-            _pack_task(b, not b_transposed, task - a_tasks, k_chunks, n, bp)
 
 
 # What a causal attention product may leave out (`causal` of matmul_packed). Each is exact only under
@@ -226,7 +139,7 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
     """
     bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
     nq = bp.shape[1]
-    m, n = c.shape[1], c.shape[2]
+    m = c.shape[1]
     per_z = row_chunks * col_chunks
     for task in prange(bh * per_z):
         # Row chunks vary fastest: consecutive tasks share their B panels.
@@ -256,13 +169,91 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
                         _finish_negative_zeros(
                             ap[z, p], bp[z, q], acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, hi
                         )
-        i_base, j_base = p_lo * TILE_ROWS, q_lo * TILE_COLS
-        iw, jw = min(m, p_hi * TILE_ROWS) - i_base, min(n, q_hi * TILE_COLS) - j_base
-        for i in range(iw):
-            dst = c[z, i_base + i, j_base : j_base + jw]  # (jw,)
-            src = acc[i]
-            for j in range(jw):
-                dst[j] = src[j]
+        _store_block(c, z, acc, p_lo * TILE_ROWS, p_hi * TILE_ROWS, q_lo * TILE_COLS, q_hi * TILE_COLS)
+
+
+@njit(inline="always")
+def _store_block(c, z, acc, i0, i1, j0, j1):
+    """c[z, i0:i1, j0:j1] = acc[:i1 - i0, :j1 - j0], clipped to C's rows and columns (the padding dropped)."""
+    iw, jw = min(c.shape[1], i1) - i0, min(c.shape[2], j1) - j0
+    for i in range(iw):
+        dst = c[z, i0 + i, j0 : j0 + jw]  # (jw,)
+        src = acc[i]
+        for j in range(jw):
+            dst[j] = src[j]
+
+
+@njit(parallel=True, cache=True)
+def matmul_streamed(ap, b, b_transposed, c, col_chunks, local):
+    """_matmul_streamed in arithmetic version 1: acc + (a * b) per k."""
+    _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, False)
+
+
+@njit(parallel=True, cache=True)
+def matmul_streamed_fused(ap, b, b_transposed, c, col_chunks, local):
+    """_matmul_streamed in arithmetic version 2: fma(a, b, acc) per k."""
+    _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, True)
+
+
+@njit(inline="always")
+def _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, fused):
+    """C (BH, M, N) into c from A's panels (pack_operands) and B as given: each task packs its own B panels.
+
+    A task is one column block of C in one batch element, all its rows: a
+    run of B panels (col_chunks runs, cut evenly), which the task's thread
+    packs for every k into its own buffer local[thread] and then folds
+    against every A panel, CHUNK_PANELS_A panels at a time, k in K_BLOCK
+    steps. The run's panels (K x 384 floats at most) stay in the core's L2
+    cache while they are used; packing all of B first (_matmul_packed) wrote
+    it to memory and read it back, which cost a head product a third of its
+    fold. The same folds in the same k order as _matmul_packed with FULL.
+    Preconditions: ap is A's packing (BH, MP, K, TILE_ROWS); b is (BH, K, N),
+    or (BH, N, K) when b_transposed; 1 <= col_chunks <= ceil(N / TILE_COLS);
+    local (threads, >= the panels of a run, K, TILE_COLS).
+    """
+    bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
+    n = c.shape[2]
+    nq = (n + TILE_COLS - 1) // TILE_COLS
+    row_chunks = max(1, (mp + CHUNK_PANELS_A - 1) // CHUNK_PANELS_A)
+    for task in prange(bh * col_chunks):
+        z = task // col_chunks
+        q_lo, q_hi = _chunk_bounds(task - z * col_chunks, col_chunks, nq)
+        x0 = q_lo * TILE_COLS
+        me = numba.get_thread_id()
+        panels = local[me : me + 1]  # (1, CQ, K, TC): this thread's
+        if b_transposed:
+            src = b[z : z + 1, x0:, :]  # (1, N - x0, K)
+            for q in range(q_hi - q_lo):
+                pack_transposed(src, 0, n - x0, 0, k_count, q, panels)
+        else:
+            pack_k_major(b[z : z + 1, :, x0:], 0, n - x0, 0, k_count, 0, q_hi - q_lo, panels)
+        acc = np.empty((CHUNK_PANELS_A * TILE_ROWS, (q_hi - q_lo) * TILE_COLS), np.float32)
+        for rc in range(row_chunks):
+            p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
+            acc[: (p_hi - p_lo) * TILE_ROWS] = 0.0  # folds start at +0.0
+            for k0 in range(0, k_count, K_BLOCK):
+                kw = min(k_count, k0 + K_BLOCK) - k0
+                for q in range(q_hi - q_lo):
+                    for p in range(p_lo, p_hi):
+                        fold_tile(ap[z, p], panels[0, q], acc, (p - p_lo) * TILE_ROWS, q * TILE_COLS, k0, kw, fused)
+            _store_block(c, z, acc, p_lo * TILE_ROWS, p_hi * TILE_ROWS, x0, q_hi * TILE_COLS)
+
+
+def stream_grid(bh: int, nq: int, threads: int) -> int:
+    """How many runs of B panels _matmul_streamed cuts B's nq panels into (0: too few for the threads).
+
+    At most CHUNK_PANELS_B panels a run, and where one more run per batch
+    element does it, bh * runs a multiple of `threads` (prange gives each
+    thread an equal run of tasks). 0 when bh * runs cannot keep every thread
+    busy: _matmul_packed, which also cuts rows, does it then.
+    """
+    runs = max(1, -(-nq // CHUNK_PANELS_B))
+    if bh * nq < threads:
+        return 0
+    for extra in range(threads):
+        if (bh * (runs + extra)) % threads == 0 and runs + extra <= nq:
+            return runs + extra
+    return runs if bh * runs >= threads else 0
 
 
 @njit(inline="always")
@@ -338,15 +329,22 @@ def matmul_batched(
     instead of version 1's. Precondition: the shapes agree (kernels/validate.py).
     """
     bh, m, k_count = (a.shape[0], a.shape[2], a.shape[1]) if a_transposed else a.shape
+    threads = numba.get_num_threads()
+    nq = -(-n // TILE_COLS)
     ap = _SCRATCH.take("a", (bh, -(-m // TILE_ROWS), k_count, TILE_ROWS))  # (BH, MP, K, TR)
-    bp = _SCRATCH.take("b", (bh, -(-n // TILE_COLS), k_count, TILE_COLS))  # (BH, NQ, K, TC)
     k_chunks = max(1, -(-k_count // PACK_K))
-    a_tasks = _pack_task_count(ap.shape, a_transposed, k_chunks)
-    b_tasks = _pack_task_count(bp.shape, not b_transposed, k_chunks)
-    pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks)
-    kernel = matmul_packed_fused if fused else matmul_packed
-    rows, cols = task_grid(bh, ap.shape[1], bp.shape[1], numba.get_num_threads())
+    a_tasks = pack_task_count(ap.shape, a_transposed, k_chunks)
     # numpy's allocation: huge pages (numba's own faulted a head-sized C in 4 KiB at a time)
     out = np.empty((bh, m, n), np.float32)  # (BH, M, N)
-    kernel(ap, bp, out, causal, rows, cols)
+    runs = stream_grid(bh, nq, threads) if causal == FULL else 0
+    if runs:  # B packed task by task, in cache (_matmul_streamed)
+        pack_operands(a, a_transposed, b, b_transposed, ap, ap, a_tasks, 0)
+        local = _SCRATCH.take("b_run", (numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k_count, TILE_COLS))  # type: ignore[attr-defined]
+        (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, local)
+        return out
+    bp = _SCRATCH.take("b", (bh, nq, k_count, TILE_COLS))  # (BH, NQ, K, TC)
+    b_tasks = pack_task_count(bp.shape, not b_transposed, k_chunks)
+    pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks)
+    rows, cols = task_grid(bh, ap.shape[1], nq, threads)
+    (matmul_packed_fused if fused else matmul_packed)(ap, bp, out, causal, rows, cols)
     return out

@@ -12,13 +12,17 @@ cancellation case shows (BLAS, the failing baseline, sums in another order).
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from kernel_cases import describe_difference
 
 from kernels import KernelInputError, cpu, reference
-from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B, K_BLOCK, PACK_GROUP, PACK_K
+from kernels import cpu_matmul as mm
+from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B, K_BLOCK
+from kernels.cpu_pack import PACK_GROUP, PACK_K, pack_operands, pack_task_count
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
+from kernels.cpu_transpose import BLOCK_K
 
 F32 = np.float32
 ROW_CHUNK = CHUNK_PANELS_A * TILE_ROWS  # rows of C per task
@@ -130,3 +134,32 @@ def test_non_contiguous_and_wrong_dtype_are_refused():
         cpu.matmul(a.T, a)
     with pytest.raises(KernelInputError, match="float64"):
         cpu.matmul_nt(a, a.astype(np.float64))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused):
+    # matmul_batched streams B through per-thread buffers (matmul_streamed) where its runs of B panels keep every
+    # thread busy, else packs all of B first (matmul_packed); how either cuts C into tasks must change no bit.
+    rng = np.random.default_rng(5)
+    m, k, n = ROW_CHUNK + 7, K_BLOCK + 2 * BLOCK_K + 3, 3 * COL_CHUNK + 40
+    a, b = _operands(rng, m, k, n, layout, batch=2)
+    want = getattr(reference, FUNCS[layout])(a, b, fused=fused)  # (2, M, N)
+    b_t = layout == "nt"
+    ap = np.empty((2, -(-m // TILE_ROWS), k, TILE_ROWS), F32)
+    nq = -(-n // TILE_COLS)
+    bp = np.empty((2, nq, k, TILE_COLS), F32)
+    k_chunks = -(-k // PACK_K)
+    tasks = pack_task_count(ap.shape, False, k_chunks), pack_task_count(bp.shape, not b_t, k_chunks)
+    pack_operands(a, False, b, b_t, ap, bp, *tasks)
+    streamed = mm.matmul_streamed_fused if fused else mm.matmul_streamed
+    packed = mm.matmul_packed_fused if fused else mm.matmul_packed
+    for runs in (1, 2, 5, nq):
+        local = np.full((numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k, TILE_COLS), np.nan, F32)
+        got = np.full((2, m, n), np.nan, F32)
+        streamed(ap, b, b_t, got, runs, local)
+        assert describe_difference(got, want) is None, f"streamed, {runs} runs of B panels"
+    for rows, cols in ((1, 1), (2, 3), (ap.shape[1], nq)):
+        got = np.full((2, m, n), np.nan, F32)
+        packed(ap, bp, got, mm.FULL, rows, cols)
+        assert describe_difference(got, want) is None, f"packed, {rows} x {cols} tasks"

@@ -28,6 +28,7 @@ import pytest
 from kernels import cpu_elementwise as ew
 from kernels import cpu_matmul as mm
 from kernels import cpu_nn as nn
+from kernels import cpu_pack as pk
 from kernels import cpu_reduce as rd
 from tests.verdict_cache import REPO, VerdictCache, import_closure, machine_code_key
 
@@ -48,10 +49,12 @@ def _sample_calls():
     a3 = x[None]
     ap = np.zeros((1, 1, 7, mm.TILE_ROWS), F32)
     bp = np.zeros((1, 1, 7, mm.TILE_COLS), F32)
+    run = np.zeros((numba.config.NUMBA_NUM_THREADS, 1, 7, mm.TILE_COLS), F32)  # a thread's B panels
     scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
     return [
-        ("pack_operands", mm.pack_operands, (a3, False, a3, True, ap, bp, 1, 1)),
+        ("pack_operands", pk.pack_operands, (a3, False, a3, True, ap, bp, 1, 1)),
         ("matmul_packed", mm.matmul_packed, (ap, bp, np.empty((1, 5, 5), F32), mm.FULL, 1, 1)),
+        ("matmul_streamed", mm.matmul_streamed, (ap, np.ones((1, 5, 7), F32), True, np.empty((1, 5, 5), F32), 1, run)),
         ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
@@ -77,7 +80,7 @@ def _sample_calls():
             (x, np.zeros(5, np.int64), F32(0.2), np.empty_like(x)),
         ),
         ("embedding_gather", nn.embedding_gather, (x, idx)),
-        ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 5), F32))),
+        ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 7), F32))),
     ]
 
 
@@ -96,7 +99,7 @@ VERDICTS = VerdictCache("cpu-no-fma")
 
 @functools.cache
 def _machine_code_key() -> dict[str, str]:
-    kernel_modules = [Path(module.__file__) for module in (ew, mm, nn, rd)]
+    kernel_modules = [Path(module.__file__) for module in (ew, mm, nn, pk, rd)]
     return machine_code_key(import_closure(kernel_modules, REPO / "kernels") + [Path(__file__)], {})
 
 
@@ -113,7 +116,10 @@ def test_kernel_has_no_fma(name, dispatcher, args):
 
 
 # Arithmetic version 2's kernels: their folds are fused on purpose (kernels/cpu_matmul.py).
-FUSED_CALLS = [("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2])]
+FUSED_CALLS = [
+    ("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2]),
+    ("matmul_streamed_fused", mm.matmul_streamed_fused, CALLS[2][2]),
+]
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
 
@@ -137,7 +143,7 @@ def test_every_kernel_is_checked():
     checked = {c[0] for c in CALLS + FUSED_CALLS}
     kernels = {
         name
-        for module in (ew, mm, nn, rd)
+        for module in (ew, mm, nn, pk, rd)
         for name, obj in vars(module).items()
         if isinstance(obj, numba.core.registry.CPUDispatcher)
         and obj.py_func.__module__ == module.__name__
