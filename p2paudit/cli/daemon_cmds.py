@@ -16,28 +16,36 @@ from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_opt
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 if TYPE_CHECKING:  # the node is imported when a command runs
-    from p2paudit.node.daemon.sources import LocalSource
+    from p2paudit.node.daemon.sources import RunSource
     from p2paudit.node.daemon.state import DaemonEvent
 
 STATUS_FILE = "status.json"
 
 
 def open_sources(
-    runs: tuple[str, ...], publishers: frozenset[bytes] | None
-) -> tuple[tuple[LocalSource, ...], tuple[str, ...]]:
-    """(a LocalSource per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
-    fetches their signatures and manifests once it serves peers)."""
+    runs: tuple[str, ...], publishers: frozenset[bytes] | None, run_lab_code: bool = False
+) -> tuple[tuple[RunSource, ...], tuple[str, ...]]:
+    """(a source per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
+    fetches their signatures and manifests once it serves peers). A local lab run is opened only with
+    `run_lab_code` (--run-lab-code), and only from a --publisher key when some are given: its replay runs
+    the publisher's script here (node.daemon.lab_source); torch is imported only then."""
     from p2paudit.audit.replay import open_run
     from p2paudit.node.daemon.sources import LocalSource
+    from p2paudit.run.lab_format import is_lab_run
     from p2paudit.run.remote import is_remote
     from p2paudit.run.run_http import run_base_url
 
-    sources: list[LocalSource] = []
+    sources: list[RunSource] = []
     urls: list[str] = []
     for run in dict.fromkeys(runs):
         if is_remote(run):
             run_base_url(run)  # a malformed URL is refused now, in one line
             urls.append(run)
+            continue
+        if Path(run).is_dir() and is_lab_run(Path(run)):
+            from p2paudit.node.daemon.lab_source import open_lab_source
+
+            sources.append(open_lab_source(Path(run), run_lab_code, publishers))
             continue
         source = LocalSource(open_run(Path(run)))
         if publishers is not None and source.manifest.public_key not in publishers:
@@ -107,6 +115,12 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     "from a remote run's signature before anything else of it is fetched.",
 )
 @allow_other_hosts_option
+@click.option(
+    "--run-lab-code",
+    is_flag=True,
+    help="Audit lab runs (train-script's) among the local --run directories: each replay RUNS THE PUBLISHER'S "
+    "SCRIPT (Python) in this process. Refused without it; give --publisher for the labs you trust.",
+)
 @click.option(
     "--listen",
     multiple=True,
@@ -200,6 +214,7 @@ def daemon(
     fetch_timeout: float,
     publisher_keys: tuple[str, ...],
     allow_other_hosts: bool,
+    run_lab_code: bool,
     listen: tuple[str, ...],
     announce: tuple[str, ...],
     relay_service: bool,
@@ -245,7 +260,7 @@ def daemon(
     if not runs and not followed:
         raise click.UsageError("give a run to audit (--run) or a lab to follow (--follow), or both")
     publishers = frozenset(parse_keys(publisher_keys, "--publisher")) if publisher_keys else None
-    views, urls = open_sources(runs, publishers)
+    views, urls = open_sources(runs, publishers, run_lab_code)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
         runs=views,
