@@ -31,7 +31,13 @@ from p2paudit.lab import LabClaims, LabScript, load_script, train_script
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
 from p2paudit.run.lab_format import LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
-from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, SIGNATURE_FILE, parse_signature
+from p2paudit.run.manifest import (
+    LAB_SIGNATURE_DOMAIN,
+    MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
+    SIGNATURE_FILE,
+    parse_signature,
+)
 from p2paudit.run.manifest import sign_body as sign_manifest
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.run.storage import parse_json, read_file, write_atomic
@@ -39,9 +45,8 @@ from p2paudit.run.storage import parse_json, read_file, write_atomic
 T = TypeVar("T")
 
 LAB_VERSION = 1
-# What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (an engine manifest's: run.manifest's
-# SIGNATURE_DOMAIN "p2paudit run manifest v1\0" || body; the two differ at byte 9, neither is the other's prefix).
-LAB_SIGNATURE_DOMAIN = b"p2paudit lab run manifest v1\x00"
+# What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (run.manifest defines it beside an engine
+# manifest's SIGNATURE_DOMAIN, so that a lab run's manifest met where an engine run's is expected is named).
 MAX_TRACE_FILE = 64 * 1024 * 1024
 
 

@@ -5,6 +5,7 @@ opens replays the run's steps as verify-range does, the daemon's policy applied.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,12 @@ from click.testing import CliRunner
 
 from p2paudit.cli import cli
 from p2paudit.cli.daemon_cmds import open_sources
-from p2paudit.errors import EXIT_USAGE
+from p2paudit.errors import EXIT_USAGE, InputError
 from p2paudit.identity import ensure_node_identity, generate_identity
 from p2paudit.node.assign.auditor import AuditPolicy
 from p2paudit.node.daemon.lab_source import LabRunRefused, LabSource
 from p2paudit.run.lab_run import open_lab_run
+from p2paudit.run.manifest import manifest_from_bytes
 from tests.lab.lab_runs import publish_tiny
 
 MARKER_ENV = "P2PAUDIT_TEST_LAB_SCRIPT_RAN"
@@ -112,3 +114,21 @@ def test_opening_an_engine_run_does_not_import_torch(tmp_path):
     )
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert shown.stdout.split() == ["LocalSource", "False"], shown.stderr
+
+
+def test_a_lab_run_met_where_an_engine_run_is_fetched_is_named_as_such(marked):
+    """A lab run is not fetched from a URL: its manifest, checked as an engine run's (run.remote, a daemon's
+    --run URL or a followed lab's announcement), is named for what it is, not as a bad signature."""
+    _, run, _ = marked
+    body, sig = (run / "manifest.json").read_bytes(), (run / "manifest.sig.json").read_bytes()
+    with pytest.raises(InputError, match=r"is a lab run's \(train-script's\): .* local directory only"):
+        manifest_from_bytes(body, sig, "http://lab/run/manifest.json", "http://lab/run/manifest.sig.json")
+    tampered = body.replace(b'"backend":"cpu"', b'"backend":"gpu"')
+    assert tampered != body  # a body no key signed is still a bad signature, under either domain
+    with pytest.raises(InputError, match="does not verify for public key"):
+        manifest_from_bytes(tampered, sig.replace(*_run_ids(body, tampered)), "m", "s")
+
+
+def _run_ids(body: bytes, tampered: bytes) -> tuple[bytes, bytes]:
+    """(the run id text of `body`, of `tampered`) as the signature file writes it: swapped, the run id checks."""
+    return (hashlib.sha256(body).hexdigest().encode(), hashlib.sha256(tampered).hexdigest().encode())
