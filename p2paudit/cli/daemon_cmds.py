@@ -95,7 +95,8 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     "runs",
     multiple=True,
     help="A run to audit (repeatable): a published run directory, or an http:// or https:// base URL whose "
-    "files are fetched per step, each piece checked against the signed manifest.",
+    "files are fetched per step, each piece checked against the signed manifest (a lab run: a directory, "
+    "with --run-lab-code).",
 )
 @click.option(
     "--follow",

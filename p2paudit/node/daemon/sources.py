@@ -3,11 +3,9 @@
 A source gives the run's checked claims (`manifest`: an engine run's
 Manifest, or a lab run's view: auditor.RunHead), a label for people, and
 `replay(step, backend, policy)`: the step's audits, blocking (the daemon
-calls it in a worker thread). An engine run's source replays through
-`step_view(step)`: a context that yields a RunView holding what replaying
-that one step needs. A lab run (node.daemon.lab_source) replays its
-publisher's script under the lab mode. A local run is opened once and every step uses it. A
-remote run (http or https) fetches, per step, only that step's shards and
+calls it in a worker thread). A lab run (node.daemon.lab_source) replays
+its publisher's script under the lab mode. A local run is opened once and
+every step uses it. A remote run (http or https) fetches, per step, only that step's shards and
 checkpoints, each piece checked against the signed manifest before it is
 used or cached (run.remote.RemoteRun), within a bounded cache that evicts
 least recently used pieces; a memory check then decides between in-memory
@@ -67,10 +65,6 @@ class LocalSource:
         self.view = view
         self.manifest = view.manifest
         self.label = view.run_dir.name
-
-    @contextmanager
-    def step_view(self, step: int) -> Iterator[RunView]:
-        yield self.view
 
     def replay(self, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
         return auditor.replay_step(self.view, step, backend, policy)
