@@ -18,7 +18,7 @@ from p2paudit.cli.daemon_cmds import open_sources
 from p2paudit.errors import EXIT_USAGE, InputError
 from p2paudit.identity import ensure_node_identity, generate_identity
 from p2paudit.node.assign.auditor import AuditPolicy
-from p2paudit.node.daemon.lab_source import LabRunRefused, LabSource
+from p2paudit.node.daemon.lab_source import LabReplayFailed, LabRunRefused, LabSource
 from p2paudit.run.lab_run import open_lab_run
 from p2paudit.run.manifest import manifest_from_bytes
 from tests.lab.lab_runs import publish_tiny
@@ -31,6 +31,14 @@ import pathlib as _pathlib
 
 if _os.environ.get("P2PAUDIT_TEST_LAB_SCRIPT_RAN"):
     _pathlib.Path(_os.environ["P2PAUDIT_TEST_LAB_SCRIPT_RAN"]).write_text("ran")
+
+_train_step = train_step
+
+
+def train_step(model, opt, tokens):
+    if _os.environ.get("P2PAUDIT_TEST_LAB_SCRIPT_RAISES"):
+        raise RuntimeError("the lab's own bug")
+    return _train_step(model, opt, tokens)
 """
 
 
@@ -88,6 +96,19 @@ def test_with_the_opt_in_the_run_opens_and_replays_as_verify_range_does(marked, 
     # The daemon's policy applies to lab steps too: the demo's dishonest volunteer lies about step 0.
     _, lie = source.replay(0, "cpu", AuditPolicy(lie_about_step=0))
     assert lie.verdict == "mismatch" and lie.observed_digest != view.claims.states[0].digest
+
+
+def test_a_replay_the_script_breaks_is_a_step_to_back_off_from(marked, monkeypatch):
+    """A script that raises in a replay (it trained fine) gives the InputError the daemon's audit loop backs
+    off from (that step later, others first), not an exception that restarts the loop on the same step."""
+    _, run, publisher = marked
+    (source,), _ = open_sources((str(run),), frozenset({publisher}), run_lab_code=True)
+    monkeypatch.setenv("P2PAUDIT_TEST_LAB_SCRIPT_RAISES", "1")
+    with pytest.raises(LabReplayFailed, match=r"the lab replay raised RuntimeError: the lab's own bug \(the pub"):
+        source.replay(0, "cpu", AuditPolicy())
+    assert isinstance(LabReplayFailed("x"), InputError)
+    monkeypatch.delenv("P2PAUDIT_TEST_LAB_SCRIPT_RAISES")
+    assert [a.verdict for a in source.replay(0, "cpu", AuditPolicy())] == ["match", "match"]  # the control
 
 
 def test_a_lab_run_of_another_torch_build_is_refused_in_one_line(tmp_path):

@@ -13,6 +13,7 @@ Local run directories only: a lab run behind a URL is not fetched.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from p2paudit.audit.lab_replay import check_lab_build, lab_audits
@@ -24,9 +25,16 @@ from p2paudit.run.lab_run import LabRunView, lab_publisher, open_lab_run
 
 RUN_LAB_CODE_FLAG = "--run-lab-code"
 
+logger = logging.getLogger(__name__)
+
 
 class LabRunRefused(InputError):
     """A lab run the daemon will not audit: no opt-in, another publisher, another torch build (exit 2)."""
+
+
+class LabReplayFailed(InputError):
+    """A lab step's replay raised: the publisher's script, or the lab mode under it. Nothing is signed; the
+    daemon backs off from the step (30 s, doubling) and audits other steps and runs meanwhile."""
 
 
 class LabSource:
@@ -41,7 +49,17 @@ class LabSource:
         """The audits of `step` (state 0's first with step 0), replayed on the backend the run's manifest
         names (`backend`, the daemon's engine backend, does not apply: a lab step has one canonical backend)."""
         with REPLAYS.watching(self.view.run_id, step):  # the status's busy step
-            audits = lab_audits(self.view, step == 0, range(step, step + 1))
+            try:
+                audits = lab_audits(self.view, step == 0, range(step, step + 1))
+            except InputError:
+                raise
+            except Exception as exc:  # the lab's code raised (or ours under it): a step backed off from, never
+                # an exception that restarts the audit loop on the same step, ahead of every other run's.
+                logger.exception("the lab replay of step %d of %s raised", step, self.label)
+                raise LabReplayFailed(
+                    f"the lab replay raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+                    "(the publisher's script or the lab mode; the traceback is in the log)"
+                ) from None
         return auditor.apply_policy(audits, policy)
 
     def close(self) -> None:
