@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from p2paudit.cli import cli
-from p2paudit.cli.daemon_cmds import open_sources
+from p2paudit.cli.daemon_sources import open_sources
 from p2paudit.errors import EXIT_USAGE, InputError
 from p2paudit.identity import ensure_node_identity, generate_identity
 from p2paudit.node.assign.auditor import AuditPolicy
@@ -129,7 +129,7 @@ def test_opening_an_engine_run_does_not_import_torch(tmp_path):
     run = tmp_path / "run"
     publish_run(TrainPlan(run, "tiny", steps=1, ckpt_every=1, backend="reference", arithmetic=1), generate_identity())
     probe = (
-        "import sys; from p2paudit.cli.daemon_cmds import open_sources; "
+        "import sys; from p2paudit.cli.daemon_sources import open_sources; "
         f"(s,), _ = open_sources(({str(run)!r},), None); "
         "print(type(s).__name__, 'torch' in sys.modules)"
     )
