@@ -47,6 +47,12 @@ def verify_lab_steps(run_dir: Path, first: int, last: int) -> tuple[bytes, list[
     return public_key, verdicts
 
 
+def check_lab_build(view: LabRunView) -> None:
+    """TorchBuildMismatch (exit 2, one line naming both builds) unless this process runs the run's torch
+    build: a daemon refuses such a run when it opens it, rather than failing every step."""
+    check_torch_build(view.claims)
+
+
 def lab_engine_version(view: LabRunView) -> str:
     """What replayed a lab step, as an audit's engine_version (at most 64 printable characters): the lab
     mode, its op table and this process's torch build (which check_torch_build holds equal to the run's)."""

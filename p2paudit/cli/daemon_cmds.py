@@ -16,39 +16,9 @@ from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_opt
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 if TYPE_CHECKING:  # the node is imported when a command runs
-    from p2paudit.node.daemon.sources import LocalSource
     from p2paudit.node.daemon.state import DaemonEvent
 
 STATUS_FILE = "status.json"
-
-
-def open_sources(
-    runs: tuple[str, ...], publishers: frozenset[bytes] | None
-) -> tuple[tuple[LocalSource, ...], tuple[str, ...]]:
-    """(a LocalSource per local --run, opened and checked now; the --run URLs, checked as URLs only: the daemon
-    fetches their signatures and manifests once it serves peers)."""
-    from p2paudit.audit.replay import open_run
-    from p2paudit.node.daemon.sources import LocalSource
-    from p2paudit.run.remote import is_remote
-    from p2paudit.run.run_http import run_base_url
-
-    sources: list[LocalSource] = []
-    urls: list[str] = []
-    for run in dict.fromkeys(runs):
-        if is_remote(run):
-            run_base_url(run)  # a malformed URL is refused now, in one line
-            urls.append(run)
-            continue
-        source = LocalSource(open_run(Path(run)))
-        if publishers is not None and source.manifest.public_key not in publishers:
-            raise click.BadParameter(
-                f"{run}: signed by {source.manifest.public_key.hex()}, not by a --publisher key", param_hint="--run"
-            )
-        sources.append(source)
-    ids = [s.manifest.run_id for s in sources]
-    if len(set(ids)) != len(ids):
-        raise click.BadParameter("two --run options name the same run (one manifest)", param_hint="--run")
-    return tuple(sources), tuple(urls)
 
 
 def parse_keys(keys: Iterable[str], hint: str = "--follow") -> list[bytes]:
@@ -87,7 +57,8 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     "runs",
     multiple=True,
     help="A run to audit (repeatable): a published run directory, or an http:// or https:// base URL whose "
-    "files are fetched per step, each piece checked against the signed manifest.",
+    "files are fetched per step, each piece checked against the signed manifest (a lab run: a directory, "
+    "with --run-lab-code).",
 )
 @click.option(
     "--follow",
@@ -107,6 +78,12 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     "from a remote run's signature before anything else of it is fetched.",
 )
 @allow_other_hosts_option
+@click.option(
+    "--run-lab-code",
+    is_flag=True,
+    help="Audit lab runs (train-script's) among the local --run directories: each replay RUNS THE PUBLISHER'S "
+    "SCRIPT (Python) in this process. Refused without it; give --publisher for the labs you trust.",
+)
 @click.option(
     "--listen",
     multiple=True,
@@ -200,6 +177,7 @@ def daemon(
     fetch_timeout: float,
     publisher_keys: tuple[str, ...],
     allow_other_hosts: bool,
+    run_lab_code: bool,
     listen: tuple[str, ...],
     announce: tuple[str, ...],
     relay_service: bool,
@@ -226,6 +204,7 @@ def daemon(
     import trio
 
     from p2paudit.cli.audit_io import node_identity
+    from p2paudit.cli.daemon_sources import open_sources
     from p2paudit.cli.explore_cmd import serve_explorer
     from p2paudit.cli.log_file import open_log_file
     from p2paudit.cli.progress_display import telling_compiles
@@ -245,7 +224,7 @@ def daemon(
     if not runs and not followed:
         raise click.UsageError("give a run to audit (--run) or a lab to follow (--follow), or both")
     publishers = frozenset(parse_keys(publisher_keys, "--publisher")) if publisher_keys else None
-    views, urls = open_sources(runs, publishers)
+    views, urls = open_sources(runs, publishers, run_lab_code)
     policy = AuditPolicy(redundancy, _trusted(trusted_path), lie_about_step, scratch_dir=home / "scratch")
     config = DaemonConfig(
         runs=views,

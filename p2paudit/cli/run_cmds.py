@@ -338,7 +338,7 @@ def verify_range_cmd(
 
 def _is_local_lab_run(run: str) -> bool:
     """Whether --run names a directory holding a lab run (its manifest's format says so; run.lab_run)."""
-    from p2paudit.run.lab_run import is_lab_run
+    from p2paudit.run.lab_format import is_lab_run
     from p2paudit.run.remote import is_remote
 
     return not is_remote(run) and Path(run).is_dir() and is_lab_run(Path(run))

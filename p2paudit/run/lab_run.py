@@ -30,24 +30,28 @@ from p2paudit.identity import Identity, verify_signature
 from p2paudit.lab import LabClaims, LabScript, load_script, train_script
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
-from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, SIGNATURE_FILE, parse_signature
+from p2paudit.run.lab_format import LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
+from p2paudit.run.manifest import (
+    LAB_SIGNATURE_DOMAIN,
+    MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
+    SIGNATURE_FILE,
+    parse_signature,
+)
 from p2paudit.run.manifest import sign_body as sign_manifest
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.run.storage import parse_json, read_file, write_atomic
 
 T = TypeVar("T")
 
-LAB_FORMAT = "p2paudit-lab-run"
 LAB_VERSION = 1
-# What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (an engine manifest's: run.manifest's
-# SIGNATURE_DOMAIN "p2paudit run manifest v1\0" || body; the two differ at byte 9, neither is the other's prefix).
-LAB_SIGNATURE_DOMAIN = b"p2paudit lab run manifest v1\x00"
-SCRIPT_FILE = "script.py"
+# What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (run.manifest defines it beside an engine
+# manifest's SIGNATURE_DOMAIN, so that a lab run's manifest met where an engine run's is expected is named).
 MAX_TRACE_FILE = 64 * 1024 * 1024
 
 
 def lab_trace_path(step: int) -> str:
-    return f"lab-traces/step-{step:08d}.json"
+    return f"{TRACES_DIR}/step-{step:08d}.json"
 
 
 def _trace_bytes(claims: LabClaims, step: int) -> bytes:
@@ -70,7 +74,7 @@ def publish_lab_run(
     """Write the run directory (checkpoints, traces, the script, then the signed manifest); returns the run id."""
     _check_empty(run_dir)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (run_dir / "lab-traces").mkdir(exist_ok=True)
+    (run_dir / TRACES_DIR).mkdir(exist_ok=True)
     digests = [claims.initial, *claims.states]
     for n, state in enumerate(states):
         save_checkpoint(run_dir, n, state, digests[n])
@@ -142,25 +146,6 @@ def _trace_lists(blob: bytes, where: str) -> tuple[tuple[bytes, ...], tuple[tupl
         raise InputError(f"{where}: field 'values' must be null or a list of [name, digest] pairs")
     values = tuple((v[0], parse_digest(v[1], f"{where} values")) for v in vals)
     return tuple(r.encode("ascii") for r in ops), values
-
-
-def manifest_format(run_dir: Path) -> object:
-    """The "format" field of the run's manifest.json, unverified and nothing loaded (None when the body is
-    no JSON object): which reader to open the run with. That reader checks the signature."""
-    body = parse_json(read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir), str(run_dir))
-    return body.get("format") if isinstance(body, dict) else None
-
-
-def is_lab_run(run_dir: Path) -> bool:
-    """Whether the run directory holds a lab run: it has the lab's files (script.py, lab-traces/) and its
-    manifest's format says so. False when it has no readable manifest (the engine's reader then says why);
-    an engine run's manifest, which can be large, is not read here at all."""
-    if not ((run_dir / SCRIPT_FILE).is_file() and (run_dir / "lab-traces").is_dir()):
-        return False
-    try:
-        return manifest_format(run_dir) == LAB_FORMAT
-    except InputError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ from p2paudit.run.storage import parse_json, read_file, write_atomic
 
 SIGNATURE_FORMAT = "p2paudit-run-signature"
 SIGNATURE_DOMAIN = b"p2paudit run manifest v1\x00"
+# A lab run's manifest (run.lab_run) is signed under its own domain: neither kind's signature verifies as the
+# other's (they differ at byte 9, neither is the other's prefix).
+LAB_SIGNATURE_DOMAIN = b"p2paudit lab run manifest v1\x00"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "manifest.sig.json"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
@@ -170,6 +173,11 @@ def _verify_and_parse(
             f"is not the run id {format_digest(run_id)} in {sig_where}"
         )
     if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
+        if verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):  # say what it is instead
+            raise InputError(
+                f"manifest {body_where} is a lab run's (train-script's): a lab run is replayed from a local "
+                "directory only (verify-range --run DIR; daemon --run DIR --run-lab-code), not fetched from a URL"
+            )
         raise InputError(
             f"manifest {body_where}: the signature in {sig_where} does not verify for public key {public_key.hex()}"
         )

@@ -1,5 +1,6 @@
 """Tiny lab runs for the verify-range and daemon tests: a script over tests/lab/models.py's TinyLlama, trained
-a step or two, published with the node key (its claims rewritten by `change`, to make a signed lie)."""
+a step or two, published with the node key (its claims rewritten by `change`, to make a signed lie); and
+the examples' scripts (examples/lab_*.py) trained and published the same way."""
 
 from __future__ import annotations
 
@@ -29,15 +30,37 @@ def batch(step):
 Change = Callable[[LabClaims, list[dict[str, np.ndarray]]], LabClaims]
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
 def publish_tiny(
-    where: Path, identity: Identity, steps: int = 2, change: Change | None = None, values: bool = True
+    where: Path,
+    identity: Identity,
+    steps: int = 2,
+    change: Change | None = None,
+    values: bool = True,
+    extra_source: str = "",
 ) -> Path:
-    """Write the tiny script to `where`/lab_tiny.py, train it `steps` steps and publish `where`/run."""
+    """Write the tiny script (and `extra_source` after it) to `where`/lab_tiny.py, train it `steps` steps
+    and publish `where`/run."""
     where.mkdir(parents=True, exist_ok=True)
     script_path = where / "lab_tiny.py"
-    script_path.write_text(TINY_SCRIPT)
+    script_path.write_text(TINY_SCRIPT + extra_source)
     script = load_script(script_path)
     claims, states = train_script(script, steps, values=values)
     run = where / "run"
     publish_lab_run(run, script, change(claims, states) if change else claims, states, identity)
     return run
+
+
+def publish_example(
+    name: str, runs: dict[str, Path], identity: Identity, steps: int = 2, changes: dict[str, Change] | None = None
+) -> None:
+    """Train examples/`name` once, `steps` steps with value traces, and publish it to each of `runs`
+    (label -> directory), the claims and states of those in `changes` rewritten (to make signed lies)."""
+    script = load_script(EXAMPLES / name)
+    claims, states = train_script(script, steps, values=True)
+    for label, run in runs.items():
+        mine = [{k: v.copy() for k, v in state.items()} for state in states]
+        change = (changes or {}).get(label)
+        publish_lab_run(run, script, change(claims, mine) if change else claims, mine, identity)

@@ -33,8 +33,9 @@ def test_a_signed_lab_manifest_relabelled_as_the_other_format_is_refused(tmp_pat
     assert verify_signature(identity.public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes)
     assert not verify_signature(identity.public_key, signature, SIGNATURE_DOMAIN + body_bytes)
 
-    # The same signed bytes handed to the engine's reader: refused at the signature, before any field.
-    with pytest.raises(InputError, match="does not verify"):
+    # The same signed bytes handed to the engine's reader: refused at the signature, before any field (and named
+    # a lab run's: its signature verifies under the lab domain only).
+    with pytest.raises(InputError, match="is a lab run's"):
         read_manifest(run)
 
     # Relabelled: the body's format rewritten to the engine's, the signature kept: refused by both readers.

@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from p2paudit.attest.audits import describe_hardware
 from p2paudit.attest.queries import coverage, disputes
@@ -32,7 +33,20 @@ from p2paudit.defaults import DEFAULT_REDUNDANCY
 from p2paudit.identity import Identity
 from p2paudit.node.assign.assignment import pick_value, steps_for
 from p2paudit.node.assign.replays import REPLAYS
-from p2paudit.run.manifest import Manifest
+
+
+class RunHead(Protocol):
+    """What the node needs of a run's signed claims to pick, record and gossip its steps: an engine run's
+    Manifest and a lab run's LabRunView both have it."""
+
+    @property
+    def run_id(self) -> bytes: ...
+
+    @property
+    def num_steps(self) -> int: ...
+
+    @property
+    def public_key(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -131,9 +145,13 @@ def replay_step(view: RunView, step: int, backend: str, policy: AuditPolicy) -> 
         else:  # streams when the in-memory replay would not fit
             scratch = policy.scratch_dir
             report = verify_range_planned(view, steps, backend, "auto", scratch, diagnose=False, progress=progress)
+    return apply_policy(report.audits, policy)
+
+
+def apply_policy(audits: Iterable[StepAudit], policy: AuditPolicy) -> tuple[StepAudit, ...]:
+    """The audits as this node signs them: the demo's lie (lie_about_step) put in, whatever replayed them."""
     return tuple(
-        _lie(audit) if audit.step == policy.lie_about_step and audit.subject == "step" else audit
-        for audit in report.audits
+        _lie(audit) if audit.step == policy.lie_about_step and audit.subject == "step" else audit for audit in audits
     )
 
 
@@ -174,7 +192,7 @@ def settle_disputes(store: AttestationStore, view: RunView, backend: str) -> lis
 
 
 def record_step(
-    store: AttestationStore, identity: Identity, manifest: Manifest, label: str, audits: tuple[StepAudit, ...]
+    store: AttestationStore, identity: Identity, manifest: RunHead, label: str, audits: tuple[StepAudit, ...]
 ) -> tuple[Recorded, list[bytes]]:
     """Sign and append the audits; returns what was recorded and the envelopes that are new (to gossip)."""
     m = manifest

@@ -13,11 +13,9 @@ import functools
 import trio
 
 from p2paudit.attest.errors import AttestationError
-from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity
 from p2paudit.node import wire
-from p2paudit.node.assign import auditor
 from p2paudit.node.daemon import jobs as daemon_jobs
 from p2paudit.node.daemon.config import DaemonConfig
 from p2paudit.node.daemon.fetch import replay_prefetched
@@ -120,7 +118,7 @@ class Auditing:
                     await trio.sleep(IDLE_POLL)
                     continue
                 source, step = picked
-                job = functools.partial(replay_from, source, step, self.config.backend, self.config.policy)
+                job = functools.partial(source.replay, step, self.config.backend, self.config.policy)
             run_id = source.manifest.run_id
             self.busy_step = (run_id, step)
             began = trio.current_time()
@@ -141,7 +139,10 @@ class Auditing:
             self.progress.audited += 1
             self.progress.changed()
             verdicts = ", ".join(f"{a.subject} {a.verdict}" if a.subject == "init" else a.verdict for a in audits)
-            self.report("audited", f"step {step} of {source.label}: {verdicts} ({trio.current_time() - began:.2f}s)")
+            # A finding's note (the tensors that differ, the first departing op) as verify-range prints it.
+            notes = "; ".join(a.note for a in audits if a.verdict != "match" and a.note)
+            took = f"{trio.current_time() - began:.2f}s"
+            self.report("audited", f"step {step} of {source.label}: {verdicts} ({took}){': ' + notes if notes else ''}")
             if self.gossip.queue(run_id, signed) >= wire.MAX_BATCH:
                 await self.gossip.flush_outbox()
             for own, kind in own_conflicts:
@@ -152,9 +153,3 @@ class Auditing:
         30 s, doubling to an hour; other steps go first meanwhile. Nothing is signed about it."""
         delay = self.step_retry.failed((run_id, step), trio.current_time())
         self.report("refused", f"step {step} of {label} not replayed: {exc}; retry in {delay:.0f}s")
-
-
-def replay_from(source: RunSource, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
-    """Fetch (remote runs) what `step` needs and replay it: blocking, for the worker thread."""
-    with source.step_view(step) as view:
-        return auditor.replay_step(view, step, backend, policy)

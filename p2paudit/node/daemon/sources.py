@@ -1,9 +1,11 @@
 """Where a daemon's runs live: a directory on this disk, or a lab's web server fetched step by step.
 
-A source gives the run's checked manifest, a label for people, and
-`step_view(step)`: a context that yields a RunView holding what replaying
-that one step needs. A local run is opened once and every step uses it. A
-remote run (http or https) fetches, per step, only that step's shards and
+A source gives the run's checked claims (`manifest`: an engine run's
+Manifest, or a lab run's view: auditor.RunHead), a label for people, and
+`replay(step, backend, policy)`: the step's audits, blocking (the daemon
+calls it in a worker thread). A lab run (node.daemon.lab_source) replays
+its publisher's script under the lab mode. A local run is opened once and
+every step uses it. A remote run (http or https) fetches, per step, only that step's shards and
 checkpoints, each piece checked against the signed manifest before it is
 used or cached (run.remote.RemoteRun), within a bounded cache that evicts
 least recently used pieces; a memory check then decides between in-memory
@@ -23,29 +25,35 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from p2paudit.audit.records import StepAudit
 from p2paudit.audit.remote_view import open_partial_run
 from p2paudit.audit.replay import RunView
 from p2paudit.errors import InputError
+from p2paudit.node.assign import auditor
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.http_guard import TransferLimits
-from p2paudit.run.manifest import Manifest
 from p2paudit.run.remote import RemoteRun
 
 FETCH_DEADLINE_S = 3600.0  # a step whose files take longer than this to arrive is given up on (retried later)
 
 
 class RunSource(Protocol):
-    """What the daemon audits from: the run's checked manifest, a label, and each step's view (a context)."""
+    """What the daemon audits from: the run's checked claims, a label, and each step's replay."""
 
-    manifest: Manifest
-    label: str
+    @property
+    def manifest(self) -> auditor.RunHead: ...
 
-    def step_view(self, step: int) -> AbstractContextManager[RunView]: ...
+    @property
+    def label(self) -> str: ...
+
+    def replay(self, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+        """The audits of `step` (with state 0's before step 0): blocking, for a worker thread."""
+        ...
 
     def close(self) -> None: ...
 
@@ -58,9 +66,8 @@ class LocalSource:
         self.manifest = view.manifest
         self.label = view.run_dir.name
 
-    @contextmanager
-    def step_view(self, step: int) -> Iterator[RunView]:
-        yield self.view
+    def replay(self, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+        return auditor.replay_step(self.view, step, backend, policy)
 
     def close(self) -> None:
         pass
@@ -126,6 +133,11 @@ class RemoteSource:
             raise InputError(f"cache for {self.url}: {exc.strerror or exc}") from None
         finally:
             self.fetching = None
+
+    def replay(self, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+        """Fetch what `step` needs and replay it (the daemon replays remote steps prefetched instead)."""
+        with self.step_view(step) as view:
+            return auditor.replay_step(view, step, backend, policy)
 
     def prefetch(self, step: int) -> Prefetched:
         """Fetch and check what replaying `step` needs, and keep it in a local view (blocking: a worker
