@@ -13,6 +13,9 @@ implementation to drift. Bad input raises KernelInputError.
 
 from __future__ import annotations
 
+import importlib
+import types
+
 import numpy as np
 
 from kernels import KernelInputError, reference, validate
@@ -180,3 +183,11 @@ def pow_scalar_base(base: np.float32, x: np.ndarray) -> np.ndarray:
     log_base = reference.log(np.array(base, dtype=F32))
     with np.errstate(all="ignore"):
         return reference.exp(np.asarray(x * log_base, dtype=F32))
+
+
+def for_backend(name: str) -> types.ModuleType:
+    """The module with these functions for backend `name`: this one for reference and cpu (numpy), kernels.triton_lab
+    for triton (the same names and bits, computed by Triton kernels; importing it needs CUDA or TRITON_INTERPRET=1)."""
+    if name not in ("reference", "cpu", "triton"):
+        raise KernelInputError(f"unknown backend {name!r}, want one of reference, cpu, triton")
+    return importlib.import_module("kernels.triton_lab" if name == "triton" else __name__)

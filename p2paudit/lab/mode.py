@@ -25,11 +25,13 @@ Preconditions: one mode per step, entered on the thread that runs the step
 from __future__ import annotations
 
 import gc
+import types
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernels import lab_math
 from kernels.backend_contract import Backend
 from p2paudit.lab.context import OpContext
 from p2paudit.lab.convert import bind
@@ -65,9 +67,9 @@ def check_tensors(name: str, values: object, where: str) -> None:
 class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Route every aten op to op table 1; record the step's trace in `tracer`."""
 
-    def __init__(self, be: Backend[Any], tracer: Tracer | None = None) -> None:
+    def __init__(self, be: Backend[Any], tracer: Tracer | None = None, math: types.ModuleType = lab_math) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.ctx = OpContext(be)
+        self.ctx = OpContext(be, math)
         self.tracer = tracer if tracer is not None else Tracer()
         self.calls: dict[str, int] = {}
         self._gc_was_enabled = False
