@@ -7,8 +7,10 @@ built from the rounded primitives of section 1 and the `exp`/`log` of
 section 3. Every function takes a float32 numpy array of any shape and
 returns a new float32 array of that shape; each is a chain of numpy float32
 ufuncs (one rounding each, never contracted), so the same code is the
-reference and the cpu backends' definition alike: there is no second
-implementation to drift. Bad input raises KernelInputError.
+reference and the cpu backends' definition alike. The triton backend's
+are kernels/triton_lab.py (Triton kernels of the same operations in the
+same order), held bitwise to these by tests/lab/test_lab_triton.py;
+`for_backend` names the module for a backend. Bad input raises KernelInputError.
 """
 
 from __future__ import annotations
