@@ -5,7 +5,8 @@ reaches the rest of the test session. It holds, bit for bit:
 
 - kernels/triton_lab.py's functions against kernels/lab_math.py's on special values, random bit patterns
   and each function's working range (numpy's own float32 sin and tanh beside them: the failing baseline);
-- every case of tests/lab/test_lab_ops.py (forward and backward) and the lab functions' entries, under
+- every case of tests/lab/test_lab_ops.py (forward and backward), the lab functions' entries and
+  tests/lab/test_lab_accuracy.py's one-op cases (each TABLE entry's aten overload called directly), under
   CanonicalMode on triton, reference and cpu, at arithmetic versions 1 and 2 (stock torch beside them);
 - whole steps of tests/lab/models.py: TinyGPT2 through LabRun, and the tiny Llama script through
   `p2paudit train-script --backend triton` and `verify-script`, against the reference backend's digests.
@@ -118,24 +119,51 @@ def _as_forward(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Cal
     return run
 
 
-def digest(t: torch.Tensor) -> str:
-    return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()
+def digest(out: object) -> str:
+    """SHA-256 over the bits of every tensor in `out` (a tensor, or lists and tuples of them)."""
+    h = hashlib.sha256()
+    for t in out if isinstance(out, (list, tuple)) else [out]:
+        if isinstance(t, torch.Tensor):
+            h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
-def probe_ops() -> dict[str, dict[str, str]]:
-    """Per case and arithmetic version: each backend's output digest, and stock torch's."""
+def one_op_cases() -> dict[str, Callable[[], str]]:
+    """tests/lab/test_lab_accuracy.py's cases (one aten overload each: every TABLE entry but AdamW and arange),
+    each as a thunk giving its outputs' digest (an in-place op's: its first argument's)."""
+    from tests.lab.test_lab_accuracy import CASE_TABLE, Case
+
+    def thunk(case: Case) -> Callable[[], str]:
+        def run() -> str:
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
+            out = case.fn(*args)
+            return digest(args[0] if case.inplace else out)
+
+        return run
+
+    return {f"op {name}": thunk(case) for name, case in CASE_TABLE.items()}
+
+
+def probe_ops() -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Per case and arithmetic version: each backend's output digest, and stock torch's; the ops triton ran."""
     from p2paudit.lab import CanonicalMode
 
-    out: dict[str, dict[str, str]] = {}
-    for name, fn in sorted(lab_cases().items()):
+    cases = one_op_cases()
+    for name, fn in lab_cases().items():
         x = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(5))
-        row = {"stock": digest(fn(x.clone()))}
+        cases[name] = lambda fn=fn, x=x: digest(fn(x.clone()))
+    out: dict[str, dict[str, str]] = {}
+    reached: set[str] = set()
+    for name, run in sorted(cases.items()):
+        row = {"stock": run()}
         for arithmetic in (1, 2):
             for be in BACKENDS:
-                with CanonicalMode(kernels.get_backend(be, arithmetic), math=lab_math.for_backend(be)):
-                    row[f"{be} {arithmetic}"] = digest(fn(x.clone()))
+                with CanonicalMode(kernels.get_backend(be, arithmetic), math=lab_math.for_backend(be)) as mode:
+                    row[f"{be} {arithmetic}"] = run()
+                if be == "triton":
+                    reached |= set(mode.calls)
         out[name] = row
-    return out
+    return out, sorted(reached)
 
 
 def step_digests(make: Callable[[], tuple[torch.nn.Module, torch.optim.Optimizer]], arithmetic: int) -> dict[str, str]:
@@ -181,7 +209,9 @@ def main() -> None:
         sys.exit("run me with TRITON_INTERPRET=1")
     from tests.lab import models
 
-    result: dict[str, object] = {"functions": probe_functions(), "errors": probe_errors(), "ops": probe_ops()}
+    ops, reached = probe_ops()
+    result: dict[str, object] = {"functions": probe_functions(), "errors": probe_errors(), "ops": ops}
+    result["triton reached"] = reached
     result["gpt2 step v1"] = step_digests(models.make_gpt2, 1)
     with tempfile.TemporaryDirectory() as tmp:
         result["cli"] = probe_cli(Path(tmp))
