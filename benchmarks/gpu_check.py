@@ -19,7 +19,12 @@ versions (docs/arithmetic.md; version 2 folds dot products with fma):
   4. run the shared kernel cases (tests/kernels/kernel_cases.py, full sizes:
      awkward shapes, subnormals, signed zeros, inf, NaN) through the Triton
      backend and through kernels.cpu, live, and compare bit for bit; the
-     folds again at version 2.
+     folds again at version 2;
+  5. op table 1's lab functions (kernels/triton_lab.py: sin, cos, tanh,
+     GELU and its backward, rsqrt, reciprocal, sigmoid, pow with a scalar
+     base) on special values and random bits, against kernels/lab_math.py,
+     bit for bit (tests/lab/triton_probe.py's inputs; reported as cases
+     named "lab ...").
 
     python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
     python benchmarks/gpu_check.py --prepare [--backend reference]  # any machine: CPU digests
@@ -132,6 +137,23 @@ def check_cases(report: Report, small: bool) -> None:
             failures = [f"error: {type(e).__name__}: {e}"[:500]]
         report.data["cases"][name] = failures[:5]
         log(f"cases {name}: {len(failures)} differ ({time.perf_counter() - t:.1f}s)")
+    report.save()
+
+
+def check_lab_functions(report: Report) -> None:
+    """Stage 5: the lab functions' Triton kernels against kernels/lab_math.py (numpy), bit for bit."""
+    from tests.lab.triton_probe import probe_functions
+
+    t = time.perf_counter()
+    try:
+        counts = {k: v for k, v in probe_functions().items() if not k.startswith("baseline")}
+    except Exception as e:
+        counts = {"error": f"{type(e).__name__}: {e}"[:500]}
+    for name, differ in counts.items():
+        report.data["cases"][f"lab {name}"] = [f"{differ} elements differ"] if differ else []
+    log(
+        f"lab functions: {sum(1 for v in counts.values() if v)} of {len(counts)} differ ({time.perf_counter() - t:.1f}s)"
+    )
     report.save()
 
 
@@ -358,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         check_golden(report)
     if not args.skip_cases:
         check_cases(report, small=args.quick)
+        check_lab_functions(report)
     report.save()
     print(markdown(report.data))
     return 1 if report.failed() else 0

@@ -7,11 +7,16 @@ built from the rounded primitives of section 1 and the `exp`/`log` of
 section 3. Every function takes a float32 numpy array of any shape and
 returns a new float32 array of that shape; each is a chain of numpy float32
 ufuncs (one rounding each, never contracted), so the same code is the
-reference and the cpu backends' definition alike: there is no second
-implementation to drift. Bad input raises KernelInputError.
+reference and the cpu backends' definition alike. The triton backend's
+are kernels/triton_lab.py (Triton kernels of the same operations in the
+same order), held bitwise to these by tests/lab/test_lab_triton.py;
+`for_backend` names the module for a backend. Bad input raises KernelInputError.
 """
 
 from __future__ import annotations
+
+import importlib
+import types
 
 import numpy as np
 
@@ -180,3 +185,11 @@ def pow_scalar_base(base: np.float32, x: np.ndarray) -> np.ndarray:
     log_base = reference.log(np.array(base, dtype=F32))
     with np.errstate(all="ignore"):
         return reference.exp(np.asarray(x * log_base, dtype=F32))
+
+
+def for_backend(name: str) -> types.ModuleType:
+    """The module with these functions for backend `name`: this one for reference and cpu (numpy), kernels.triton_lab
+    for triton (the same names and bits, computed by Triton kernels; importing it needs CUDA or TRITON_INTERPRET=1)."""
+    if name not in ("reference", "cpu", "triton"):
+        raise KernelInputError(f"unknown backend {name!r}, want one of reference, cpu, triton")
+    return importlib.import_module("kernels.triton_lab" if name == "triton" else __name__)

@@ -29,6 +29,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels import triton_kernels as tk  # noqa: E402
+from kernels import triton_lab_kernels as tlab  # noqa: E402
 from kernels import triton_rows as tr  # noqa: E402
 
 # Instructions that would break bitwise equality with the CPU backends.
@@ -93,7 +94,7 @@ class KernelSpec:
 
 
 def kernel_specs() -> list[KernelSpec]:
-    """Every kernel of the backend, with the constexpr variants that change its code."""
+    """Every kernel of the backend and of the lab functions, with the constexpr variants that change its code."""
     S = KernelSpec
     specs = [
         S(tk.matmul_kernel, {"BM": 64, "BN": 64, "HAS_SCALE": s, "FUSED": f})
@@ -130,6 +131,9 @@ def kernel_specs() -> list[KernelSpec]:
         S(tr.gather_rows_kernel, flat, ("idx_ptr",)),
         S(tr.scatter_rows_kernel, {"BC": 128}, ("order_ptr", "start_ptr")),
     ]
+    # Op table 1's lab functions (kernels/triton_lab.py): each OP of the unary kernel is its own code.
+    specs += [S(tlab.lab_unary_kernel, {"OP": op, "BLOCK": 1024}) for op in range(tlab.EXP_SCALED + 1)]
+    specs += [S(tlab.gelu_backward_kernel, flat)]
     return specs
 
 

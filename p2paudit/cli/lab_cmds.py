@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @click.argument("script_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--steps", type=int, default=3, show_default=True, help="Number of training steps.")
-@click.option("--backend", type=click.Choice(["cpu", "reference"]), default="cpu", show_default=True)
+@click.option("--backend", type=click.Choice(["cpu", "reference", "triton"]), default="cpu", show_default=True)
 @click.option(
     "--arithmetic",
     type=click.Choice(["1", "2"]),

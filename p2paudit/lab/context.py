@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,12 +11,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernels import lab_math
 from kernels.backend_contract import Backend
 
 
 @dataclass
 class OpContext:
-    """The backend (kernels.get_backend(name, arithmetic)) and the probabilities each attention output keeps.
+    """The backend (kernels.get_backend(name, arithmetic)), its lab functions and each attention output's p.
+
+    `math` is the backend's module of kernels/lab_math.py's functions
+    (lab_math.for_backend: lab_math itself on reference and cpu, kernels.triton_lab on triton).
 
     `attention` maps id(output tensor) -> (a weak reference to it, p): the
     backward of a causal attention takes its forward's p from here instead of
@@ -24,6 +29,7 @@ class OpContext:
     """
 
     be: Backend[Any]
+    math: types.ModuleType = lab_math
     attention: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray]] = field(default_factory=dict)
 
 

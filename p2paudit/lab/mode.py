@@ -8,17 +8,30 @@ a view, copy or comparison, and anything else raises LabOpRefused naming
 the op. Tensors must be on the CPU and float32 (int64 and bool where the op
 takes indices or masks); every op is appended to the step's dataflow trace.
 
+Garbage is collected at pinned moments: the mode collects the youngest
+generation on entry and after every op, and turns Python's automatic cyclic
+GC off while it is active (a collection costs microseconds). Autograd steals
+or copies a gradient by its reference count (AccumulateGrad: `aten.detach`,
+or `aten.new_empty_strided` and `copy_`), and a reference cycle that a
+library leaves inside an op (numba compiling a kernel on a cold cache keeps
+the entry's frames, and so its outputs, alive) lasts until the GC runs; with
+automatic collection that moment depended on the process's allocation
+history, and so did the op graph (tests/lab/test_lab_trace.py).
+
 Preconditions: one mode per step, entered on the thread that runs the step
 (autograd's CPU backward runs there too).
 """
 
 from __future__ import annotations
 
+import gc
+import types
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernels import lab_math
 from kernels.backend_contract import Backend
 from p2paudit.lab.context import OpContext
 from p2paudit.lab.convert import bind
@@ -54,11 +67,28 @@ def check_tensors(name: str, values: object, where: str) -> None:
 class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Route every aten op to op table 1; record the step's trace in `tracer`."""
 
-    def __init__(self, be: Backend[Any], tracer: Tracer | None = None) -> None:
+    def __init__(self, be: Backend[Any], tracer: Tracer | None = None, math: types.ModuleType = lab_math) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.ctx = OpContext(be)
+        self.ctx = OpContext(be, math)
         self.tracer = tracer if tracer is not None else Tracer()
         self.calls: dict[str, int] = {}
+        self._gc_was_enabled = False
+
+    def __enter__(self) -> CanonicalMode:
+        # Whatever survives this is in an older generation, which nothing collects until the step ends: each
+        # op's collection below sees only what the step allocated since the op before, whatever ran before it.
+        gc.collect(0)
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
+        super().__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        finally:
+            if self._gc_was_enabled:
+                gc.enable()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -78,4 +108,5 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             check_tensors(name, out, "as output")
         self.calls[name] = self.calls.get(name, 0) + 1
         self.tracer.record(name, args, kwargs, out)
+        gc.collect(0)  # the cycles this op left (and the frames they hold) go now, before autograd counts references
         return out

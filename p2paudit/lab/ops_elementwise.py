@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels import lab_math
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, as_float32, host, operand, scalar32, view, wrap
 from p2paudit.lab.refusal import refused
@@ -92,6 +91,15 @@ def unary(fn: Callable[[np.ndarray], np.ndarray]) -> Handler:
     return entry
 
 
+def lab_unary(fn_name: str) -> Handler:
+    """An entry for the backend's lab function `fn_name` (kernels/lab_math.py's list: sin, cos, tanh, ...)."""
+
+    def entry(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
+        return unary(getattr(ctx.math, fn_name))(ctx, name, a)
+
+    return entry
+
+
 def backend_unary(fn_name: str) -> Handler:
     """An entry for the backend's own elementwise function `fn_name` (exp, log, silu)."""
 
@@ -126,9 +134,9 @@ def pow_tensor_scalar(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         if e == 0.5:
             return wrap(np.sqrt(x))
         if e == -0.5:
-            return wrap(lab_math.rsqrt(x))
+            return wrap(ctx.math.rsqrt(x))
         if e == -1:
-            return wrap(lab_math.reciprocal(x))
+            return wrap(ctx.math.reciprocal(x))
         if float(e).is_integer() and 2 <= e <= 8:
             y = x * x
             for _ in range(int(e) - 2):
@@ -142,7 +150,7 @@ def pow_scalar(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     x = host(a["exponent"])
     if x.dtype != np.float32:
         x = as_float32(name, x)
-    return wrap(lab_math.pow_scalar_base(scalar32(name, a["self"], "the base"), x))
+    return wrap(ctx.math.pow_scalar_base(scalar32(name, a["self"], "the base"), x))
 
 
 def clamp(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
@@ -184,11 +192,11 @@ ELEMENTWISE: dict[str, Handler] = {
     "aten.minimum.default": binary(_min2),
     "aten.neg.default": unary(np.negative),
     "aten.sqrt.default": unary(np.sqrt),
-    "aten.rsqrt.default": unary(lab_math.rsqrt),
-    "aten.reciprocal.default": unary(lab_math.reciprocal),
-    "aten.sin.default": unary(lab_math.sin),
-    "aten.cos.default": unary(lab_math.cos),
-    "aten.sigmoid.default": unary(lab_math.sigmoid),
+    "aten.rsqrt.default": lab_unary("rsqrt"),
+    "aten.reciprocal.default": lab_unary("reciprocal"),
+    "aten.sin.default": lab_unary("sin"),
+    "aten.cos.default": lab_unary("cos"),
+    "aten.sigmoid.default": lab_unary("sigmoid"),
     "aten.sigmoid_backward.default": sigmoid_backward,
     "aten.exp.default": backend_unary("exp"),
     "aten.log.default": backend_unary("log"),

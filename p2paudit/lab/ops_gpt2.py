@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels import lab_math
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, host, wrap
-from p2paudit.lab.ops_elementwise import unary
+from p2paudit.lab.ops_elementwise import lab_unary
 from p2paudit.lab.refusal import refused
 
 
@@ -88,13 +87,13 @@ def _check_tanh_form(name: str, a: dict[str, Any]) -> None:
 def gelu(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """gelu(x, approximate='tanh'): lab_math.gelu_tanh."""
     _check_tanh_form(name, a)
-    return wrap(lab_math.gelu_tanh(host(a["self"])))
+    return wrap(ctx.math.gelu_tanh(host(a["self"])))
 
 
 def gelu_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """gelu_backward(dy, x, approximate='tanh'): lab_math.gelu_tanh_backward."""
     _check_tanh_form(name, a)
-    return wrap(lab_math.gelu_tanh_backward(host(a["self"]), host(a["grad_output"])))
+    return wrap(ctx.math.gelu_tanh_backward(host(a["self"]), host(a["grad_output"])))
 
 
 def tanh_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
@@ -109,6 +108,6 @@ GPT2: dict[str, Handler] = {
     "aten.native_layer_norm_backward.default": layer_norm_backward,
     "aten.gelu.default": gelu,
     "aten.gelu_backward.default": gelu_backward,
-    "aten.tanh.default": unary(lab_math.tanh),
+    "aten.tanh.default": lab_unary("tanh"),
     "aten.tanh_backward.default": tanh_backward,
 }

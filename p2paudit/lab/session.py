@@ -1,6 +1,6 @@
 """LabRun: a lab's own PyTorch loop, one canonical step at a time, with its state and trace digests.
 
-    run = LabRun(model, optimizer, backend="cpu")  # arithmetic: kernels.ARITHMETIC_VERSION unless given
+    run = LabRun(model, optimizer, backend="cpu")  # or "reference", "triton"; arithmetic: kernels.ARITHMETIC_VERSION unless given
     for i in range(steps):
         with run.step(i):
             loss = loss_fn(model(x), y)
@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 import kernels
+from kernels import lab_math
+from p2paudit.errors import InputError
 from p2paudit.lab.mode import CanonicalMode
 from p2paudit.lab.refusal import LabOpRefused
 from p2paudit.lab.trace import Tracer
@@ -78,13 +80,17 @@ class LabRun:
     ) -> None:
         if _is_compiled(model):
             raise LabOpRefused("a torch.compile'd model is not in op table 1 (its kernels bypass dispatch)")
-        if backend not in ("reference", "cpu"):
-            raise LabOpRefused(f"backend {backend!r}: the lab mode runs on the numpy backends (reference, cpu)")
+        if backend not in kernels.BACKENDS:
+            raise LabOpRefused(f"backend {backend!r}: the lab mode runs on {', '.join(kernels.BACKENDS)}")
         check_optimizer(optimizer)
         self.model, self.optimizer = model, optimizer
         if arithmetic is None:
             arithmetic = kernels.ARITHMETIC_VERSION  # what a new run uses
-        self.backend = kernels.get_backend(backend, arithmetic)
+        try:  # triton needs CUDA or TRITON_INTERPRET=1: its modules refuse to import without
+            self.backend = kernels.get_backend(backend, arithmetic)
+            self.math = lab_math.for_backend(backend)
+        except ImportError as exc:
+            raise InputError(f"backend {backend} is not available here: {exc}") from None
         self.backend_name, self.arithmetic = backend, arithmetic
         self.names = {id(p): n for n, p in model.named_parameters()}
         for g in optimizer.param_groups:
@@ -136,7 +142,7 @@ class LabRun:
         tracer = Tracer(values=[] if self.keep_values else None)
         for name, t in self._named_tensors():
             tracer.name(t, name)
-        mode = CanonicalMode(self.backend, tracer)
+        mode = CanonicalMode(self.backend, tracer, self.math)
         with mode:
             yield mode
         self.last_mode = mode

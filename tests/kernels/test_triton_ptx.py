@@ -73,6 +73,17 @@ def test_division_and_sqrt_are_the_correctly_rounded_ones(results):
     assert a["adamw_kernel[BLOCK=1024]"]["div_rn"] and a["adamw_kernel[BLOCK=1024]"]["sqrt_rn"]
     assert a["rmsnorm_forward_kernel[BLOCK=1024]"]["sqrt_rn"]
     assert a["unary_kernel[OP=1,BLOCK=1024]"]["div_rn"]  # log's s = f / (2 + f)
+    lab_rsqrt = a["lab_unary_kernel[OP=4,BLOCK=1024]"]  # op table 1's rsqrt: 1 / sqrt(x), both correctly rounded
+    assert lab_rsqrt["div_rn"] and lab_rsqrt["sqrt_rn"]
+
+
+def test_the_lab_functions_are_audited(results):
+    # kernels/triton_lab_kernels.py: sin, cos, tanh, gelu, rsqrt, reciprocal, sigmoid, exp(x * c); gelu's backward.
+    lab = [name for name in results["audits"] if name.startswith(("lab_unary_kernel[", "gelu_backward_kernel["))]
+    assert len(lab) == 9, sorted(results["audits"])
+    dividing = [name for name in lab if not name.startswith(("lab_unary_kernel[OP=0,", "lab_unary_kernel[OP=1,",
+                                                             "lab_unary_kernel[OP=7,"))]  # fmt: skip
+    assert len(dividing) == 6 and all(results["audits"][name]["div_rn"] for name in dividing)  # tanh, gelu, 1/x ...
 
 
 def test_the_version_2_fold_is_one_fma_rn_per_step(results):

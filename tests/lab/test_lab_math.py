@@ -88,3 +88,9 @@ def test_gelu_tanh_against_its_float64_formula():
     )
     dy = np.full_like(x, 1.0)
     assert np.max(np.abs(L.gelu_tanh_backward(x, dy) - dwant)) <= 2e-6
+
+
+def test_each_backend_names_its_module_of_these_functions():
+    assert L.for_backend("reference") is L and L.for_backend("cpu") is L
+    with pytest.raises(KernelInputError, match="unknown backend 'xpu', want one of reference, cpu, triton"):
+        L.for_backend("xpu")

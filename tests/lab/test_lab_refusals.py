@@ -111,3 +111,9 @@ def test_a_compiled_function_called_inside_the_mode_runs_through_the_table():
     with m:
         f(x)
     assert m.calls == {"aten.mul.Tensor": 1, "aten.sin.default": 1, "aten.sum.default": 1}
+
+
+def test_an_unknown_backend_is_refused_naming_the_three():
+    model, opt = models.make()
+    with pytest.raises(LabOpRefused, match="backend 'xpu': the lab mode runs on reference, cpu, triton"):
+        LabRun(model, opt, backend="xpu")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numba
+import pytest
 import torch
 
+from kernels import cpu_reduce
 from p2paudit.lab import LabRun, first_departure
 from tests.lab import models
 
@@ -59,3 +62,24 @@ def test_parameters_are_named_in_the_trace():
     assert "params/head.weight" in named and "opt/m/head.weight" not in named  # no moments before step 1
     external = [i for i in inputs if i[0] == "ext"]
     assert {tuple(i[2]) for i in external} == {(2, 9)}  # only the batch comes from outside
+
+
+def gpt2_step_trace() -> list[bytes]:
+    model, opt = models.make_gpt2()
+    run = LabRun(model, opt, backend="cpu")
+    with run.step(0):
+        models.train_step(model, opt, models.batches(1)[0])
+    return list(run.records[0].ops)
+
+
+@pytest.mark.slow
+def test_a_kernel_compiled_inside_a_step_leaves_the_op_graph_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A verifier's first step compiles the cpu kernels (numba's cache is cold). The compiler leaves reference
+    # cycles holding the table entry's frame, and so its outputs, until Python's GC runs; autograd steals or
+    # clones a gradient by its reference count (aten.detach vs aten.new_empty_strided + copy_), so before the
+    # mode pinned when garbage is collected, the tied GPT-2's trace departed at op 98 on a cold cache.
+    warm = gpt2_step_trace()
+    for name in ("_sum_cols_registers", "_sum_cols_buffered"):  # the real kernels, compiled afresh (no cache)
+        monkeypatch.setattr(cpu_reduce, name, numba.njit(parallel=True)(getattr(cpu_reduce, name).py_func))
+    cold = gpt2_step_trace()
+    assert first_departure(cold, warm) is None
