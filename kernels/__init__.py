@@ -57,6 +57,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from kernels.host_heap import keep_freed_memory
 from kernels.input_error import KernelInputError as KernelInputError
 from kernels.versions import at_version, check_version
 
@@ -90,5 +91,7 @@ def get_backend(name: str, arithmetic: int = 1) -> Backend[Any]:
     check_version(arithmetic)
     if name not in _MODULES:
         raise KernelInputError(f"unknown backend {name!r}, want one of {', '.join(BACKENDS)}")
+    if name != "triton":
+        keep_freed_memory()  # host arrays: a step's new state reuses the old one's pages (kernels/host_heap.py)
     # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py).
     return at_version(importlib.import_module(_MODULES[name]), arithmetic)
