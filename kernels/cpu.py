@@ -7,6 +7,8 @@ host scalars in float32, and calls the numba kernels of
     kernels/cpu_scalar.py       exp, log, max2 and the halving trees (inlined)
     kernels/cpu_rowtree.py      halving trees of whole rows/columns in registers (LLVM IR)
     kernels/cpu_matmul.py       packed, blocked products, k folded in order
+    kernels/cpu_pack.py         the matmul's operands copied into panels
+    kernels/cpu_transpose.py    16-value blocks of a transposing pack, in registers (LLVM IR)
     kernels/cpu_tile.py         the matmul's 12x32 register micro-kernel (LLVM IR)
     kernels/cpu_reduce.py       sum_rows, sum_cols, max_rows
     kernels/cpu_elementwise.py  exp, log, SiLU, AdamW over flat arrays

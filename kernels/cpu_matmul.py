@@ -1,25 +1,34 @@
 """Matrix products of the `cpu` backend (docs/arithmetic.md 2.3), batched or not.
 
 c[i, j] = left fold over k = 0..K-1 of a[i, k] * b[k, j], starting from +0.0:
-`acc + (a * b)` per k in arithmetic version 1 (matmul_packed), `fma(a, b, acc)`
-in version 2 (matmul_packed_fused); one source, two compiled kernels, since
+`acc + (a * b)` per k in arithmetic version 1 (matmul_streamed, matmul_packed),
+`fma(a, b, acc)` in version 2 (the `_fused` kernels); one source, two compiled kernels each, since
 `fused` is a literal each entry point hands down to kernels/cpu_tile.py and
 kernels/cpu_scalar.mac_f32. Only the k order is pinned, so the kernel is free
 to choose everything else:
 
-- Both operands are packed once per call (pack_operands, one parallel pass):
-  A into panels of TILE_ROWS rows stored k-major (K, TILE_ROWS), B into
-  panels of TILE_COLS columns (K, TILE_COLS), whatever layout each was given
-  in (a or aᵀ, b or bᵀ), the last panel padded with zeros. So the
-  micro-kernel reads both operands of one k contiguously, every tile of C is
-  a whole register tile (the padded rows and columns are computed and thrown
-  away), and no operand row lands on the cache set of the next one (a row
-  stride of 4 KiB would). The packed buffers are kept per thread between
-  calls (_Scratch): a fresh one of hundreds of MB (the head's products) is
-  a page fault per 4 KiB page on every call.
-- A task is one (CHUNK_PANELS_A * TILE_ROWS rows) x (CHUNK_PANELS_B *
-  TILE_COLS columns) block of C in one batch element; prange spreads tasks
-  over the threads. Outputs are independent.
+- Both operands are packed into panels (kernels/cpu_pack.py): A into panels
+  of TILE_ROWS rows stored k-major (K, TILE_ROWS), B into panels of
+  TILE_COLS columns (K, TILE_COLS), whatever layout each was given in (a or
+  aᵀ, b or bᵀ), the last panel padded with zeros. So the micro-kernel reads
+  both operands of one k contiguously, every tile of C is a whole register
+  tile (the padded rows and columns are computed and thrown away), and no
+  operand row lands on the cache set of the next one (a row stride of 4 KiB
+  would). A is packed once per call into a buffer kept per thread between
+  calls (_Scratch: a fresh one of hundreds of MB, the head's products, is a
+  page fault per page on every call).
+- matmul_streamed (every product with causal = FULL whose B panels keep
+  every thread busy): a task is one run of at most CHUNK_PANELS_B B panels
+  over all of C's rows, in one batch element; its thread packs the run into
+  a buffer of its own, which stays in L2 while the task's row chunks
+  (CHUNK_PANELS_A A panels each) fold against it. Packing all of B first
+  wrote it to memory and read it back (a third of a head product's fold).
+- matmul_packed (the causal attention products, and B too narrow for the
+  threads): both operands packed first; a task is one (CHUNK_PANELS_A A
+  panels) x (CHUNK_PANELS_B B panels) block of C in one batch element.
+- Runs and chunks are cut as evenly as the counts allow, and their number a
+  multiple of the threads where one more does it (task_grid, stream_grid):
+  prange hands each thread an equal run of tasks. Outputs are independent.
 - The task keeps its accumulators in a buffer (the folds start at +0.0) and
   runs k as the OUTER loop, K_BLOCK values at a time: for each B panel of the
   block (K_BLOCK x 32 floats, 16 KiB, stays in L1) every A panel of the block
