@@ -34,7 +34,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
+from kernels.cpu_elementwise import adamw_flat, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
     cross_entropy_backward_2d,
@@ -53,7 +53,6 @@ F32 = np.float32
 # The layout ops between kernels (kernels/__init__.py): numpy expressions; to_device and to_host move nothing.
 to_device = numpy_layout.to_device
 to_host = numpy_layout.to_host
-add = numpy_layout.add
 div_scalar = numpy_layout.div_scalar
 mul = numpy_layout.mul
 rope = numpy_layout.rope
@@ -62,6 +61,21 @@ sum_head_groups = numpy_layout.sum_head_groups
 split_heads = numpy_layout.split_heads
 merge_heads = numpy_layout.merge_heads
 split_tokens = numpy_layout.split_tokens
+
+PARALLEL_ADD = 1 << 20  # elements from which add runs on every thread (numpy's runs on one)
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b, float32, rounded once (arrays of one shape, or 0-d values): numpy's, or add_flat for large arrays.
+
+    The large ones are the tied embedding's gradient (head + lookup, V x C).
+    """
+    if a.size < PARALLEL_ADD or a.shape != b.shape or a.dtype != F32 or b.dtype != F32:
+        return numpy_layout.add(a, b)
+    out = np.empty(a.shape, F32)
+    add_flat(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), out.reshape(-1))
+    return out
+
 
 # ------------------------------------------------------------ matrix products
 

@@ -1,4 +1,4 @@
-"""Elementwise kernels of the `cpu` backend: exp, log, SiLU and its backward, AdamW.
+"""Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW.
 
 All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
 Each output element depends on its own inputs only, so prange splits the
@@ -12,6 +12,13 @@ import numpy as np
 from numba import njit, prange
 
 from kernels.cpu_scalar import ONE, exp_f32, log_f32
+
+
+@njit(parallel=True, cache=True)
+def add_flat(a, b, out):
+    """out[i] = a[i] + b[i], rounded once, for 1-d float32 arrays of one length (out a new array)."""
+    for i in prange(a.shape[0]):
+        out[i] = a[i] + b[i]
 
 
 @njit(parallel=True, cache=True)

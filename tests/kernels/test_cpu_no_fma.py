@@ -60,6 +60,7 @@ def _sample_calls():
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
         ("_sum_cols_buffered", rd._sum_cols_buffered, (x,)),
         ("max_rows_2d", rd.max_rows_2d, (x,)),
+        ("add_flat", ew.add_flat, (flat, flat, np.empty_like(flat))),
         ("exp_flat", ew.exp_flat, (flat,)),
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),

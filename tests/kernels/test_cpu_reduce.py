@@ -111,3 +111,21 @@ def test_thread_count_changes_no_bit(op):
     for got in flat[1:]:
         for g, w in zip(got, flat[0]):
             assert describe_difference(g, w) is None
+
+
+def test_large_add_runs_on_every_thread_with_numpys_bits():
+    # cpu.add hands arrays of PARALLEL_ADD elements or more to add_flat (prange); one rounding per element either way.
+    from kernels.cpu import PARALLEL_ADD
+
+    rng = np.random.default_rng(9)
+    n = PARALLEL_ADD + 17
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-45, -1e-45, 3.4e38], np.float32)
+    a[: special.size], b[: special.size] = special, special[::-1]
+    a[-1], b[-1] = np.float32(-0.0), np.float32(-0.0)  # -0.0 + -0.0 is -0.0, which the sum must keep
+    got = cpu.add(a, b)
+    want = reference.add(a, b)
+    assert got.shape == a.shape and got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+    assert np.isnan(got).sum() == np.isnan(want).sum()
