@@ -193,59 +193,88 @@ def _store_block(c, z, acc, i0, i1, j0, j1):
 
 
 @njit(parallel=True, cache=True)
-def matmul_streamed(ap, b, b_transposed, c, col_chunks, local):
+def matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local):
     """_matmul_streamed in arithmetic version 1: acc + (a * b) per k."""
-    _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, False)
+    _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, False)
 
 
 @njit(parallel=True, cache=True)
-def matmul_streamed_fused(ap, b, b_transposed, c, col_chunks, local):
+def matmul_streamed_fused(ap, b, b_transposed, c, col_chunks, row_chunks, local):
     """_matmul_streamed in arithmetic version 2: fma(a, b, acc) per k."""
-    _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, True)
+    _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, True)
 
 
 @njit(inline="always")
-def _matmul_streamed(ap, b, b_transposed, c, col_chunks, local, fused):
+def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fused):
     """C (BH, M, N) into c from A's panels (pack_operands) and B as given: each task packs its own B panels.
 
     A task is one column block of C in one batch element, all its rows: a
-    run of B panels (col_chunks runs, cut evenly), which the task's thread
-    packs for every k into its own buffer local[thread] and then folds
-    against every A panel, CHUNK_PANELS_A panels at a time, k in K_BLOCK
-    steps. The run's panels (K x 384 floats at most) stay in the core's L2
-    cache while they are used; packing all of B first (_matmul_packed) wrote
-    it to memory and read it back, which cost a head product a third of its
-    fold. The same folds in the same k order as _matmul_packed with FULL.
+    run of B panels (col_chunks runs, cut evenly) that the task's thread packs
+    into its own buffer local[thread], folded against the A panels,
+    row_chunks runs of them, k in K_BLOCK steps. With one row chunk (C's rows
+    fit the accumulator budget, stream_rows) the run is packed K_BLOCK values
+    of k at a time, just before the fold uses them, so it stays in L1 and L2
+    whatever K is (a head product's K is the vocabulary); with several, the
+    whole run is packed once and each row chunk folds against it. Packing all
+    of B first (_matmul_packed) wrote it to memory and read it back. The same
+    folds in the same k order as _matmul_packed with FULL.
     Preconditions: ap is A's packing (BH, MP, K, TILE_ROWS); b is (BH, K, N),
-    or (BH, N, K) when b_transposed; 1 <= col_chunks <= ceil(N / TILE_COLS);
-    local (threads, >= the panels of a run, K, TILE_COLS).
+    or (BH, N, K) when b_transposed; 1 <= col_chunks <= ceil(N / TILE_COLS),
+    1 <= row_chunks <= MP; local (threads, >= the panels of a run, K_BLOCK or
+    more rows of k (K with several row chunks), TILE_COLS).
     """
     bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
     n = c.shape[2]
     nq = (n + TILE_COLS - 1) // TILE_COLS
-    row_chunks = max(1, (mp + CHUNK_PANELS_A - 1) // CHUNK_PANELS_A)
+    chunk_rows = (mp + row_chunks - 1) // row_chunks * TILE_ROWS
     for task in prange(bh * col_chunks):
         z = task // col_chunks
         q_lo, q_hi = _chunk_bounds(task - z * col_chunks, col_chunks, nq)
-        x0 = q_lo * TILE_COLS
+        x0, run = q_lo * TILE_COLS, q_hi - q_lo
         me = numba.get_thread_id()
-        panels = local[me : me + 1]  # (1, CQ, K, TC): this thread's
-        if b_transposed:
-            src = b[z : z + 1, x0:, :]  # (1, N - x0, K)
-            for q in range(q_hi - q_lo):
-                pack_transposed(src, 0, n - x0, 0, k_count, q, panels)
-        else:
-            pack_k_major(b[z : z + 1, :, x0:], 0, n - x0, 0, k_count, 0, q_hi - q_lo, panels)
-        acc = np.empty((CHUNK_PANELS_A * TILE_ROWS, (q_hi - q_lo) * TILE_COLS), np.float32)
+        panels = local[me : me + 1]  # (1, CQ, KL, TC): this thread's
+        acc = np.empty((chunk_rows, run * TILE_COLS), np.float32)
+        if row_chunks == 1:
+            acc[:] = 0.0  # folds start at +0.0
+            for k0 in range(0, k_count, K_BLOCK):
+                k1 = min(k_count, k0 + K_BLOCK)
+                _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels)  # k0..k1 as rows 0..k1-k0
+                for q in range(run):
+                    for p in range(mp):
+                        fold_tile(ap[z, p, k0:k1], panels[0, q], acc, p * TILE_ROWS, q * TILE_COLS, 0, k1 - k0, fused)
+            _store_block(c, z, acc, 0, mp * TILE_ROWS, x0, q_hi * TILE_COLS)
+            continue
+        _pack_run(b, b_transposed, z, x0, n, 0, k_count, run, panels)
         for rc in range(row_chunks):
             p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
             acc[: (p_hi - p_lo) * TILE_ROWS] = 0.0  # folds start at +0.0
             for k0 in range(0, k_count, K_BLOCK):
                 kw = min(k_count, k0 + K_BLOCK) - k0
-                for q in range(q_hi - q_lo):
+                for q in range(run):
                     for p in range(p_lo, p_hi):
                         fold_tile(ap[z, p], panels[0, q], acc, (p - p_lo) * TILE_ROWS, q * TILE_COLS, k0, kw, fused)
             _store_block(c, z, acc, p_lo * TILE_ROWS, p_hi * TILE_ROWS, x0, q_hi * TILE_COLS)
+
+
+@njit(inline="always")
+def _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels):
+    """panels[0, q, k - k0] = B's run of panels from column x0, for k in [k0, k1) and q < run (+0.0 past N)."""
+    if b_transposed:
+        src = b[z : z + 1, x0:, k0:k1]  # (1, N - x0, k1 - k0)
+        for q in range(run):
+            pack_transposed(src, 0, n - x0, 0, k1 - k0, q, panels)
+    else:
+        pack_k_major(b[z : z + 1, k0:k1, x0:], 0, n - x0, 0, k1 - k0, 0, run, panels)
+
+
+ACC_BYTES = 512 * 1024  # a streamed task's accumulators (one row chunk x its run's columns), in L2
+
+
+def stream_rows(mp: int, run_panels: int) -> int:
+    """How many row chunks a streamed task cuts the mp A panels into: as few as keep its accumulators within
+    ACC_BYTES (at least CHUNK_PANELS_A panels a chunk). One chunk lets the task pack B as it folds."""
+    most = max(CHUNK_PANELS_A, ACC_BYTES // (TILE_ROWS * TILE_COLS * 4 * max(1, run_panels)))
+    return max(1, -(-mp // most))
 
 
 def stream_grid(bh: int, nq: int, threads: int) -> int:
@@ -348,8 +377,12 @@ def matmul_batched(
     runs = stream_grid(bh, nq, threads) if causal == FULL else 0
     if runs:  # B packed task by task, in cache (_matmul_streamed)
         pack_operands(a, a_transposed, b, b_transposed, ap, ap, a_tasks, 0)
-        local = _SCRATCH.take("b_run", (numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k_count, TILE_COLS))  # type: ignore[attr-defined]
-        (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, local)
+        run_panels = -(-nq // runs)
+        row_chunks = stream_rows(ap.shape[1], run_panels)
+        k_rows = k_count if row_chunks > 1 else min(k_count, K_BLOCK)
+        threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+        local = _SCRATCH.take("b_run", (threads_max, run_panels, k_rows, TILE_COLS))
+        (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, row_chunks, local)
         return out
     bp = _SCRATCH.take("b", (bh, nq, k_count, TILE_COLS))  # (BH, NQ, K, TC)
     b_tasks = pack_task_count(bp.shape, not b_transposed, k_chunks)

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
-from kernels.cpu_transpose import BLOCK_K, transpose_12, transpose_32
+from kernels.cpu_transpose import BLOCK_K, copy_12, copy_32, transpose_12, transpose_32
 
 PACK_K = 256  # k values per packing task
 TRANSPOSE_K = 16  # k values per block of a transposing pack: one 64-byte line of each source row
@@ -28,12 +28,19 @@ def pack_k_major(src, z, x_count, k0, k1, q0, q1, dst):
     src (BH, K, X) is read along its rows, W = dst.shape[3] values per panel.
     """
     width = dst.shape[3]
+    rows = src[z]  # (K, X)
+    vectors = src.strides[2] == 4 and (width == TILE_ROWS or width == TILE_COLS)  # copy_*'s preconditions
     for k in range(k0, k1):
         for q in range(q0, q1):
             base = q * width
             if base + width <= x_count:
-                for r in range(width):
-                    dst[z, q, k, r] = src[z, k, base + r]
+                if vectors and width == TILE_COLS:
+                    copy_32(rows, k, base, dst[z, q], k)  # two vector loads and stores
+                elif vectors:
+                    copy_12(rows, k, base, dst[z, q], k)
+                else:
+                    for r in range(width):
+                        dst[z, q, k, r] = src[z, k, base + r]
             else:
                 for r in range(width):
                     dst[z, q, k, r] = src[z, k, base + r] if base + r < x_count else np.float32(0.0)

@@ -1,4 +1,4 @@
-"""A 16-value block of a transposing pack, in registers (kernels/cpu_pack.py), written in LLVM IR.
+"""A 16-value block of a transposing pack, in registers, and a panel row's copy (kernels/cpu_pack.py), in LLVM IR.
 
 `transpose_12(src, r0, k0, panel)` and `transpose_32(...)` copy
 src[r0 + r, k0 + kk] to panel[k0 + kk, r] for kk < 16 and r < 12 (or 32):
@@ -116,5 +116,62 @@ def make_transpose(width: int) -> Any:
     return transpose
 
 
+def make_row_copy(width: int) -> Any:
+    """The intrinsic copying src[row, col : col + width] to dst[drow, 0 : width] as vectors (width 12 or 32).
+
+    A k-major pack's row of one panel: one or two <16 x float> loads and
+    stores (the last group masked to the panel's width), where numba's loop
+    copied about one float a cycle.
+    """
+    groups = -(-width // LANES)
+
+    @intrinsic
+    def copy(typingctx, src, row, col, dst, drow):
+        """Preconditions (unchecked): src and dst 2-d float32 with unit column stride, col + width <= src's
+        columns, width <= dst's columns, row and drow in range."""
+        for arr in (src, dst):
+            if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+                return None
+        sig = types.void(src, types.intp, types.intp, dst, types.intp)
+
+        def codegen(context, builder, signature, args):
+            s_arr, rrow, rcol, d_arr, rdrow = args
+            s_ty, _, _, d_ty, _ = signature.args
+            intp = context.get_value_type(types.intp)
+            rrow, rcol, rdrow = (
+                context.cast(builder, v, t, types.intp)
+                for v, t in zip((rrow, rcol, rdrow), (signature.args[1], signature.args[2], signature.args[4]))
+            )
+            vec = ir.VectorType(ir.FloatType(), LANES)
+            mask_ty = ir.VectorType(ir.IntType(1), LANES)
+            i32 = ir.IntType(32)
+            load_ty = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_ty, vec])
+            masked_load = cgutils.get_or_insert_function(builder.module, load_ty, "llvm.masked.load.v16f32.p0v16f32")
+            store_ty = ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_ty])
+            masked_store = cgutils.get_or_insert_function(builder.module, store_ty, "llvm.masked.store.v16f32.p0v16f32")
+            for g in range(groups):
+                offset = ir.Constant(intp, g * LANES)
+                src_at = _vector_ptr(
+                    builder, _element_ptr(context, builder, s_ty, s_arr, rrow, builder.add(rcol, offset)), vec
+                )
+                dst_at = _vector_ptr(builder, _element_ptr(context, builder, d_ty, d_arr, rdrow, offset), vec)
+                lanes = min(LANES, width - g * LANES)
+                if lanes == LANES:
+                    builder.store(builder.load(src_at, align=4), dst_at, align=4)
+                else:
+                    mask = ir.Constant(mask_ty, [1] * lanes + [0] * (LANES - lanes))
+                    values = builder.call(
+                        masked_load, [src_at, ir.Constant(i32, 4), mask, ir.Constant(vec, [0.0] * LANES)]
+                    )
+                    builder.call(masked_store, [values, dst_at, ir.Constant(i32, 4), mask])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return copy
+
+
 transpose_12 = make_transpose(12)
 transpose_32 = make_transpose(32)
+copy_12 = make_row_copy(12)
+copy_32 = make_row_copy(32)

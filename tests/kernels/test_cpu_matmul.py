@@ -154,11 +154,12 @@ def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused):
     pack_operands(a, False, b, b_t, ap, bp, *tasks)
     streamed = mm.matmul_streamed_fused if fused else mm.matmul_streamed
     packed = mm.matmul_packed_fused if fused else mm.matmul_packed
-    for runs in (1, 2, 5, nq):
-        local = np.full((numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k, TILE_COLS), np.nan, F32)
+    for runs, row_chunks in ((1, 1), (2, 1), (5, 2), (nq, 3), (3, ap.shape[1])):
+        k_rows = k if row_chunks > 1 else K_BLOCK  # one row chunk packs B K_BLOCK values of k at a time
+        local = np.full((numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k_rows, TILE_COLS), np.nan, F32)
         got = np.full((2, m, n), np.nan, F32)
-        streamed(ap, b, b_t, got, runs, local)
-        assert describe_difference(got, want) is None, f"streamed, {runs} runs of B panels"
+        streamed(ap, b, b_t, got, runs, row_chunks, local)
+        assert describe_difference(got, want) is None, f"streamed, {runs} runs of B panels, {row_chunks} row chunks"
     for rows, cols in ((1, 1), (2, 3), (ap.shape[1], nq)):
         got = np.full((2, m, n), np.nan, F32)
         packed(ap, bp, got, mm.FULL, rows, cols)

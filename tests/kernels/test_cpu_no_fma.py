@@ -54,7 +54,11 @@ def _sample_calls():
     return [
         ("pack_operands", pk.pack_operands, (a3, False, a3, True, ap, bp, 1, 1)),
         ("matmul_packed", mm.matmul_packed, (ap, bp, np.empty((1, 5, 5), F32), mm.FULL, 1, 1)),
-        ("matmul_streamed", mm.matmul_streamed, (ap, np.ones((1, 5, 7), F32), True, np.empty((1, 5, 5), F32), 1, run)),
+        (
+            "matmul_streamed",
+            mm.matmul_streamed,
+            (ap, np.ones((1, 5, 7), F32), True, np.empty((1, 5, 5), F32), 1, 1, run),
+        ),
         ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
