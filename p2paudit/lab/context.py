@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,19 +11,47 @@ import torch
 
 from kernels.backend_contract import Backend
 
+TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], int]
+
+
+def tensor_key(t: torch.Tensor) -> TensorKey:
+    """Where a tensor's values are: its memory, shape and strides, and its version counter (bumped by any
+    in-place write to it or a view of it). Two live tensors with one key hold the same values."""
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t._version)
+
+
+@dataclass(frozen=True)
+class SavedAttention:
+    """One causal attention's p (B*H, T, T), and the q, k and output it came with: held, so that their memory
+    cannot be handed to another tensor (and their keys mean them) while the entry lives."""
+
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    p: np.ndarray
+
 
 @dataclass
 class OpContext:
     """The backend (kernels.get_backend(name, arithmetic)) and the probabilities each attention output keeps.
 
-    `attention` maps id(output tensor) -> (a weak reference to it, p): the
-    backward of a causal attention takes its forward's p from here instead of
-    recomputing it. Both ways give the same bits (the kernel is a pure
-    function); the cache only saves the time.
+    `attention` maps the keys of (q, k, output) of a forward to its p: the
+    backward of a causal attention, given the same q and k (p is a function
+    of them alone), takes its forward's p from here instead of recomputing
+    it. Both ways give the same bits (the kernel is a pure function); the
+    cache only saves the time. The key is not the tensors' id: autograd hands
+    the backward other tensor objects over the same memory.
     """
 
     be: Backend[Any]
-    attention: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray]] = field(default_factory=dict)
+    attention: dict[tuple[TensorKey, TensorKey, TensorKey], SavedAttention] = field(default_factory=dict)
+
+    def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
+        """Keep p for the backward of the attention that made `out` from q and k."""
+        self.attention[(tensor_key(q), tensor_key(k), tensor_key(out))] = SavedAttention((q, k, out), p)
+
+    def take_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor) -> np.ndarray | None:
+        """The p saved for (q, k, out), removed from the cache; None when the forward was not seen."""
+        saved = self.attention.pop((tensor_key(q), tensor_key(k), tensor_key(out)), None)
+        return saved.p if saved is not None else None
 
 
 Handler = Callable[[OpContext, str, dict[str, Any]], Any]

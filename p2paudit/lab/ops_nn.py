@@ -8,7 +8,6 @@ products, so the same bits, without a copy).
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -115,7 +114,7 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         lse = m + np.asarray(be.log(np.asarray(be.sum_rows(e))))
     shape = tuple(a["query"].shape)
     out = wrap(o.reshape(shape))
-    ctx.attention[id(out)] = (weakref.ref(out), p)
+    ctx.save_attention(a["query"], a["key"], out, p)
     return out, wrap(lse.reshape(shape[:3]))
 
 
@@ -123,8 +122,7 @@ def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """SDPA backward (causal): the backend's attention_backward with p from the forward (kept or recomputed)."""
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
     _check_attention_args(name, a, q.shape[2])
-    kept = ctx.attention.pop(id(a["out"]), None)
-    p = kept[1] if kept is not None and kept[0]() is a["out"] else None
+    p = ctx.take_attention(a["query"], a["key"], a["out"])
     if p is None:
         _, p = ctx.be.attention(q, k, v)
     do = host(a["grad_out"]).reshape(q.shape)
