@@ -29,9 +29,20 @@ class SavedAttention:
     p: np.ndarray
 
 
+def on_cpu_backend(be: Backend[Any]) -> tuple[bool, bool]:
+    """(whether `be` is the cpu backend, whether at arithmetic version 2): read from the name of the module or
+    of its version view, which kernels/versions.py calls "<module>@v<version>"."""
+    module, _, version = str(getattr(be, "__name__", "")).partition("@v")
+    return module == "kernels.cpu", version == "2"
+
+
 @dataclass
 class OpContext:
     """The backend (kernels.get_backend(name, arithmetic)) and the probabilities each attention output keeps.
+
+    `cpu` (with `fused`, its arithmetic version 2): the backend is kernels.cpu,
+    so the entries with a fused kernel in kernels/cpu_lab.py call it: one pass
+    instead of the composition, the same bits.
 
     `attention` maps the keys of (q, k, output) of a forward to its p: the
     backward of a causal attention, given the same q and k (p is a function
@@ -43,6 +54,11 @@ class OpContext:
 
     be: Backend[Any]
     attention: dict[tuple[TensorKey, TensorKey, TensorKey], SavedAttention] = field(default_factory=dict)
+    cpu: bool = field(init=False)
+    fused: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cpu, self.fused = on_cpu_backend(self.be)
 
     def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
         """Keep p for the backward of the attention that made `out` from q and k."""

@@ -98,10 +98,27 @@ def _check_attention_args(name: str, a: dict[str, Any], d: int) -> None:
 
 
 def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """SDPA forward (causal): S = q k^T * scale, p = softmax_causal(S), o = p v; lse = m + log(s) per row."""
+    """SDPA forward (causal): S = q k^T * scale, p = softmax_causal(S), o = p v; lse = m + log(s) per row.
+
+    On cpu, one kernel (kernels/cpu_lab.py attention_lse) leaves out the masked half of the products, as the
+    backend's attention does, and takes lse from the softmax's own m and s: the same bits as the composition.
+    """
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
+    _check_attention_args(name, a, q.shape[2])
+    o, p, lse = _attention_values(ctx, q, k, v)
+    shape = tuple(a["query"].shape)
+    out = wrap(o.reshape(shape))
+    ctx.save_attention(a["query"], a["key"], out, p)
+    return out, wrap(lse.reshape(shape[:3]))
+
+
+def _attention_values(ctx: OpContext, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) of section 8.6 from q, k, v (BH, T, D)."""
+    if ctx.cpu:
+        from kernels import cpu_lab  # numba: loaded with the cpu backend only
+
+        return cpu_lab.attention_lse(q, k, v, ctx.fused)
     bh, t, d = q.shape
-    _check_attention_args(name, a, d)
     be = ctx.be
     with np.errstate(all="ignore"):
         s = np.asarray(be.matmul_nt(q, k)) * (F32(1.0) / np.sqrt(F32(d)))  # (BH, T, T)
@@ -112,10 +129,7 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         e = np.asarray(be.exp(np.ascontiguousarray(s.reshape(bh * t, t) - m[:, None])))
         e = np.where(keep.reshape(1, t, t), e.reshape(bh, t, t), F32(-0.0)).reshape(bh * t, t)
         lse = m + np.asarray(be.log(np.asarray(be.sum_rows(e))))
-    shape = tuple(a["query"].shape)
-    out = wrap(o.reshape(shape))
-    ctx.save_attention(a["query"], a["key"], out, p)
-    return out, wrap(lse.reshape(shape[:3]))
+    return o, p, lse
 
 
 def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:

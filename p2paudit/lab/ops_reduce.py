@@ -142,9 +142,13 @@ def softmax_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 
 
 def log_softmax(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """aten._log_softmax(x, dim): x - (m + log(s)) per row (section 4.4's lse)."""
+    """aten._log_softmax(x, dim): x - (m + log(s)) per row (section 4.4's lse); one fused pass on cpu."""
     x = _float_input(name, a["self"])
     x2 = _last_dim(name, x, a["dim"])
+    if ctx.cpu and x2.shape[1] >= 1:
+        from kernels import cpu_lab  # numba: loaded with the cpu backend only
+
+        return wrap(cpu_lab.log_softmax(x2).reshape(x.shape))
     m, _, s = _softmax_parts(ctx, x2)
     with np.errstate(all="ignore"):
         lse = m + np.asarray(ctx.be.log(s))
@@ -152,9 +156,13 @@ def log_softmax(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 
 
 def log_softmax_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """dx = dy - exp(y) * psum(dy) per row, y the log-softmax output."""
+    """dx = dy - exp(y) * psum(dy) per row, y the log-softmax output; one fused pass on cpu."""
     y = _last_dim(name, host(a["output"]), a["dim"])
     dy = _last_dim(name, host(a["grad_output"]), a["dim"])
+    if ctx.cpu and y.dtype == dy.dtype == np.float32:
+        from kernels import cpu_lab  # numba: loaded with the cpu backend only
+
+        return wrap(cpu_lab.log_softmax_backward(y, dy).reshape(view(a["output"]).shape))
     c = np.asarray(ctx.be.sum_rows(dy))
     with np.errstate(all="ignore"):
         return wrap((dy - np.asarray(ctx.be.exp(y)) * c[:, None]).reshape(view(a["output"]).shape))

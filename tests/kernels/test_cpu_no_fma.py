@@ -70,6 +70,9 @@ def _sample_calls():
         ("cross_entropy_backward_2d", nn.cross_entropy_backward_2d, (x, np.zeros(5, np.int64), F32(0.2))),
         ("embedding_gather", nn.embedding_gather, (x, idx)),
         ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), 2)),
+        ("log_softmax_2d", nn.log_softmax_2d, (x,)),
+        ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x)),
+        ("softmax_causal_lse_3d", nn.softmax_causal_lse_3d, (s,)),
     ]
 
 
