@@ -37,7 +37,15 @@ def _keep(out: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...], keepdi
 
 
 def psum_axes(ctx: OpContext, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """The pairwise sum over `axes` (reduced axes flattened in C order), shape of the kept axes."""
+    """The pairwise sum over `axes` (reduced axes flattened in C order), shape of the kept axes.
+
+    Leading axes of a C-contiguous x (a bias or norm weight's gradient, summed over (B, T)) are the same psums
+    down the columns of x seen as (reduced, kept): sum_cols, without moving the axes last (a copy).
+    """
+    if axes and axes == tuple(range(len(axes))) and len(axes) < x.ndim and x.flags.c_contiguous and x.size:
+        kept_shape = x.shape[len(axes) :]
+        cols = np.asarray(ctx.be.sum_cols(x.reshape(-1, int(np.prod(kept_shape)))))  # (kept,)
+        return cols.reshape(kept_shape)
     rows, kept_shape, c = _rows(x, axes)
     if rows.shape[0] == 0:
         return np.zeros(kept_shape, dtype=F32)

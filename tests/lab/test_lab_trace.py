@@ -59,3 +59,11 @@ def test_parameters_are_named_in_the_trace():
     assert "params/head.weight" in named and "opt/m/head.weight" not in named  # no moments before step 1
     external = [i for i in inputs if i[0] == "ext"]
     assert {tuple(i[2]) for i in external} == {(2, 9)}  # only the batch comes from outside
+
+
+def test_records_are_written_as_json_dumps_writes_them():
+    from p2paudit.lab.trace import _json
+
+    values = [None, True, False, 0, -7, 2**70, "aten.add.Tensor", 'a "q" \\ \n é ☃', [], [[1, [2, "x"]], None]]
+    for v in values + [values]:
+        assert _json(v) == json.dumps(v, separators=(",", ":"), ensure_ascii=True)
