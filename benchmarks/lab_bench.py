@@ -38,6 +38,18 @@ SIZES = {  # name -> (vocab, C, heads, layers, T by default)
 }
 
 
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what platform says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -95,28 +107,32 @@ def main() -> None:
     run = LabRun(lab_model, lab_opt, backend="cpu", arithmetic=args.arithmetic)
     print(f"lab mode: cpu backend, arithmetic {run.arithmetic}")
     times = profile_entries() if args.profile else None
-    lab_t, stock_t = [], []
+    lab_t, stock_t, lab_cpu, stock_cpu = [], [], [], []
+    load_before = os.getloadavg()
     for i, tokens in enumerate(data):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with run.step(i):
             models.train_step(lab_model, lab_opt, tokens)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         models.train_step(stock_model, stock_opt, tokens)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         if i:  # step 0 is the warm-up
             lab_t.append(t1 - t0)
             stock_t.append(t2 - t1)
+            lab_cpu.append(c1 - c0)
+            stock_cpu.append(c2 - c1)
         elif times is not None:
             times.clear()  # the warm-up's compiles are not the entries' time
-    print(
-        f"cpu: {platform.processor() or platform.machine()}, torch {torch.__version__}, threads {torch.get_num_threads()}"
-    )
-    print(f"load average after the steps (1, 5, 15 min): {os.getloadavg()}")
+    print(f"cpu: {cpu_name()}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    print(f"load average (1, 5, 15 min) before the steps {load_before}, after {os.getloadavg()}")
     print(f"model {args.size}: {count(lab_model) / 1e6:.1f}M params, B={b} T={t} ({b * t} tokens/step)")
     for label, ts in (("lab mode", lab_t), ("stock torch", stock_t)):
         print(f"  {label:12s} min {min(ts):.3f} s  median {statistics.median(ts):.3f} s")
     print(f"  ratio (lab / stock): min {min(lab_t) / min(stock_t):.2f}x  median "
           f"{statistics.median(lab_t) / statistics.median(stock_t):.2f}x")  # fmt: skip
+    # CPU seconds (all threads of the process) move less with the other users' load than wall time does
+    print(f"  cpu time per step, median: lab {statistics.median(lab_cpu):.3f} s, stock {statistics.median(stock_cpu):.3f} s "
+          f"({statistics.median(lab_cpu) / statistics.median(stock_cpu):.2f}x)")  # fmt: skip
     if times is not None:
         total = sum(sum(v) for v in times.values())
         print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")

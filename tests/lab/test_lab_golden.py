@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,3 +147,11 @@ GOLDEN: dict[tuple[str, int], list[tuple[str, str, str]]] = {
 def test_lab_steps_keep_their_golden_digests(case: str, arithmetic: int, backend: str) -> None:
     torch.manual_seed(0)
     assert fingerprints(case, backend, arithmetic) == GOLDEN[(case, arithmetic)]
+
+
+def test_the_state_is_digested_from_views_and_kept_as_copies() -> None:
+    model, opt = models.make()
+    run = LabRun(model, opt, backend="cpu")
+    weight = model.head.weight.detach().numpy()
+    assert np.shares_memory(run.state_arrays(copy=False)["params/head.weight"], weight)  # no copy to hash
+    assert not np.shares_memory(run.state_arrays()["params/head.weight"], weight)  # what a caller keeps
