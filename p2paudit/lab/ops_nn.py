@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernels import cpu_lab  # the cpu backend's fused entries (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, host, view, wrap
 from p2paudit.lab.refusal import refused
@@ -115,8 +116,6 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 def _attention_values(ctx: OpContext, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
     """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) of section 8.6 from q, k, v (BH, T, D)."""
     if ctx.cpu:
-        from kernels import cpu_lab  # numba: loaded with the cpu backend only
-
         return cpu_lab.attention_lse(q, k, v, ctx.fused)
     bh, t, d = q.shape
     be = ctx.be

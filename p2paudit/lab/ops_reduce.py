@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import cpu_lab  # the cpu backend's fused entries (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, dims_of, host, view, wrap
 from p2paudit.lab.refusal import refused
@@ -154,8 +155,6 @@ def log_softmax(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     x = _float_input(name, a["self"])
     x2 = _last_dim(name, x, a["dim"])
     if ctx.cpu and x2.shape[1] >= 1:
-        from kernels import cpu_lab  # numba: loaded with the cpu backend only
-
         return wrap(cpu_lab.log_softmax(x2).reshape(x.shape))
     m, _, s = _softmax_parts(ctx, x2)
     with np.errstate(all="ignore"):
@@ -168,8 +167,6 @@ def log_softmax_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     y = _last_dim(name, host(a["output"]), a["dim"])
     dy = _last_dim(name, host(a["grad_output"]), a["dim"])
     if ctx.cpu and y.dtype == dy.dtype == np.float32:
-        from kernels import cpu_lab  # numba: loaded with the cpu backend only
-
         return wrap(cpu_lab.log_softmax_backward(y, dy).reshape(view(a["output"]).shape))
     c = np.asarray(ctx.be.sum_rows(dy))
     with np.errstate(all="ignore"):
