@@ -61,13 +61,22 @@ class OpContext:
         self.cpu, self.fused = on_cpu_backend(self.be)
 
     def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
-        """Keep p for the backward of the attention that made `out` from q and k."""
+        """Keep p for the backward of the attention that made `out` from q and k (not for inference tensors,
+        which have no version counter: a backward of theirs recomputes p)."""
+        if not _keyed(q, k, out):
+            return
         self.attention[(tensor_key(q), tensor_key(k), tensor_key(out))] = SavedAttention((q, k, out), p)
 
     def take_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor) -> np.ndarray | None:
         """The p saved for (q, k, out), removed from the cache; None when the forward was not seen."""
+        if not _keyed(q, k, out):
+            return None
         saved = self.attention.pop((tensor_key(q), tensor_key(k), tensor_key(out)), None)
         return saved.p if saved is not None else None
+
+
+def _keyed(*tensors: torch.Tensor) -> bool:
+    return not any(t.is_inference() for t in tensors)
 
 
 Handler = Callable[[OpContext, str, dict[str, Any]], Any]

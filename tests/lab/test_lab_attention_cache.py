@@ -35,3 +35,11 @@ def test_another_k_or_an_in_place_write_misses_the_cache() -> None:
     ctx.save_attention(q, k, out, p)
     assert ctx.take_attention(q, k, out) is p
     assert ctx.take_attention(q, k, out) is None  # taken once
+
+
+def test_inference_tensors_are_not_cached_and_do_not_fail() -> None:
+    ctx = OpContext(kernels.get_backend("cpu"))
+    with torch.inference_mode():
+        q = torch.ones(1, 1, 4, 2)  # an inference tensor: no version counter to key it by
+    ctx.save_attention(q, q, q, np.ones((1, 4, 4), np.float32))
+    assert ctx.attention == {} and ctx.take_attention(q, q, q) is None
