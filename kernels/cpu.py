@@ -32,7 +32,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.cpu_elementwise import adamw_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
+from kernels.cpu_elementwise import adamw_into, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
     cross_entropy_backward_2d,
@@ -271,11 +271,9 @@ def adamw(
     step = validate.check_adamw(p, g, m, v, step)
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
-    p2: HostArray
-    m2: HostArray
-    v2: HostArray
-    p2, m2, v2 = adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps)
-    return p2.reshape(p.shape), m2.reshape(p.shape), v2.reshape(p.shape)
+    p2, m2, v2 = np.empty_like(p), np.empty_like(m), np.empty_like(v)  # the shape of p each
+    adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, *(x.reshape(-1) for x in (p2, m2, v2)))
+    return p2, m2, v2
 
 
 if TYPE_CHECKING:  # mypy holds this module to the contract (kernels/backend_contract.py); nothing runs here

@@ -1,4 +1,4 @@
-"""Elementwise kernels of the `cpu` backend: exp, log, SiLU and its backward, AdamW.
+"""Elementwise kernels of the `cpu` backend: exp, log, SiLU and its backward, AdamW (new arrays or in place).
 
 All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
 Each output element depends on its own inputs only, so prange splits the
@@ -55,16 +55,14 @@ def silu_backward_flat(x, dy):
 
 
 @njit(parallel=True, cache=True)
-def adamw_flat(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps):
-    """One AdamW update (section 4.6) on flat arrays; returns (p', m', v').
+def adamw_into(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps, p2, m2, v2):
+    """One AdamW update (section 4.6) on flat arrays, written to p2, m2, v2 (which may be p, m, v
+    themselves: each element is read before it is written).
 
     Preconditions: the scalars are float32 and were computed on the host as
     the document says (omb1 = 1 - beta1, omb2 = 1 - beta2, ss = lr / bc1,
     sbc2 = sqrt(bc2), decay = 1 - lr * weight_decay).
     """
-    p2 = np.empty_like(p)  # (n,)
-    m2 = np.empty_like(m)  # (n,)
-    v2 = np.empty_like(v)  # (n,)
     for i in prange(p.shape[0]):
         gi = g[i]
         mi = b1 * m[i] + omb1 * gi
@@ -73,4 +71,3 @@ def adamw_flat(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps):
         p2[i] = p[i] * decay - ss * (mi / den)
         m2[i] = mi
         v2[i] = vi
-    return p2, m2, v2

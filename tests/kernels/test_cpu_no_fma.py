@@ -61,7 +61,7 @@ def _sample_calls():
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
         ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
-        ("adamw_flat", ew.adamw_flat, (flat, flat, flat, np.abs(flat), *scalars)),
+        ("adamw_into", ew.adamw_into, (flat, flat, flat, np.abs(flat), *scalars, *(np.empty_like(flat),) * 3)),
         ("softmax_causal_3d", nn.softmax_causal_3d, (s,)),
         ("softmax_causal_backward_3d", nn.softmax_causal_backward_3d, (s, s)),
         ("rmsnorm_2d", nn.rmsnorm_2d, (x, x[0], F32(1e-5))),

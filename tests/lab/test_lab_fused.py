@@ -78,3 +78,15 @@ def test_the_cpu_backend_at_either_version_takes_the_fused_kernels() -> None:
         ("reference", 1): (False, False),
         ("reference", 2): (False, True),
     }
+
+
+def test_adamw_in_place_writes_the_bits_of_the_backend_update() -> None:
+    from kernels import cpu, cpu_lab
+
+    rng = np.random.default_rng(9)
+    p, g, m = (rng.standard_normal((37, 5)).astype(np.float32) for _ in range(3))
+    v = np.abs(rng.standard_normal((37, 5))).astype(np.float32)
+    want = cpu.adamw(p, g, m, v, 3, 3e-3, 0.9, 0.95, 1e-8, 0.1)
+    cpu_lab.adamw_in_place(p, g, m, v, 3, 3e-3, 0.9, 0.95, 1e-8, 0.1)  # p, m, v read and written in place
+    for got, w in zip((p, m, v), want):
+        np.testing.assert_array_equal(got.view(np.uint32), w.view(np.uint32))
