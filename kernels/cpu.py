@@ -34,7 +34,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.cpu_elementwise import adamw_flat, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
+from kernels.cpu_elementwise import adamw_into, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
     cross_entropy_backward_2d,
@@ -289,8 +289,8 @@ def adamw(
     step = validate.check_adamw(p, g, m, v, step)
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))
-    p2, m2, v2 = (np.empty(p.shape, np.float32) for _ in range(3))  # numpy's: huge pages (adamw_flat)
-    adamw_flat(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, *(x.reshape(-1) for x in (p2, m2, v2)))
+    p2, m2, v2 = (np.empty(p.shape, np.float32) for _ in range(3))  # numpy's: huge pages (adamw_into)
+    adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, *(x.reshape(-1) for x in (p2, m2, v2)))
     return p2, m2, v2
 
 

@@ -1,4 +1,4 @@
-"""Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW.
+"""Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW (new arrays or in place).
 
 All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
 Each output element depends on its own inputs only, so prange splits the
@@ -62,15 +62,16 @@ def silu_backward_flat(x, dy):
 
 
 @njit(parallel=True, cache=True)
-def adamw_flat(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps, p2, m2, v2):
-    """One AdamW update (section 4.6) on flat arrays, written into p2, m2, v2.
+def adamw_into(p, g, m, v, b1, omb1, b2, omb2, ss, sbc2, decay, eps, p2, m2, v2):
+    """One AdamW update (section 4.6) on flat arrays, written to p2, m2, v2 (which may be p, m, v
+    themselves: each element is read before it is written).
 
     Preconditions: the scalars are float32 and were computed on the host as
     the document says (omb1 = 1 - beta1, omb2 = 1 - beta2, ss = lr / bc1,
-    sbc2 = sqrt(bc2), decay = 1 - lr * weight_decay); p2, m2, v2 are new
-    arrays of p's length. The caller allocates them with numpy, whose large
-    arrays are backed by huge pages: numba's own allocator faulted them in
-    4 KiB at a time, more than half of the update's time (docs/benchmarks.md).
+    sbc2 = sqrt(bc2), decay = 1 - lr * weight_decay); p2, m2, v2 are of p's
+    length. The caller allocates new ones with numpy, whose large arrays are
+    backed by huge pages: numba's own allocator faulted them in 4 KiB at a
+    time, more than half of the update's time (docs/benchmarks.md).
     """
     for i in prange(p.shape[0]):
         gi = g[i]

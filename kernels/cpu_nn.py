@@ -1,7 +1,9 @@
 """Row-wise network kernels of the `cpu` backend (docs/arithmetic.md section 4).
 
 Causal softmax and its backward, RMSNorm and its backward, cross-entropy and
-its backward, embedding gather and scatter-add. Each output row depends on
+its backward, embedding gather and scatter-add; for op table 1 (the lab mode,
+whose face is kernels/cpu_lab.py) log-softmax and its backward, and the
+causal softmax with each row's log-sum-exp. Each output row depends on
 one input row only (the scatter-add: on tokens in increasing order), so prange
 splits rows (or column blocks) between threads; inside a row the halving
 trees of cpu_scalar run as the document writes them.
@@ -28,6 +30,7 @@ from kernels.cpu_scalar import (
 
 ROWS_PER_TASK = 64  # rows per prange task: amortises the scratch allocation
 EMB_COLS_PER_TASK = 64  # column block of the embedding scatter-add
+LAB_ROWS_PER_TASK = 16  # rows per task of the lab's fused rows (kernels/cpu_lab.py): rows up to V wide
 
 
 @njit(parallel=True, cache=True)
@@ -94,6 +97,78 @@ def softmax_causal_backward_3d(p_in, dp):
             for j in range(t_count):
                 dst[j] = prow[j] * (dprow[j] - c) if j <= t else ZERO
     return out
+
+
+@njit(parallel=True, cache=True)
+def log_softmax_2d(x):
+    """x - (m + log(s)) per row of x (R, C): m = pmax(row), s = psum(exp(row - m)). Precondition: C >= 1."""
+    r_count, c_count = x.shape
+    out = np.empty_like(x)  # (R, C)
+    n_tasks = (r_count + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(c_count), np.float32)  # scratch (P2(C),)
+        for r in range(task * LAB_ROWS_PER_TASK, min(r_count, (task + 1) * LAB_ROWS_PER_TASK)):
+            xr, dst = x[r], out[r]  # (C,) each; dst holds e until the last loop
+            m = pmax_fast(xr, buf)
+            for j in range(c_count):
+                dst[j] = exp_f32(xr[j] - m)
+            lse = m + log_f32(psum_fast(dst, buf))
+            for j in range(c_count):
+                dst[j] = xr[j] - lse
+    return out
+
+
+@njit(parallel=True, cache=True)
+def log_softmax_backward_2d(y, dy):
+    """dy - exp(y) * psum(dy) per row; y the log-softmax output, y and dy (R, C)."""
+    r_count, c_count = y.shape
+    out = np.empty_like(y)  # (R, C)
+    n_tasks = (r_count + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(c_count), np.float32)  # scratch (P2(C),)
+        for r in range(task * LAB_ROWS_PER_TASK, min(r_count, (task + 1) * LAB_ROWS_PER_TASK)):
+            yr, dyr, dst = y[r], dy[r], out[r]  # (C,) each
+            c = psum_fast(dyr, buf)
+            for j in range(c_count):
+                dst[j] = dyr[j] - exp_f32(yr[j]) * c
+    return out
+
+
+@njit(parallel=True, cache=True)
+def softmax_causal_lse_3d(s):
+    """(P (BH, T, T), lse (BH*T,)) from scores s (BH, T, T): cpu_nn.softmax_causal_3d's P, and m + log(total)
+    of the same row's m (pmax over j <= t) and total (psum of e over j <= t). Entries j > t of s are not read."""
+    bh, t_count, _ = s.shape
+    out = np.empty_like(s)  # (BH, T, T)
+    rows = bh * t_count
+    lse = np.empty(rows, np.float32)  # (BH*T,)
+    n_tasks = (rows + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
+    for task in prange(n_tasks):
+        buf = np.empty(next_pow2(t_count), np.float32)  # scratch (P2(T),)
+        for row in range(task * LAB_ROWS_PER_TASK, min(rows, (task + 1) * LAB_ROWS_PER_TASK)):
+            z = row // t_count
+            t = row - z * t_count
+            src, dst = s[z, t], out[z, t]  # (T,) each
+            n = t + 1
+            p = next_pow2(n)
+            for j in range(n):
+                buf[j] = src[j]
+            for j in range(n, p):
+                buf[j] = NEG_INF
+            m = tree_max(buf, p)
+            for j in range(n):
+                e = exp_f32(src[j] - m)
+                dst[j] = e
+                buf[j] = e
+            for j in range(n, p):
+                buf[j] = NEG_ZERO  # the identity of +: the tree of the unpadded row
+            total = tree_sum(buf, p)
+            lse[row] = m + log_f32(total)
+            for j in range(n):
+                dst[j] = dst[j] / total
+            for j in range(n, t_count):
+                dst[j] = ZERO
+    return out, lse
 
 
 @njit(parallel=True, cache=True)

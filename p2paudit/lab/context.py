@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import types
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,30 @@ import torch
 from kernels import lab_math
 from kernels.backend_contract import Backend
 
+TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], int]
+
+
+def tensor_key(t: torch.Tensor) -> TensorKey:
+    """Where a tensor's values are: its memory, shape and strides, and its version counter (bumped by any
+    in-place write to it or a view of it). Two live tensors with one key hold the same values."""
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t._version)
+
+
+@dataclass(frozen=True)
+class SavedAttention:
+    """One causal attention's p (B*H, T, T), and the q, k and output it came with: held, so that their memory
+    cannot be handed to another tensor (and their keys mean them) while the entry lives."""
+
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    p: np.ndarray
+
+
+def on_cpu_backend(be: Backend[Any]) -> tuple[bool, bool]:
+    """(whether `be` is the cpu backend, whether at arithmetic version 2): read from the name of the module or
+    of its version view, which kernels/versions.py calls "<module>@v<version>"."""
+    module, _, version = str(getattr(be, "__name__", "")).partition("@v")
+    return module == "kernels.cpu", version == "2"
+
 
 @dataclass
 class OpContext:
@@ -22,15 +45,44 @@ class OpContext:
     `math` is the backend's module of kernels/lab_math.py's functions
     (lab_math.for_backend: lab_math itself on reference and cpu, kernels.triton_lab on triton).
 
-    `attention` maps id(output tensor) -> (a weak reference to it, p): the
-    backward of a causal attention takes its forward's p from here instead of
-    recomputing it. Both ways give the same bits (the kernel is a pure
-    function); the cache only saves the time.
+    `cpu` (with `fused`, its arithmetic version 2): the backend is kernels.cpu,
+    so the entries with a fused kernel in kernels/cpu_lab.py call it: one pass
+    instead of the composition, the same bits.
+
+    `attention` maps the keys of (q, k, output) of a forward to its p: the
+    backward of a causal attention, given the same q and k (p is a function
+    of them alone), takes its forward's p from here instead of recomputing
+    it. Both ways give the same bits (the kernel is a pure function); the
+    cache only saves the time. The key is not the tensors' id: autograd hands
+    the backward other tensor objects over the same memory.
     """
 
     be: Backend[Any]
     math: types.ModuleType = lab_math
-    attention: dict[int, tuple[weakref.ref[torch.Tensor], np.ndarray]] = field(default_factory=dict)
+    attention: dict[tuple[TensorKey, TensorKey, TensorKey], SavedAttention] = field(default_factory=dict)
+    cpu: bool = field(init=False)
+    fused: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cpu, self.fused = on_cpu_backend(self.be)
+
+    def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
+        """Keep p for the backward of the attention that made `out` from q and k (not for inference tensors,
+        which have no version counter: a backward of theirs recomputes p)."""
+        if not _keyed(q, k, out):
+            return
+        self.attention[(tensor_key(q), tensor_key(k), tensor_key(out))] = SavedAttention((q, k, out), p)
+
+    def take_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor) -> np.ndarray | None:
+        """The p saved for (q, k, out), removed from the cache; None when the forward was not seen."""
+        if not _keyed(q, k, out):
+            return None
+        saved = self.attention.pop((tensor_key(q), tensor_key(k), tensor_key(out)), None)
+        return saved.p if saved is not None else None
+
+
+def _keyed(*tensors: torch.Tensor) -> bool:
+    return not any(t.is_inference() for t in tensors)
 
 
 Handler = Callable[[OpContext, str, dict[str, Any]], Any]

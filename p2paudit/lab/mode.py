@@ -28,6 +28,7 @@ import gc
 import types
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -40,32 +41,44 @@ from p2paudit.lab.table import EXACT, TABLE, VALUE_DTYPES, reason_for
 from p2paudit.lab.trace import Tracer
 
 
-def _tensors(values: object) -> list[torch.Tensor]:
-    """The tensors among an op's arguments or results (tuples, lists and dicts of them, nested)."""
-    if isinstance(values, torch.Tensor):
-        return [values]
-    if isinstance(values, (list, tuple)):
-        return [t for v in values for t in _tensors(v)]
-    if isinstance(values, dict):
-        return [t for v in values.values() for t in _tensors(v)]
-    return []
-
-
 def check_tensors(name: str, values: object, where: str) -> None:
-    """Refuse a tensor of another dtype than float32, int64 or bool, or one off the CPU."""
-    for x in _tensors(values):
-        if x.dtype not in VALUE_DTYPES:
+    """Refuse a tensor of another dtype than float32, int64 or bool, or one off the CPU (in nested
+    tuples, lists and dicts too)."""
+    if isinstance(values, torch.Tensor):
+        if values.dtype not in VALUE_DTYPES:
             raise refused(
                 name,
-                f"a {str(x.dtype).removeprefix('torch.')} tensor {where} (op table 1 computes float32 values; "
+                f"a {str(values.dtype).removeprefix('torch.')} tensor {where} (op table 1 computes float32 values; "
                 "int64 and bool only as indices and masks)",
             )
-        if x.device.type != "cpu":
-            raise refused(name, f"a tensor on {x.device} {where} (this build's lab mode computes on the host)")
+        if not values.is_cpu:
+            raise refused(name, f"a tensor on {values.device} {where} (this build's lab mode computes on the host)")
+    elif isinstance(values, (list, tuple)):
+        for v in values:
+            check_tensors(name, v, where)
+    elif isinstance(values, dict):
+        for v in values.values():
+            check_tensors(name, v, where)
+
+
+_NAMES: dict[Any, str] = {}  # overload -> "aten.add.Tensor": str() of an overload formats it anew each time
+
+
+def name_of(func: Any) -> str:
+    """The aten name of an overload, formatted once."""
+    name = _NAMES.get(func)
+    if name is None:
+        name = _NAMES[func] = str(func)
+    return name
 
 
 class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Route every aten op to op table 1; record the step's trace in `tracer`."""
+    """Route every aten op to op table 1; record the step's trace in `tracer`.
+
+    numpy's floating-point warnings are off while the mode is on (the table's
+    values include inf and NaN wherever IEEE-754 gives them): set once here,
+    not per op.
+    """
 
     def __init__(self, be: Backend[Any], tracer: Tracer | None = None, math: types.ModuleType = lab_math) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -73,37 +86,49 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.tracer = tracer if tracer is not None else Tracer()
         self.calls: dict[str, int] = {}
         self._gc_was_enabled = False
+        self._quiet: list[Any] = []
 
     def __enter__(self) -> CanonicalMode:
         # Whatever survives this is in an older generation, which nothing collects until the step ends: each
         # op's collection below sees only what the step allocated since the op before, whatever ran before it.
         gc.collect(0)
+        quiet = np.errstate(all="ignore")
+        quiet.__enter__()
+        self._quiet.append(quiet)
         self._gc_was_enabled = gc.isenabled()
         gc.disable()
-        super().__enter__()  # type: ignore[no-untyped-call]
+        try:
+            super().__enter__()  # type: ignore[no-untyped-call]
+        except BaseException:
+            if self._gc_was_enabled:
+                gc.enable()
+            self._quiet.pop().__exit__(None, None, None)
+            raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
             super().__exit__(*exc)  # type: ignore[no-untyped-call]
         finally:
             if self._gc_was_enabled:
                 gc.enable()
+            self._quiet.pop().__exit__(*exc)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        name = str(func)
+        name = name_of(func)
         entry = TABLE.get(name)
         if entry is None and name not in EXACT:
             raise not_in_table(name, reason_for(name))
-        check_tensors(name, (args, kwargs), "as input")
-        bound = bind(func, args, kwargs)
+        check_tensors(name, args, "as input")
+        if kwargs:
+            check_tensors(name, kwargs, "as input")
         if entry is not None:
-            out = entry(self.ctx, name, bound)
+            out = entry(self.ctx, name, bind(func, args, kwargs))
         else:
             check = EXACT[name]
             if check is not None:
-                check(name, bound)
+                check(name, bind(func, args, kwargs))
             out = func(*args, **kwargs)
             check_tensors(name, out, "as output")
         self.calls[name] = self.calls.get(name, 0) + 1

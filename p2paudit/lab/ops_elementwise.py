@@ -44,9 +44,7 @@ def _apply(name: str, fn: Binary, a: object, b: object, *, true_div: bool = Fals
     x, y = operand(name, a), operand(name, b)
     if true_div or _is_float(x) or _is_float(y):
         x, y = _floatify(name, x), _floatify(name, y)
-    with np.errstate(all="ignore"):
-        out = fn(x, y)
-    return np.asarray(out)
+    return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)
 
 
 def _alpha(name: str, fn: Binary, bound: dict[str, Any]) -> Binary:

@@ -8,12 +8,12 @@ products, so the same bits, without a copy).
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
+from kernels import cpu_lab  # the cpu backend's fused entries (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, host, view, wrap
 from p2paudit.lab.refusal import refused
@@ -99,10 +99,25 @@ def _check_attention_args(name: str, a: dict[str, Any], d: int) -> None:
 
 
 def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """SDPA forward (causal): S = q k^T * scale, p = softmax_causal(S), o = p v; lse = m + log(s) per row."""
+    """SDPA forward (causal): S = q k^T * scale, p = softmax_causal(S), o = p v; lse = m + log(s) per row.
+
+    On cpu, one kernel (kernels/cpu_lab.py attention_lse) leaves out the masked half of the products, as the
+    backend's attention does, and takes lse from the softmax's own m and s: the same bits as the composition.
+    """
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
+    _check_attention_args(name, a, q.shape[2])
+    o, p, lse = _attention_values(ctx, q, k, v)
+    shape = tuple(a["query"].shape)
+    out = wrap(o.reshape(shape))
+    ctx.save_attention(a["query"], a["key"], out, p)
+    return out, wrap(lse.reshape(shape[:3]))
+
+
+def _attention_values(ctx: OpContext, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) of section 8.6 from q, k, v (BH, T, D)."""
+    if ctx.cpu:
+        return cpu_lab.attention_lse(q, k, v, ctx.fused)
     bh, t, d = q.shape
-    _check_attention_args(name, a, d)
     be = ctx.be
     with np.errstate(all="ignore"):
         s = np.asarray(be.matmul_nt(q, k)) * (F32(1.0) / np.sqrt(F32(d)))  # (BH, T, T)
@@ -113,18 +128,14 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         e = np.asarray(be.exp(np.ascontiguousarray(s.reshape(bh * t, t) - m[:, None])))
         e = np.where(keep.reshape(1, t, t), e.reshape(bh, t, t), F32(-0.0)).reshape(bh * t, t)
         lse = m + np.asarray(be.log(np.asarray(be.sum_rows(e))))
-    shape = tuple(a["query"].shape)
-    out = wrap(o.reshape(shape))
-    ctx.attention[id(out)] = (weakref.ref(out), p)
-    return out, wrap(lse.reshape(shape[:3]))
+    return o, p, lse
 
 
 def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """SDPA backward (causal): the backend's attention_backward with p from the forward (kept or recomputed)."""
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
     _check_attention_args(name, a, q.shape[2])
-    kept = ctx.attention.pop(id(a["out"]), None)
-    p = kept[1] if kept is not None and kept[0]() is a["out"] else None
+    p = ctx.take_attention(a["query"], a["key"], a["out"])
     if p is None:
         _, p = ctx.be.attention(q, k, v)
     do = host(a["grad_out"]).reshape(q.shape)

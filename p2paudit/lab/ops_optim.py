@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import cpu_lab  # the cpu backend's in-place AdamW (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import EXACT_INT, F32, as_float32, host, scalar32, view
 from p2paudit.lab.refusal import refused
@@ -24,7 +25,8 @@ def _write(t: Any, values: np.ndarray) -> None:
 
 
 def fused_adamw(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """p, m, v of every parameter updated in place by the backend's adamw (section 4.6)."""
+    """p, m, v of every parameter updated in place by the backend's adamw (section 4.6); on cpu the kernel
+    writes into the tensors' memory, elsewhere the new arrays are copied back."""
     if a["amsgrad"] or a["maximize"] or a.get("grad_scale") is not None or a.get("found_inf") is not None:
         raise refused(name, "amsgrad, maximize, grad_scale or found_inf (the table has plain AdamW)")
     lr = scalar32(name, a["lr"], "lr")
@@ -35,6 +37,9 @@ def fused_adamw(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         if not step_value.is_integer() or not 1 <= step_value <= EXACT_INT:
             raise refused(name, f"a step counter of {step_value!r} (want an integer 1..2^24)")
         p, g, m, v = (host(t) for t in (p_t, g_t, m_t, v_t))
+        if ctx.cpu and all(np.shares_memory(a, view(t)) for a, t in ((p, p_t), (m, m_t), (v, v_t))):
+            cpu_lab.adamw_in_place(p, g, m, v, int(step_value), lr, beta1, beta2, eps, wd)  # host() copied none
+            continue
         p2, m2, v2 = ctx.be.adamw(p, g, m, v, int(step_value), lr, beta1, beta2, eps, wd)
         _write(p_t, np.asarray(p2))
         _write(m_t, np.asarray(m2))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels import cpu_lab  # the cpu backend's fused entries (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, dims_of, host, view, wrap
 from p2paudit.lab.refusal import refused
@@ -37,7 +38,15 @@ def _keep(out: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...], keepdi
 
 
 def psum_axes(ctx: OpContext, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """The pairwise sum over `axes` (reduced axes flattened in C order), shape of the kept axes."""
+    """The pairwise sum over `axes` (reduced axes flattened in C order), shape of the kept axes.
+
+    Leading axes of a C-contiguous x (a bias or norm weight's gradient, summed over (B, T)) are the same psums
+    down the columns of x seen as (reduced, kept): sum_cols, without moving the axes last (a copy).
+    """
+    if axes and axes == tuple(range(len(axes))) and len(axes) < x.ndim and x.flags.c_contiguous and x.size:
+        kept_shape = x.shape[len(axes) :]
+        cols = np.asarray(ctx.be.sum_cols(x.reshape(-1, int(np.prod(kept_shape)))))  # (kept,)
+        return cols.reshape(kept_shape)
     rows, kept_shape, c = _rows(x, axes)
     if rows.shape[0] == 0:
         return np.zeros(kept_shape, dtype=F32)
@@ -142,9 +151,11 @@ def softmax_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 
 
 def log_softmax(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """aten._log_softmax(x, dim): x - (m + log(s)) per row (section 4.4's lse)."""
+    """aten._log_softmax(x, dim): x - (m + log(s)) per row (section 4.4's lse); one fused pass on cpu."""
     x = _float_input(name, a["self"])
     x2 = _last_dim(name, x, a["dim"])
+    if ctx.cpu and x2.shape[1] >= 1:
+        return wrap(cpu_lab.log_softmax(x2).reshape(x.shape))
     m, _, s = _softmax_parts(ctx, x2)
     with np.errstate(all="ignore"):
         lse = m + np.asarray(ctx.be.log(s))
@@ -152,9 +163,11 @@ def log_softmax(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 
 
 def log_softmax_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """dx = dy - exp(y) * psum(dy) per row, y the log-softmax output."""
+    """dx = dy - exp(y) * psum(dy) per row, y the log-softmax output; one fused pass on cpu."""
     y = _last_dim(name, host(a["output"]), a["dim"])
     dy = _last_dim(name, host(a["grad_output"]), a["dim"])
+    if ctx.cpu and y.dtype == dy.dtype == np.float32:
+        return wrap(cpu_lab.log_softmax_backward(y, dy).reshape(view(a["output"]).shape))
     c = np.asarray(ctx.be.sum_rows(dy))
     with np.errstate(all="ignore"):
         return wrap((dy - np.asarray(ctx.be.exp(y)) * c[:, None]).reshape(view(a["output"]).shape))

@@ -115,18 +115,23 @@ class LabRun:
                 if key in st:
                     yield f"{label}/{name}", st[key]
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        """The training state as the engine names it: params, AdamW moments (zeros before step 1), step."""
+    def state_arrays(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """The training state as the engine names it: params, AdamW moments (zeros before step 1), step.
+
+        `copy=False` gives views of the live tensors (to digest them now, not to keep).
+        """
         state: dict[str, np.ndarray] = {}
         steps = set()
         for p in self.model.parameters():
             name = self.names[id(p)]
-            state[f"params/{name}"] = p.detach().numpy().copy()
+            state[f"params/{name}"] = p.detach().numpy().copy() if copy else p.detach().numpy()
             st = self.optimizer.state.get(p, {})
             for key, label in (("exp_avg", "opt/m"), ("exp_avg_sq", "opt/v")):
-                state[f"{label}/{name}"] = (
-                    st[key].detach().numpy().copy() if key in st else np.zeros_like(state[f"params/{name}"])
-                )
+                if key not in st:
+                    state[f"{label}/{name}"] = np.zeros_like(state[f"params/{name}"])
+                else:
+                    moment = st[key].detach().numpy()
+                    state[f"{label}/{name}"] = moment.copy() if copy else moment
             steps.add(int(st["step"].item()) if "step" in st else 0)
         if len(steps) > 1:
             raise LabOpRefused(f"the parameters have taken different numbers of steps {sorted(steps)}")
@@ -146,6 +151,6 @@ class LabRun:
         with mode:
             yield mode
         self.last_mode = mode
-        state = digest_state(self.state_arrays())
+        state = digest_state(self.state_arrays(copy=False))
         values = tuple(tracer.values) if tracer.values is not None else None
         self.records.append(StepRecord(i, state, tracer.digest(), tuple(tracer.records), values))

@@ -32,6 +32,7 @@ import torch
 from p2paudit.tensor_digest import digest_tensor
 
 TRACE_DOMAIN = b"p2paudit lab trace v1\x00"
+_encode_str = json.encoder.encode_basestring_ascii  # json.dumps's own string encoder (ensure_ascii)
 
 
 def _constant(x: object) -> object:
@@ -47,54 +48,80 @@ def _constant(x: object) -> object:
     return type(x).__name__  # a handle (the profiler's ScriptObject): its repr holds an address
 
 
+def _json(x: object) -> str:
+    """x as json.dumps(x, separators=(",", ":"), ensure_ascii=True) writes it, for what _constant and the
+    records hold (None, bools, ints, strings, lists): the same bytes without the encoder's per-call setup."""
+    if x is None:
+        return "null"
+    if x is True:
+        return "true"
+    if x is False:
+        return "false"
+    if isinstance(x, int):
+        return int.__repr__(x)
+    if isinstance(x, str):
+        return _encode_str(x)
+    if isinstance(x, list):
+        return "[" + ",".join(map(_json, x)) + "]"
+    return json.dumps(x, separators=(",", ":"), ensure_ascii=True)  # anything else: the encoder itself
+
+
+def _output(o: torch.Tensor) -> str:
+    """An output's [shape, dtype], encoded."""
+    return "[[" + ",".join(map(str, o.shape)) + "]," + _encode_str(str(o.dtype)) + "]"
+
+
 @dataclass
 class Tracer:
-    """Labels tensors as the step's ops make them and keeps each op's canonical record."""
+    """Labels tensors as the step's ops make them and keeps each op's canonical record.
+
+    A label is kept with its JSON text, so a record is joined from ready pieces.
+    """
 
     records: list[bytes] = field(default_factory=list)
     values: list[tuple[str, bytes]] | None = None  # with a list: (op name, digest of its outputs) per op
-    _labels: dict[int, tuple[weakref.ref[torch.Tensor], list[Any]]] = field(default_factory=dict)
+    _labels: dict[int, tuple[weakref.ref[torch.Tensor], str]] = field(default_factory=dict)
     _external: int = 0
 
     def name(self, t: torch.Tensor, name: str) -> None:
         """Label `t` (a parameter, gradient or optimizer tensor) by its name."""
-        self._labels[id(t)] = (weakref.ref(t), ["named", name])
+        self._labels[id(t)] = (weakref.ref(t), _json(["named", name]))
 
-    def _label_of(self, t: torch.Tensor) -> list[Any]:
+    def _label_of(self, t: torch.Tensor) -> str:
         known = self._labels.get(id(t))
         if known is not None and known[0]() is t:
             return known[1]
-        label = ["ext", self._external, list(t.shape), str(t.dtype)]
+        label = _json(["ext", self._external, list(t.shape), str(t.dtype)])
         self._external += 1
         self._labels[id(t)] = (weakref.ref(t), label)
         return label
 
-    def _walk(self, x: object, inputs: list[Any], constants: list[Any]) -> None:
+    def _walk(self, x: object, inputs: list[str], constants: list[str]) -> None:
         if isinstance(x, torch.Tensor):
             inputs.append(self._label_of(x))
         elif isinstance(x, (list, tuple)) and any(isinstance(i, torch.Tensor) for i in x):
             for i in x:
                 self._walk(i, inputs, constants)
         else:
-            constants.append(_constant(x))
+            constants.append(_json(_constant(x)))
 
     def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: object) -> None:
         """Append the record of op `name` and label its outputs (in-place ops relabel their targets)."""
-        inputs: list[Any] = []
-        constants: list[Any] = []
+        inputs: list[str] = []
+        constants: list[str] = []
         for x in args:
             self._walk(x, inputs, constants)
         for key in sorted(kwargs):
-            constants.append(key)
+            constants.append(_encode_str(key))
             self._walk(kwargs[key], inputs, constants)
         outs = [o for o in _flatten(out) if isinstance(o, torch.Tensor)]
         if not outs and name.endswith("_"):  # in-place list ops return nothing: their targets changed
             outs = [t for t in _flatten(args[0]) if isinstance(t, torch.Tensor)] if args else []
         index = len(self.records)
         for j, o in enumerate(outs):
-            self._labels[id(o)] = (weakref.ref(o), ["op", index, j])
-        body = [name, inputs, [[list(o.shape), str(o.dtype)] for o in outs], constants]
-        self.records.append(json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
+            self._labels[id(o)] = (weakref.ref(o), f'["op",{index},{j}]')
+        body = f"[{_encode_str(name)},[{','.join(inputs)}],[{','.join(map(_output, outs))}],[{','.join(constants)}]]"
+        self.records.append(body.encode("ascii"))
         if self.values is not None:
             h = hashlib.sha256()
             for j, o in enumerate(outs):

@@ -69,11 +69,7 @@ def _sample_calls():
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
         ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
-        (
-            "adamw_flat",
-            ew.adamw_flat,
-            (flat, flat, flat, np.abs(flat), *scalars, *(np.empty_like(flat) for _ in range(3))),
-        ),
+        ("adamw_into", ew.adamw_into, (flat, flat, flat, np.abs(flat), *scalars, *(np.empty_like(flat),) * 3)),
         ("softmax_causal_3d", nn.softmax_causal_3d, (s,)),
         ("softmax_causal_backward_3d", nn.softmax_causal_backward_3d, (s, s)),
         ("rmsnorm_2d", nn.rmsnorm_2d, (x, x[0], F32(1e-5))),
@@ -86,6 +82,9 @@ def _sample_calls():
         ),
         ("embedding_gather", nn.embedding_gather, (x, idx)),
         ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 7), F32))),
+        ("log_softmax_2d", nn.log_softmax_2d, (x,)),
+        ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x)),
+        ("softmax_causal_lse_3d", nn.softmax_causal_lse_3d, (s,)),
     ]
 
 

@@ -83,3 +83,11 @@ def test_a_kernel_compiled_inside_a_step_leaves_the_op_graph_unchanged(monkeypat
         monkeypatch.setattr(cpu_reduce, name, numba.njit(parallel=True)(getattr(cpu_reduce, name).py_func))
     cold = gpt2_step_trace()
     assert first_departure(cold, warm) is None
+
+
+def test_records_are_written_as_json_dumps_writes_them():
+    from p2paudit.lab.trace import _json
+
+    values = [None, True, False, 0, -7, 2**70, "aten.add.Tensor", 'a "q" \\ \n é ☃', [], [[1, [2, "x"]], None]]
+    for v in values + [values]:
+        assert _json(v) == json.dumps(v, separators=(",", ":"), ensure_ascii=True)

@@ -1,0 +1,82 @@
+"""Fused row kernels of the `cpu` backend for op table 1 (the lab mode; docs/arithmetic.md sections 8.5, 8.6).
+
+Each computes, in one pass per row, exactly what the table's definition
+composes from the backend's functions (max_rows, exp, sum_rows, log and
+numpy's float32 + - *): the same halving trees (cpu_scalar's pmax_fast,
+psum_fast, tree_max, tree_sum), the same exp_f32 and log_f32, one rounding
+per written operation. So the bits are those of the composition
+(tests/lab/test_lab_fused.py holds them equal on adversarial rows), without
+its temporaries and kernel launches:
+
+    log_softmax(x)                 (R, C) -> x - (m + log(s)) per row, C >= 1
+    log_softmax_backward(y, dy)    (R, C) x2 -> dy - exp(y) * psum(dy) per row
+    attention_lse(q, k, v, fused)  (BH, T, D) x3 -> (o, p, lse (BH*T,)): cpu.attention's o and p (the masked
+                                   half skipped) and each row's log-sum-exp m + log(s) over j <= t
+    adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
+                                   kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
+
+The numba kernels are in kernels/cpu_nn.py (log_softmax_2d,
+log_softmax_backward_2d, softmax_causal_lse_3d); this module is their face.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import constants as K
+from kernels import (
+    cpu_compile_notice,  # noqa: F401  (before any kernel is called: a compile is told)
+    validate,
+)
+from kernels.adamw_scalars import adamw_scalars
+from kernels.backend_contract import Scalar
+from kernels.cpu_elementwise import adamw_into
+from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_UPTO_ROW, matmul_batched
+from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d, softmax_causal_lse_3d
+
+F32 = np.float32
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """x (R, C), C >= 1 -> x - (m + log(s)) per row."""
+    validate.check_rows(x, min_cols=1)
+    out: np.ndarray = log_softmax_2d(x)
+    return out
+
+
+def log_softmax_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """y, dy (R, C) -> dy - exp(y) * psum(dy) per row."""
+    validate.check_rows(y, "y")
+    validate.check_pair(y, "y", dy, "dy")
+    out: np.ndarray = log_softmax_backward_2d(y, dy)
+    return out
+
+
+def attention_lse(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: bool) -> tuple[np.ndarray, ...]:
+    """(o (BH, T, D), p (BH, T, T), lse (BH*T,)): kernels.cpu.attention's o and p, bit for bit (the same
+    products, with the same masked terms left out), and each row's log-sum-exp from the softmax's own m and s."""
+    _, t, d = validate.check_attention(q, k, v)
+    s = matmul_batched(q, False, k, True, t, COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
+    np.multiply(s, K.ONE / np.sqrt(F32(d)), out=s)  # elementwise, after the fold
+    p, lse = softmax_causal_lse_3d(s)  # (BH, T, T), (BH*T,)
+    mode = K_UPTO_ROW if bool(np.isfinite(v).all()) else FULL  # +0.0 x inf is NaN: the full fold must see it
+    return matmul_batched(p, False, v, False, d, mode, fused), p, lse
+
+
+def adamw_in_place(
+    p: np.ndarray,
+    g: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    step: int,
+    lr: Scalar,
+    beta1: Scalar,
+    beta2: Scalar,
+    eps: Scalar,
+    weight_decay: Scalar,
+) -> None:
+    """kernels.cpu.adamw's update (section 4.6), the same bits, written into p, m and v (C-contiguous)."""
+    step = validate.check_adamw(p, g, m, v, step)
+    k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
+    flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))  # views: C-contiguous, checked
+    adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, flat[0], flat[2], flat[3])
