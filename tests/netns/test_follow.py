@@ -61,7 +61,10 @@ def test_a_volunteer_behind_nat_follows_a_lab_and_audits_a_run_announced_after_i
             net,
             "home0",
             home,
-            ["--follow", lab_key, "--peer", boot_addr, "--redundancy", "1", "--backend", "reference"],
+            # Redundancy 2 with two nodes: every step is the volunteer's too, however quickly the bootstrap node
+            # (also following the lab) audits it; with 1, a fast bootstrap node could check all of them first and
+            # leave the volunteer nothing to replay (CI saw it once the cpu backend got faster).
+            ["--follow", lab_key, "--peer", boot_addr, "--redundancy", "2", "--backend", "reference"],
         )
         _started(volunteer)
         _wait_files(
