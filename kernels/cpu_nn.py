@@ -33,6 +33,35 @@ EMB_COLS_PER_TASK = 64  # column block of the embedding scatter-add
 LAB_ROWS_PER_TASK = 16  # rows per task of the lab's fused rows (kernels/cpu_lab.py): rows up to V wide
 
 
+@njit(inline="always")
+def _causal_softmax_row(src, dst, buf, t):
+    """dst[:t+1] = softmax of src[:t+1] (section 4.3), dst[t+1:] = +0.0; returns (m, total) of the row.
+
+    m = pmax over j <= t, total = psum of e = exp(src[j] - m) over j <= t, both halving trees over the
+    row padded to P2(t+1) (with -inf for the max, -0.0 for the sum: the identities, so the padded trees
+    are the unpadded row's). buf: scratch of at least P2(t+1).
+    """
+    n = t + 1
+    p = next_pow2(n)
+    for j in range(n):
+        buf[j] = src[j]
+    for j in range(n, p):
+        buf[j] = NEG_INF
+    m = tree_max(buf, p)
+    for j in range(n):
+        e = exp_f32(src[j] - m)
+        dst[j] = e
+        buf[j] = e
+    for j in range(n, p):
+        buf[j] = NEG_ZERO  # -0.0, not +0.0: keeps the tree of the unpadded row
+    total = tree_sum(buf, p)
+    for j in range(n):
+        dst[j] = dst[j] / total
+    for j in range(n, dst.shape[0]):
+        dst[j] = ZERO
+    return m, total
+
+
 @njit(parallel=True, cache=True)
 def softmax_causal_3d(s):
     """P (BH, T, T) from scores s (BH, T, T): softmax over j <= t, +0.0 for j > t."""
@@ -45,26 +74,7 @@ def softmax_causal_3d(s):
         for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             z = row // t_count
             t = row - z * t_count
-            src = s[z, t]  # (T,)
-            dst = out[z, t]  # (T,)
-            n = t + 1
-            p = next_pow2(n)
-            for j in range(n):
-                buf[j] = src[j]
-            for j in range(n, p):
-                buf[j] = NEG_INF
-            m = tree_max(buf, p)
-            for j in range(n):
-                e = exp_f32(src[j] - m)
-                dst[j] = e
-                buf[j] = e
-            for j in range(n, p):
-                buf[j] = NEG_ZERO  # -0.0, not +0.0: keeps the tree of the unpadded row
-            total = tree_sum(buf, p)
-            for j in range(n):
-                dst[j] = dst[j] / total
-            for j in range(n, t_count):
-                dst[j] = ZERO
+            _causal_softmax_row(s[z, t], out[z, t], buf, t)
     return out
 
 
@@ -148,26 +158,8 @@ def softmax_causal_lse_3d(s):
         for row in range(task * LAB_ROWS_PER_TASK, min(rows, (task + 1) * LAB_ROWS_PER_TASK)):
             z = row // t_count
             t = row - z * t_count
-            src, dst = s[z, t], out[z, t]  # (T,) each
-            n = t + 1
-            p = next_pow2(n)
-            for j in range(n):
-                buf[j] = src[j]
-            for j in range(n, p):
-                buf[j] = NEG_INF
-            m = tree_max(buf, p)
-            for j in range(n):
-                e = exp_f32(src[j] - m)
-                dst[j] = e
-                buf[j] = e
-            for j in range(n, p):
-                buf[j] = NEG_ZERO  # the identity of +: the tree of the unpadded row
-            total = tree_sum(buf, p)
+            m, total = _causal_softmax_row(s[z, t], out[z, t], buf, t)
             lse[row] = m + log_f32(total)
-            for j in range(n):
-                dst[j] = dst[j] / total
-            for j in range(n, t_count):
-                dst[j] = ZERO
     return out, lse
 
 
