@@ -8,9 +8,10 @@ kernels/cpu_scalar.mac_f32. Only the k order is pinned, so the kernel is free
 to choose everything else:
 
 - Both operands are packed into panels (kernels/cpu_pack.py): A into panels
-  of TILE_ROWS rows stored k-major (K, TILE_ROWS), B into panels of
-  TILE_COLS columns (K, TILE_COLS), whatever layout each was given in (a or
-  aᵀ, b or bᵀ), the last panel padded with zeros. So the micro-kernel reads
+  of TILE_ROWS rows stored k-major, in blocks of K_BLOCK values of k
+  (KB, MP, K_BLOCK, TILE_ROWS), B into panels of TILE_COLS columns (K,
+  TILE_COLS), whatever layout each was given in (a or aᵀ, b or bᵀ), the last
+  panel padded with zeros. So the micro-kernel reads
   both operands of one k contiguously, every tile of C is a whole register
   tile (the padded rows and columns are computed and thrown away), and no
   operand row lands on the cache set of the next one (a row stride of 4 KiB
@@ -29,8 +30,9 @@ to choose everything else:
 - Runs and chunks are cut as evenly as the counts allow, and their number a
   multiple of the threads where one more does it (task_grid, stream_grid):
   prange hands each thread an equal run of tasks. Outputs are independent.
-- The task keeps its accumulators in a buffer (the folds start at +0.0) and
-  runs k as the OUTER loop, K_BLOCK values at a time: for each B panel of the
+- The task keeps its accumulators in a buffer (the folds start at +0.0),
+  tile by tile: (column panels, rows, TILE_COLS), so each register tile's
+  12 x 32 accumulators are 1.5 KiB in a row, and runs k as the OUTER loop, K_BLOCK values at a time: for each B panel of the
   block (K_BLOCK x 32 floats, 16 KiB, stays in L1) every A panel of the block
   goes through the register micro-kernel of kernels/cpu_tile.py, which loads
   its 12 x 32 tile of accumulators, folds K_BLOCK steps of k (version 1: per
@@ -49,11 +51,18 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from kernels.cpu_pack import PACK_K, pack_k_major, pack_operands, pack_task_count, pack_transposed
+from kernels.cpu_pack import (
+    K_BLOCK,
+    PACK_K,
+    a_panels_shape,
+    pack_k_major,
+    pack_operands,
+    pack_task_count,
+    pack_transposed,
+)
 from kernels.cpu_scalar import bits_from_f32, mac_f32
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
 
-K_BLOCK = 128  # k values folded per tile visit: a B panel's strip is 128 x 32 floats, 16 KiB of L1
 CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
 CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
@@ -128,7 +137,7 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
     C, the runs cut by task_grid's (row_chunks, col_chunks); it folds k from
     0 to K-1, K_BLOCK values at a time, into accumulators that start at +0.0.
     Preconditions: ap and bp come from one pack_operands call of operands
-    with M rows and N columns; 1 <= row_chunks <= ap.shape[1], 1 <= col_chunks
+    with M rows and N columns; 1 <= row_chunks <= ap.shape[2], 1 <= col_chunks
     <= bp.shape[1].
 
     `causal` (FULL, K_UPTO_ROW, K_FROM_ROW, COLS_UPTO_ROW) leaves out terms
@@ -146,8 +155,8 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
     (K_UPTO_ROW) are not: an accumulator that ends -0.0 is carried through the
     terms left out, in order (_finish_negative_zeros); they are rare.
     """
-    bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
-    nq = bp.shape[1]
+    bh, n_kb, mp = ap.shape[0], ap.shape[1], ap.shape[2]
+    nq, k_count = bp.shape[1], bp.shape[2]
     m = c.shape[1]
     per_z = row_chunks * col_chunks
     for task in prange(bh * per_z):
@@ -157,39 +166,40 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
         rc = task - z * per_z - cc * row_chunks
         p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
         q_lo, q_hi = _chunk_bounds(cc, col_chunks, nq)
-        acc = np.zeros(((p_hi - p_lo) * TILE_ROWS, (q_hi - q_lo) * TILE_COLS), np.float32)  # folds start at +0.0
-        for k0 in range(0, k_count, K_BLOCK):
+        acc = np.zeros((q_hi - q_lo, (p_hi - p_lo) * TILE_ROWS, TILE_COLS), np.float32)  # folds start at +0.0
+        for kb in range(n_kb):
+            k0 = kb * K_BLOCK
             k1 = min(k_count, k0 + K_BLOCK)
             for q in range(q_lo, q_hi):
-                bpanel = bp[z, q]  # (K, TC)
+                strip = bp[z, q, k0:k1]  # (k1 - k0, TC)
+                tiles = acc[q - q_lo]
                 j0 = q * TILE_COLS
                 for p in range(p_lo, p_hi):
                     lo, hi = _tile_k_range(causal, p * TILE_ROWS, j0, m, k_count)
                     s, e = max(lo, k0), min(hi, k1)
                     if s < e:
-                        fold_tile(
-                            ap[z, p], bpanel, acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, s, e - s, fused
-                        )
+                        fold_tile(ap[z, kb, p], strip, tiles, (p - p_lo) * TILE_ROWS, 0, s - k0, e - s, fused)
         if fused and causal == K_UPTO_ROW:
             for q in range(q_lo, q_hi):
                 for p in range(p_lo, p_hi):
                     hi = _tile_k_range(causal, p * TILE_ROWS, q * TILE_COLS, m, k_count)[1]
                     if hi < k_count:
-                        _finish_negative_zeros(
-                            ap[z, p], bp[z, q], acc, (p - p_lo) * TILE_ROWS, (q - q_lo) * TILE_COLS, hi
-                        )
-        _store_block(c, z, acc, p_lo * TILE_ROWS, p_hi * TILE_ROWS, q_lo * TILE_COLS, q_hi * TILE_COLS)
+                        _finish_negative_zeros(ap[z], p, bp[z, q], acc[q - q_lo], (p - p_lo) * TILE_ROWS, hi)
+        _store_tiles(c, z, acc, p_lo * TILE_ROWS, q_lo * TILE_COLS)
 
 
 @njit(inline="always")
-def _store_block(c, z, acc, i0, i1, j0, j1):
-    """c[z, i0:i1, j0:j1] = acc[:i1 - i0, :j1 - j0], clipped to C's rows and columns (the padding dropped)."""
-    iw, jw = min(c.shape[1], i1) - i0, min(c.shape[2], j1) - j0
-    for i in range(iw):
-        dst = c[z, i0 + i, j0 : j0 + jw]  # (jw,)
-        src = acc[i]
-        for j in range(jw):
-            dst[j] = src[j]
+def _store_tiles(c, z, acc, i0, j0):
+    """c[z, i0 + i, j0 + q * TILE_COLS + j] = acc[q, i, j], clipped to C's rows and columns (the padding dropped)."""
+    rows = min(c.shape[1] - i0, acc.shape[1])
+    for q in range(acc.shape[0]):
+        x0 = j0 + q * TILE_COLS
+        jw = min(TILE_COLS, c.shape[2] - x0)
+        for i in range(rows):
+            dst = c[z, i0 + i, x0 : x0 + jw]  # (jw,)
+            src = acc[q, i]
+            for j in range(jw):
+                dst[j] = src[j]
 
 
 @njit(parallel=True, cache=True)
@@ -218,12 +228,13 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
     whole run is packed once and each row chunk folds against it. Packing all
     of B first (_matmul_packed) wrote it to memory and read it back. The same
     folds in the same k order as _matmul_packed with FULL.
-    Preconditions: ap is A's packing (BH, MP, K, TILE_ROWS); b is (BH, K, N),
+    Preconditions: ap is A's packing (BH, KB, MP, K_BLOCK, TILE_ROWS); b is (BH, K, N),
     or (BH, N, K) when b_transposed; 1 <= col_chunks <= ceil(N / TILE_COLS),
     1 <= row_chunks <= MP; local (threads, >= the panels of a run, K_BLOCK or
     more rows of k (K with several row chunks), TILE_COLS).
     """
-    bh, mp, k_count = ap.shape[0], ap.shape[1], ap.shape[2]
+    bh, n_kb, mp = ap.shape[0], ap.shape[1], ap.shape[2]
+    k_count = b.shape[2] if b_transposed else b.shape[1]
     n = c.shape[2]
     nq = (n + TILE_COLS - 1) // TILE_COLS
     chunk_rows = (mp + row_chunks - 1) // row_chunks * TILE_ROWS
@@ -233,27 +244,32 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
         x0, run = q_lo * TILE_COLS, q_hi - q_lo
         me = numba.get_thread_id()
         panels = local[me : me + 1]  # (1, CQ, KL, TC): this thread's
-        acc = np.empty((chunk_rows, run * TILE_COLS), np.float32)
+        acc = np.empty((run, chunk_rows, TILE_COLS), np.float32)
         if row_chunks == 1:
             acc[:] = 0.0  # folds start at +0.0
-            for k0 in range(0, k_count, K_BLOCK):
+            for kb in range(n_kb):
+                k0 = kb * K_BLOCK
                 k1 = min(k_count, k0 + K_BLOCK)
                 _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels)  # k0..k1 as rows 0..k1-k0
                 for q in range(run):
+                    strip, tiles = panels[0, q], acc[q]
                     for p in range(mp):
-                        fold_tile(ap[z, p, k0:k1], panels[0, q], acc, p * TILE_ROWS, q * TILE_COLS, 0, k1 - k0, fused)
-            _store_block(c, z, acc, 0, mp * TILE_ROWS, x0, q_hi * TILE_COLS)
+                        fold_tile(ap[z, kb, p], strip, tiles, p * TILE_ROWS, 0, 0, k1 - k0, fused)
+            _store_tiles(c, z, acc, 0, x0)
             continue
         _pack_run(b, b_transposed, z, x0, n, 0, k_count, run, panels)
         for rc in range(row_chunks):
             p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
-            acc[: (p_hi - p_lo) * TILE_ROWS] = 0.0  # folds start at +0.0
-            for k0 in range(0, k_count, K_BLOCK):
-                kw = min(k_count, k0 + K_BLOCK) - k0
+            rows = (p_hi - p_lo) * TILE_ROWS
+            acc[:, :rows] = 0.0  # folds start at +0.0
+            for kb in range(n_kb):
+                k0 = kb * K_BLOCK
+                k1 = min(k_count, k0 + K_BLOCK)
                 for q in range(run):
+                    strip, tiles = panels[0, q, k0:k1], acc[q]
                     for p in range(p_lo, p_hi):
-                        fold_tile(ap[z, p], panels[0, q], acc, (p - p_lo) * TILE_ROWS, q * TILE_COLS, k0, kw, fused)
-            _store_block(c, z, acc, p_lo * TILE_ROWS, p_hi * TILE_ROWS, x0, q_hi * TILE_COLS)
+                        fold_tile(ap[z, kb, p], strip, tiles, (p - p_lo) * TILE_ROWS, 0, 0, k1 - k0, fused)
+            _store_tiles(c, z, acc[:, :rows], p_lo * TILE_ROWS, x0)
 
 
 @njit(inline="always")
@@ -295,20 +311,21 @@ def stream_grid(bh: int, nq: int, threads: int) -> int:
 
 
 @njit(inline="always")
-def _finish_negative_zeros(apanel, bpanel, acc, i0, j0, k_lo):
-    """Version 2: fold the terms k in [k_lo, K) into every accumulator of the tile at (i0, j0) that is -0.0.
+def _finish_negative_zeros(apanels, p, bpanel, tiles, i0, k_lo):
+    """Version 2: fold the terms k in [k_lo, K) into every accumulator of A panel p's tile that is -0.0.
 
-    Every other accumulator is left as it is: those terms are +-0.0 (the
-    caller's precondition), and fma(+-0.0, b, acc) is acc unless acc is -0.0.
+    apanels (KB, MP, K_BLOCK, TILE_ROWS) are A's blocked panels, bpanel (K, TILE_COLS) the tile's B panel,
+    tiles[i0 : i0 + TILE_ROWS] its accumulators. Every other accumulator is left as it is: those terms are
+    +-0.0 (the caller's precondition), and fma(+-0.0, b, acc) is acc unless acc is -0.0.
     """
-    k_hi = apanel.shape[0]
+    k_hi = bpanel.shape[0]
     for i in range(TILE_ROWS):
         for j in range(TILE_COLS):
-            if bits_from_f32(acc[i0 + i, j0 + j]) == NEG_ZERO_BITS:
-                x = acc[i0 + i, j0 + j]
+            if bits_from_f32(tiles[i0 + i, j]) == NEG_ZERO_BITS:
+                x = tiles[i0 + i, j]
                 for k in range(k_lo, k_hi):
-                    x = mac_f32(x, apanel[k, i], bpanel[k, j], True)
-                acc[i0 + i, j0 + j] = x
+                    x = mac_f32(x, apanels[k // K_BLOCK, p, k % K_BLOCK, i], bpanel[k, j], True)
+                tiles[i0 + i, j] = x
 
 
 @njit(cache=True)
@@ -345,6 +362,7 @@ class _Scratch(threading.local):
 
 
 _SCRATCH = _Scratch()
+_NO_PANELS = np.empty((0, 0, 0, TILE_COLS), np.float32)  # pack_operands' B panels where B is not packed first
 
 
 def release_scratch() -> None:
@@ -369,24 +387,25 @@ def matmul_batched(
     bh, m, k_count = (a.shape[0], a.shape[2], a.shape[1]) if a_transposed else a.shape
     threads = numba.get_num_threads()
     nq = -(-n // TILE_COLS)
-    ap = _SCRATCH.take("a", (bh, -(-m // TILE_ROWS), k_count, TILE_ROWS))  # (BH, MP, K, TR)
+    ap = _SCRATCH.take("a", a_panels_shape(bh, m, k_count))  # (BH, KB, MP, K_BLOCK, TR)
+    mp = ap.shape[2]
     k_chunks = max(1, -(-k_count // PACK_K))
-    a_tasks = pack_task_count(ap.shape, a_transposed, k_chunks)
+    a_tasks = pack_task_count(bh, mp, a_transposed, k_chunks)
     # numpy's allocation: huge pages (numba's own faulted a head-sized C in 4 KiB at a time)
     out = np.empty((bh, m, n), np.float32)  # (BH, M, N)
     runs = stream_grid(bh, nq, threads) if causal == FULL else 0
     if runs:  # B packed task by task, in cache (_matmul_streamed)
-        pack_operands(a, a_transposed, b, b_transposed, ap, ap, a_tasks, 0)
+        pack_operands(a, a_transposed, b, b_transposed, ap, _NO_PANELS, a_tasks, 0)
         run_panels = -(-nq // runs)
-        row_chunks = stream_rows(ap.shape[1], run_panels)
+        row_chunks = stream_rows(mp, run_panels)
         k_rows = k_count if row_chunks > 1 else min(k_count, K_BLOCK)
         threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         local = _SCRATCH.take("b_run", (threads_max, run_panels, k_rows, TILE_COLS))
         (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, row_chunks, local)
         return out
     bp = _SCRATCH.take("b", (bh, nq, k_count, TILE_COLS))  # (BH, NQ, K, TC)
-    b_tasks = pack_task_count(bp.shape, not b_transposed, k_chunks)
+    b_tasks = pack_task_count(bh, nq, not b_transposed, k_chunks)
     pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks)
-    rows, cols = task_grid(bh, ap.shape[1], nq, threads)
+    rows, cols = task_grid(bh, mp, nq, threads)
     (matmul_packed_fused if fused else matmul_packed)(ap, bp, out, causal, rows, cols)
     return out

@@ -1,11 +1,18 @@
 """Packing the operands of the `cpu` matmul into panels (kernels/cpu_matmul.py folds them).
 
-A is packed into panels of TILE_ROWS rows stored k-major, (K, TILE_ROWS), B
-into panels of TILE_COLS columns, (K, TILE_COLS), each from either layout it
-was given in (a or aᵀ, b or bᵀ), the last panel padded with +0.0: so the
-register micro-kernel (kernels/cpu_tile.py) reads both operands of one k
-contiguously. Packing copies values and changes none; the fold order is the
-matmul's alone.
+A is packed into panels of TILE_ROWS rows stored k-major, K_BLOCK values of
+k to a block: (BH, KB, MP, K_BLOCK, TILE_ROWS), block kb holding k in
+[kb * K_BLOCK, (kb + 1) * K_BLOCK) of every panel, one after the other. B is
+packed into panels of TILE_COLS columns, (BH, NQ, K, TILE_COLS). Each from
+either layout it was given in (a or aᵀ, b or bᵀ), the last panel padded with
++0.0 (the last k block's rows past K are never read): so the register
+micro-kernel (kernels/cpu_tile.py) reads both operands of one k
+contiguously, and the fold of one k block reads the A panels it visits in a
+row as one contiguous stream. With A's panels whole (MP, K, TILE_ROWS), each
+panel's slice of a k block started a new page and a new prefetch stream; one
+thread's fold ran at 166-176 GFLOP/s that way against 191-194 blocked (the
+micro-kernel's own rate from L1 is 190; docs/benchmarks.md). Packing copies
+values and changes none; the fold order is the matmul's alone.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from numba import njit, prange
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 from kernels.cpu_transpose import BLOCK_K, copy_12, copy_32, transpose_12, transpose_32
 
-PACK_K = 256  # k values per packing task
+K_BLOCK = 128  # k values per block of A's panels, and folded per register tile visit (kernels/cpu_matmul.py)
+PACK_K = 2 * K_BLOCK  # k values per packing task (whole blocks of A)
 TRANSPOSE_K = 16  # k values per block of a transposing pack: one 64-byte line of each source row
 PACK_GROUP = 16  # panels per packing task of a k-major operand (its rows are read 16 panels wide)
 
@@ -98,40 +106,67 @@ def _transpose_blocks(src, z, valid, k0, k1, q, dst):
 
 @njit(inline="always")
 def _pack_task(src, k_major, task, k_chunks, x_count, dst):
-    """One packing task of one operand into its panels dst (BH, Q, K, W); see pack_operands."""
+    """One packing task of B into its panels dst (BH, Q, K, W); see pack_operands."""
     n_q, k_count = dst.shape[1], dst.shape[2]
+    z, q_or_group, kc = _task_place(task, k_major, k_chunks, n_q)
+    k0, k1 = kc * PACK_K, min(k_count, kc * PACK_K + PACK_K)
+    if k_major:
+        q0 = q_or_group * PACK_GROUP
+        pack_k_major(src, z, x_count, k0, k1, q0, min(n_q, q0 + PACK_GROUP), dst)
+    else:
+        pack_transposed(src, z, x_count, k0, k1, q_or_group, dst)
+
+
+@njit(inline="always")
+def _pack_blocked_task(src, k_major, task, k_chunks, x_count, dst):
+    """One packing task of A into its blocked panels dst (BH, KB, Q, K_BLOCK, W): whole k blocks, each as B's."""
+    n_q = dst.shape[2]
+    k_count = src.shape[1] if k_major else src.shape[2]
+    z, q_or_group, kc = _task_place(task, k_major, k_chunks, n_q)
+    for kb in range(kc * PACK_K // K_BLOCK, min(dst.shape[1], (kc + 1) * PACK_K // K_BLOCK)):
+        k0, k1 = kb * K_BLOCK, min(k_count, kb * K_BLOCK + K_BLOCK)
+        block = dst[:, kb]  # (BH, Q, K_BLOCK, W): k0..k1 as rows 0..k1-k0
+        if k_major:
+            q0 = q_or_group * PACK_GROUP
+            pack_k_major(src[:, k0:k1], z, x_count, 0, k1 - k0, q0, min(n_q, q0 + PACK_GROUP), block)
+        else:
+            pack_transposed(src[:, :, k0:k1], z, x_count, 0, k1 - k0, q_or_group, block)
+
+
+@njit(inline="always")
+def _task_place(task, k_major, k_chunks, n_q):
+    """(batch element, panel (or group of PACK_GROUP panels when k_major), k chunk) of packing task `task`."""
     per_z = (n_q + PACK_GROUP - 1) // PACK_GROUP * k_chunks if k_major else n_q * k_chunks
     z = task // per_z
     rest = task - z * per_z
-    kc = rest % k_chunks
-    k0, k1 = kc * PACK_K, min(k_count, kc * PACK_K + PACK_K)
-    if k_major:
-        q0 = rest // k_chunks * PACK_GROUP
-        pack_k_major(src, z, x_count, k0, k1, q0, min(n_q, q0 + PACK_GROUP), dst)
-    else:
-        pack_transposed(src, z, x_count, k0, k1, rest // k_chunks, dst)
+    return z, rest // k_chunks, rest % k_chunks
 
 
-def pack_task_count(dst_shape: tuple[int, ...], k_major: bool, k_chunks: int) -> int:
-    bh, n_q = dst_shape[0], dst_shape[1]
+def pack_task_count(bh: int, n_q: int, k_major: bool, k_chunks: int) -> int:
+    """How many packing tasks pack_operands runs for an operand of bh batch elements and n_q panels."""
     return bh * k_chunks * ((n_q + PACK_GROUP - 1) // PACK_GROUP if k_major else n_q)
+
+
+def a_panels_shape(bh: int, m: int, k: int) -> tuple[int, int, int, int, int]:
+    """The shape of A's packing (BH, KB, MP, K_BLOCK, TILE_ROWS) for A (BH, M, K)."""
+    return bh, max(1, -(-k // K_BLOCK)), -(-m // TILE_ROWS), K_BLOCK, TILE_ROWS
 
 
 @njit(parallel=True, cache=True)
 def pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks):
     """Fill the panels ap of A (BH, M, K) (or of aᵀ given as (BH, K, M)) and bp of B (BH, K, N) (or bᵀ (BH, N, K)).
 
-    ap (BH, ceil(M / TILE_ROWS), K, TILE_ROWS): ap[z, p, k, r] = A[z, p * TILE_ROWS + r, k];
+    ap (a_panels_shape): ap[z, k // K_BLOCK, p, k % K_BLOCK, r] = A[z, p * TILE_ROWS + r, k];
     bp (BH, ceil(N / TILE_COLS), K, TILE_COLS): bp[z, q, k, c] = B[z, k, q * TILE_COLS + c];
-    +0.0 past M and N. a_tasks and b_tasks: the task counts of pack_task_count.
+    +0.0 past M and N. a_tasks and b_tasks: the task counts of pack_task_count (b_tasks 0: B is not packed).
     Precondition: A's K equals B's K, same BH, ap and bp of those shapes.
     """
-    k_count = ap.shape[2]
+    k_count = b.shape[2] if b_transposed else b.shape[1]
     k_chunks = max(1, (k_count + PACK_K - 1) // PACK_K)
     m = a.shape[2] if a_transposed else a.shape[1]
     n = b.shape[1] if b_transposed else b.shape[2]
     for task in prange(a_tasks + b_tasks):
         if task < a_tasks:
-            _pack_task(a, a_transposed, task, k_chunks, m, ap)
+            _pack_blocked_task(a, a_transposed, task, k_chunks, m, ap)
         else:
             _pack_task(b, not b_transposed, task - a_tasks, k_chunks, n, bp)

@@ -20,7 +20,7 @@ from kernel_cases import describe_difference
 from kernels import KernelInputError, cpu, reference
 from kernels import cpu_matmul as mm
 from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B, K_BLOCK
-from kernels.cpu_pack import PACK_GROUP, PACK_K, pack_operands, pack_task_count
+from kernels.cpu_pack import PACK_GROUP, PACK_K, a_panels_shape, pack_operands, pack_task_count
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 from kernels.cpu_transpose import BLOCK_K
 
@@ -146,21 +146,21 @@ def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused):
     a, b = _operands(rng, m, k, n, layout, batch=2)
     want = getattr(reference, FUNCS[layout])(a, b, fused=fused)  # (2, M, N)
     b_t = layout == "nt"
-    ap = np.empty((2, -(-m // TILE_ROWS), k, TILE_ROWS), F32)
-    nq = -(-n // TILE_COLS)
+    ap = np.full(a_panels_shape(2, m, k), np.nan, F32)  # the last k block's rows past K must never be read
+    mp, nq = ap.shape[2], -(-n // TILE_COLS)
     bp = np.empty((2, nq, k, TILE_COLS), F32)
     k_chunks = -(-k // PACK_K)
-    tasks = pack_task_count(ap.shape, False, k_chunks), pack_task_count(bp.shape, not b_t, k_chunks)
+    tasks = pack_task_count(2, mp, False, k_chunks), pack_task_count(2, nq, not b_t, k_chunks)
     pack_operands(a, False, b, b_t, ap, bp, *tasks)
     streamed = mm.matmul_streamed_fused if fused else mm.matmul_streamed
     packed = mm.matmul_packed_fused if fused else mm.matmul_packed
-    for runs, row_chunks in ((1, 1), (2, 1), (5, 2), (nq, 3), (3, ap.shape[1])):
+    for runs, row_chunks in ((1, 1), (2, 1), (5, 2), (nq, 3), (3, mp)):
         k_rows = k if row_chunks > 1 else K_BLOCK  # one row chunk packs B K_BLOCK values of k at a time
         local = np.full((numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k_rows, TILE_COLS), np.nan, F32)
         got = np.full((2, m, n), np.nan, F32)
         streamed(ap, b, b_t, got, runs, row_chunks, local)
         assert describe_difference(got, want) is None, f"streamed, {runs} runs of B panels, {row_chunks} row chunks"
-    for rows, cols in ((1, 1), (2, 3), (ap.shape[1], nq)):
+    for rows, cols in ((1, 1), (2, 3), (mp, nq)):
         got = np.full((2, m, n), np.nan, F32)
         packed(ap, bp, got, mm.FULL, rows, cols)
         assert describe_difference(got, want) is None, f"packed, {rows} x {cols} tasks"

@@ -47,7 +47,7 @@ def _sample_calls():
     flat = x.reshape(-1)
     idx = np.array([1, 0, 1], dtype=np.int64)
     a3 = x[None]
-    ap = np.zeros((1, 1, 7, mm.TILE_ROWS), F32)
+    ap = np.zeros(pk.a_panels_shape(1, 5, 7), F32)
     bp = np.zeros((1, 1, 7, mm.TILE_COLS), F32)
     run = np.zeros((numba.config.NUMBA_NUM_THREADS, 1, 7, mm.TILE_COLS), F32)  # a thread's B panels
     scalars = tuple(F32(v) for v in (0.9, 0.1, 0.95, 0.05, 0.01, 0.5, 0.99, 1e-8))
