@@ -23,7 +23,7 @@ from numba import njit, prange
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 from kernels.cpu_transpose import BLOCK_K, copy_12, copy_32, transpose_12, transpose_32
 
-K_BLOCK = 128  # k values per block of A's panels, and folded per register tile visit (kernels/cpu_matmul.py)
+K_BLOCK = 256  # k values per block of A's panels, and folded per register tile visit (kernels/cpu_matmul.py)
 PACK_K = 2 * K_BLOCK  # k values per packing task (whole blocks of A)
 TRANSPOSE_K = 16  # k values per block of a transposing pack: one 64-byte line of each source row
 PACK_GROUP = 16  # panels per packing task of a k-major operand (its rows are read 16 panels wide)
