@@ -8,8 +8,8 @@ kernels/cpu_scalar.mac_f32. Only the k order is pinned, so the kernel is free
 to choose everything else:
 
 - Both operands are packed into panels (kernels/cpu_pack.py): A into panels
-  of TILE_ROWS rows stored k-major, in blocks of K_BLOCK values of k
-  (KB, MP, K_BLOCK, TILE_ROWS), B into panels of TILE_COLS columns (K,
+  of TILE_ROWS rows stored k-major, in blocks of KL = min(K, K_BLOCK)
+  values of k (KB, MP, KL, TILE_ROWS), B into panels of TILE_COLS columns (K,
   TILE_COLS), whatever layout each was given in (a or aᵀ, b or bᵀ), the last
   panel padded with zeros. So the micro-kernel reads
   both operands of one k contiguously, every tile of C is a whole register
@@ -55,7 +55,6 @@ import numpy as np
 from numba import njit, prange
 
 from kernels.cpu_pack import (
-    K_BLOCK,
     PACK_K,
     a_panels_shape,
     pack_k_major,
@@ -64,7 +63,7 @@ from kernels.cpu_pack import (
     pack_transposed,
 )
 from kernels.cpu_scalar import bits_from_f32, mac_f32
-from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile
+from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile, fold_tile_into
 
 CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
 CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
@@ -138,7 +137,7 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
 
     A task is one (batch element, run of A panels, run of B panels) block of
     C, the runs cut by task_grid's (row_chunks, col_chunks); it folds k from
-    0 to K-1, K_BLOCK values at a time, into accumulators that start at +0.0.
+    0 to K-1, KL values at a time, into accumulators that start at +0.0.
     Preconditions: ap and bp come from one pack_operands call of operands
     with M rows and N columns; 1 <= row_chunks <= ap.shape[2], 1 <= col_chunks
     <= bp.shape[1].
@@ -158,7 +157,7 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
     (K_UPTO_ROW) are not: an accumulator that ends -0.0 is carried through the
     terms left out, in order (_finish_negative_zeros); they are rare.
     """
-    bh, n_kb, mp = ap.shape[0], ap.shape[1], ap.shape[2]
+    bh, n_kb, mp, kl = ap.shape[0], ap.shape[1], ap.shape[2], ap.shape[3]
     nq, k_count = bp.shape[1], bp.shape[2]
     m = c.shape[1]
     per_z = row_chunks * col_chunks
@@ -171,8 +170,8 @@ def _matmul_packed(ap, bp, c, causal, row_chunks, col_chunks, fused):
         q_lo, q_hi = _chunk_bounds(cc, col_chunks, nq)
         acc = np.zeros((q_hi - q_lo, (p_hi - p_lo) * TILE_ROWS, TILE_COLS), np.float32)  # folds start at +0.0
         for kb in range(n_kb):
-            k0 = kb * K_BLOCK
-            k1 = min(k_count, k0 + K_BLOCK)
+            k0 = kb * kl
+            k1 = min(k_count, k0 + kl)
             for q in range(q_lo, q_hi):
                 strip = bp[z, q, k0:k1]  # (k1 - k0, TC)
                 tiles = acc[q - q_lo]
@@ -224,19 +223,22 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
     A task is one column block of C in one batch element, all its rows: a
     run of B panels (col_chunks runs, cut evenly) that the task's thread packs
     into its own buffer local[thread], folded against the A panels,
-    row_chunks runs of them, k in K_BLOCK steps. With one row chunk (C's rows
-    fit the accumulator budget, stream_rows) the run is packed K_BLOCK values
+    row_chunks runs of them, k in blocks of KL (A's). With one row chunk (C's rows
+    fit the accumulator budget, stream_rows) the run is packed KL values
     of k at a time, just before the fold uses them, so it stays in L1 and L2
     whatever K is (a head product's K is the vocabulary); with several, the
     whole run is packed once and each row chunk folds against it. Packing all
-    of B first (_matmul_packed) wrote it to memory and read it back. The same
-    folds in the same k order as _matmul_packed with FULL.
-    Preconditions: ap is A's packing (BH, KB, MP, K_BLOCK, TILE_ROWS); b is (BH, K, N),
+    of B first (_matmul_packed) wrote it to memory and read it back. A tile's
+    first k block starts at +0.0 in the registers, and its last ends in C
+    where the tile lies whole within C (_visit): no accumulator buffer to
+    clear and copy out but for the edges. The same folds in the same k order
+    as _matmul_packed with FULL.
+    Preconditions: ap is A's packing (BH, KB, MP, KL, TILE_ROWS); b is (BH, K, N),
     or (BH, N, K) when b_transposed; 1 <= col_chunks <= ceil(N / TILE_COLS),
-    1 <= row_chunks <= MP; local (threads, >= the panels of a run, K_BLOCK or
+    1 <= row_chunks <= MP; local (threads, >= the panels of a run, KL or
     more rows of k (K with several row chunks), TILE_COLS).
     """
-    bh, n_kb, mp = ap.shape[0], ap.shape[1], ap.shape[2]
+    bh, n_kb, mp, kl = ap.shape[0], ap.shape[1], ap.shape[2], ap.shape[3]
     k_count = b.shape[2] if b_transposed else b.shape[1]
     n = c.shape[2]
     nq = (n + TILE_COLS - 1) // TILE_COLS
@@ -249,30 +251,91 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
         panels = local[me : me + 1]  # (1, CQ, KL, TC): this thread's
         acc = np.empty((run, chunk_rows, TILE_COLS), np.float32)
         if row_chunks == 1:
-            acc[:] = 0.0  # folds start at +0.0
             for kb in range(n_kb):
-                k0 = kb * K_BLOCK
-                k1 = min(k_count, k0 + K_BLOCK)
+                k0 = kb * kl
+                k1 = min(k_count, k0 + kl)
                 _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels)  # k0..k1 as rows 0..k1-k0
                 for q in range(run):
                     strip, tiles = panels[0, q], acc[q]
                     for p in range(mp):
-                        fold_tile(ap[z, kb, p], strip, tiles, p * TILE_ROWS, 0, 0, k1 - k0, fused)
-            _store_tiles(c, z, acc, 0, x0)
+                        _visit(
+                            ap[z, kb, p],
+                            strip,
+                            tiles,
+                            p * TILE_ROWS,
+                            c,
+                            z,
+                            p * TILE_ROWS,
+                            x0 + q * TILE_COLS,
+                            k1 - k0,
+                            kb == 0,
+                            kb == n_kb - 1,
+                            fused,
+                        )
+            _store_edges(c, z, acc, 0, x0)
             continue
         _pack_run(b, b_transposed, z, x0, n, 0, k_count, run, panels)
         for rc in range(row_chunks):
             p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
-            rows = (p_hi - p_lo) * TILE_ROWS
-            acc[:, :rows] = 0.0  # folds start at +0.0
             for kb in range(n_kb):
-                k0 = kb * K_BLOCK
-                k1 = min(k_count, k0 + K_BLOCK)
+                k0 = kb * kl
+                k1 = min(k_count, k0 + kl)
                 for q in range(run):
                     strip, tiles = panels[0, q, k0:k1], acc[q]
                     for p in range(p_lo, p_hi):
-                        fold_tile(ap[z, kb, p], strip, tiles, (p - p_lo) * TILE_ROWS, 0, 0, k1 - k0, fused)
-            _store_tiles(c, z, acc[:, :rows], p_lo * TILE_ROWS, x0)
+                        i0 = (p - p_lo) * TILE_ROWS
+                        _visit(
+                            ap[z, kb, p],
+                            strip,
+                            tiles,
+                            i0,
+                            c,
+                            z,
+                            p * TILE_ROWS,
+                            x0 + q * TILE_COLS,
+                            k1 - k0,
+                            kb == 0,
+                            kb == n_kb - 1,
+                            fused,
+                        )
+            _store_edges(c, z, acc[:, : (p_hi - p_lo) * TILE_ROWS], p_lo * TILE_ROWS, x0)
+
+
+@njit(inline="always")
+def _visit(apanel, strip, tiles, i0, c, z, ci, cj, kw, first, last, fused):
+    """Fold one k block (kw values) into the tile at (i0, 0) of `tiles`, which is C's tile at (ci, cj).
+
+    The first block starts the tile at +0.0 (the fold's start); the last
+    ends a tile that lies whole within C in C itself, and any other in
+    `tiles` (_store_edges copies the part within C). Four call sites: which
+    start and end are compiled must be literals.
+    """
+    if last and ci + TILE_ROWS <= c.shape[1] and cj + TILE_COLS <= c.shape[2]:
+        if first:
+            fold_tile_into(apanel, strip, tiles, i0, 0, c[z], ci, cj, 0, kw, fused, True)
+        else:
+            fold_tile_into(apanel, strip, tiles, i0, 0, c[z], ci, cj, 0, kw, fused, False)
+    elif first:
+        fold_tile_into(apanel, strip, tiles, i0, 0, tiles, i0, 0, 0, kw, fused, True)
+    else:
+        fold_tile(apanel, strip, tiles, i0, 0, 0, kw, fused)
+
+
+@njit(inline="always")
+def _store_edges(c, z, acc, i0, j0):
+    """_store_tiles for the tiles that do not lie whole within C (_visit wrote the others into C)."""
+    m, n = c.shape[1], c.shape[2]
+    rows = min(m - i0, acc.shape[1])
+    for q in range(acc.shape[0]):
+        x0 = j0 + q * TILE_COLS
+        jw = min(TILE_COLS, n - x0)
+        for i in range(rows):
+            if jw == TILE_COLS and i0 + (i // TILE_ROWS + 1) * TILE_ROWS <= m:
+                continue  # a whole tile: in C already
+            dst = c[z, i0 + i, x0 : x0 + jw]  # (jw,)
+            src = acc[q, i]
+            for j in range(jw):
+                dst[j] = src[j]
 
 
 @njit(inline="always")
@@ -317,17 +380,17 @@ def stream_grid(bh: int, nq: int, threads: int) -> int:
 def _finish_negative_zeros(apanels, p, bpanel, tiles, i0, k_lo):
     """Version 2: fold the terms k in [k_lo, K) into every accumulator of A panel p's tile that is -0.0.
 
-    apanels (KB, MP, K_BLOCK, TILE_ROWS) are A's blocked panels, bpanel (K, TILE_COLS) the tile's B panel,
+    apanels (KB, MP, KL, TILE_ROWS) are A's blocked panels, bpanel (K, TILE_COLS) the tile's B panel,
     tiles[i0 : i0 + TILE_ROWS] its accumulators. Every other accumulator is left as it is: those terms are
     +-0.0 (the caller's precondition), and fma(+-0.0, b, acc) is acc unless acc is -0.0.
     """
-    k_hi = bpanel.shape[0]
+    k_hi, kl = bpanel.shape[0], apanels.shape[2]
     for i in range(TILE_ROWS):
         for j in range(TILE_COLS):
             if bits_from_f32(tiles[i0 + i, j]) == NEG_ZERO_BITS:
                 x = tiles[i0 + i, j]
                 for k in range(k_lo, k_hi):
-                    x = mac_f32(x, apanels[k // K_BLOCK, p, k % K_BLOCK, i], bpanel[k, j], True)
+                    x = mac_f32(x, apanels[k // kl, p, k % kl, i], bpanel[k, j], True)
                 tiles[i0 + i, j] = x
 
 
@@ -390,7 +453,7 @@ def matmul_batched(
     bh, m, k_count = (a.shape[0], a.shape[2], a.shape[1]) if a_transposed else a.shape
     threads = numba.get_num_threads()
     nq = -(-n // TILE_COLS)
-    ap = _SCRATCH.take("a", a_panels_shape(bh, m, k_count))  # (BH, KB, MP, K_BLOCK, TR)
+    ap = _SCRATCH.take("a", a_panels_shape(bh, m, k_count))  # (BH, KB, MP, KL, TR)
     mp = ap.shape[2]
     k_chunks = max(1, -(-k_count // PACK_K))
     a_tasks = pack_task_count(bh, mp, a_transposed, k_chunks)
@@ -401,7 +464,7 @@ def matmul_batched(
         pack_operands(a, a_transposed, b, b_transposed, ap, _NO_PANELS, a_tasks, 0)
         run_panels = -(-nq // runs)
         row_chunks = stream_rows(mp, run_panels)
-        k_rows = k_count if row_chunks > 1 else min(k_count, K_BLOCK)
+        k_rows = k_count if row_chunks > 1 else ap.shape[3]
         threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         local = _SCRATCH.take("b_run", (threads_max, run_panels, k_rows, TILE_COLS))
         (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, row_chunks, local)

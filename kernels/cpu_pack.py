@@ -1,8 +1,8 @@
 """Packing the operands of the `cpu` matmul into panels (kernels/cpu_matmul.py folds them).
 
-A is packed into panels of TILE_ROWS rows stored k-major, K_BLOCK values of
-k to a block: (BH, KB, MP, K_BLOCK, TILE_ROWS), block kb holding k in
-[kb * K_BLOCK, (kb + 1) * K_BLOCK) of every panel, one after the other. B is
+A is packed into panels of TILE_ROWS rows stored k-major, KL = min(K,
+K_BLOCK) values of k to a block: (BH, KB, MP, KL, TILE_ROWS), block kb
+holding k in [kb * KL, (kb + 1) * KL) of every panel, one after the other. B is
 packed into panels of TILE_COLS columns, (BH, NQ, K, TILE_COLS). Each from
 either layout it was given in (a or aᵀ, b or bᵀ), the last panel padded with
 +0.0 (the last k block's rows past K are never read): so the register
@@ -119,13 +119,16 @@ def _pack_task(src, k_major, task, k_chunks, x_count, dst):
 
 @njit(inline="always")
 def _pack_blocked_task(src, k_major, task, k_chunks, x_count, dst):
-    """One packing task of A into its blocked panels dst (BH, KB, Q, K_BLOCK, W): whole k blocks, each as B's."""
+    """One packing task of A into its blocked panels dst (BH, KB, Q, KL, W): whole k blocks, each as B's.
+
+    KL (dst.shape[3]) is K_BLOCK, or K itself when K is less (one block): whole blocks to a task either way."""
     n_q = dst.shape[2]
     k_count = src.shape[1] if k_major else src.shape[2]
     z, q_or_group, kc = _task_place(task, k_major, k_chunks, n_q)
-    for kb in range(kc * PACK_K // K_BLOCK, min(dst.shape[1], (kc + 1) * PACK_K // K_BLOCK)):
-        k0, k1 = kb * K_BLOCK, min(k_count, kb * K_BLOCK + K_BLOCK)
-        block = dst[:, kb]  # (BH, Q, K_BLOCK, W): k0..k1 as rows 0..k1-k0
+    kl = dst.shape[3]
+    for kb in range(kc * PACK_K // kl, min(dst.shape[1], (kc + 1) * PACK_K // kl)):
+        k0, k1 = kb * kl, min(k_count, kb * kl + kl)
+        block = dst[:, kb]  # (BH, Q, KL, W): k0..k1 as rows 0..k1-k0
         if k_major:
             q0 = q_or_group * PACK_GROUP
             pack_k_major(src[:, k0:k1], z, x_count, 0, k1 - k0, q0, min(n_q, q0 + PACK_GROUP), block)
@@ -148,15 +151,19 @@ def pack_task_count(bh: int, n_q: int, k_major: bool, k_chunks: int) -> int:
 
 
 def a_panels_shape(bh: int, m: int, k: int) -> tuple[int, int, int, int, int]:
-    """The shape of A's packing (BH, KB, MP, K_BLOCK, TILE_ROWS) for A (BH, M, K)."""
-    return bh, max(1, -(-k // K_BLOCK)), -(-m // TILE_ROWS), K_BLOCK, TILE_ROWS
+    """The shape of A's packing (BH, KB, MP, KL, TILE_ROWS) for A (BH, M, K): KL = min(K, K_BLOCK) (at least 1).
+
+    A block as long as K where K is shorter: a block of K_BLOCK would pad a head's 64 k to 256 (four times the
+    operand, and the padding was resident memory once a reused buffer had been written there)."""
+    kl = max(1, min(k, K_BLOCK))
+    return bh, max(1, -(-k // kl)), -(-m // TILE_ROWS), kl, TILE_ROWS
 
 
 @njit(parallel=True, cache=True)
 def pack_operands(a, a_transposed, b, b_transposed, ap, bp, a_tasks, b_tasks):
     """Fill the panels ap of A (BH, M, K) (or of aᵀ given as (BH, K, M)) and bp of B (BH, K, N) (or bᵀ (BH, N, K)).
 
-    ap (a_panels_shape): ap[z, k // K_BLOCK, p, k % K_BLOCK, r] = A[z, p * TILE_ROWS + r, k];
+    ap (a_panels_shape): ap[z, k // KL, p, k % KL, r] = A[z, p * TILE_ROWS + r, k];
     bp (BH, ceil(N / TILE_COLS), K, TILE_COLS): bp[z, q, k, c] = B[z, k, q * TILE_COLS + c];
     +0.0 past M and N. a_tasks and b_tasks: the task counts of pack_task_count (b_tasks 0: B is not packed).
     Precondition: A's K equals B's K, same BH, ap and bp of those shapes.

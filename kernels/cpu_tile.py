@@ -7,7 +7,9 @@ of C folded over kw consecutive k from packed operands (kernels/cpu_matmul.py
 packs A k-major in TILE_ROWS-row panels and B in TILE_COLS-column panels, so
 both operands of one k are contiguous). `fused` is a compile-time constant (a
 literal True or False at the call site): False is arithmetic version 1, True
-version 2.
+version 2. `fold_tile_into` is the same fold with the tile started at +0.0
+or from another array's tile, and ended in a third (a product's first k
+block starts at +0.0, its last ends in C itself).
 
 numba offers no way to hold a block of vector registers across a loop (a
 small array lives in memory that LLVM cannot prove unaliased), so this numba
@@ -37,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -66,28 +68,34 @@ def make_fold_tile(rows: int, vecs: int) -> Any:
     n_acc = rows * vecs
 
     @intrinsic
-    def fold(typingctx, apanel, bpanel, acc, i0, j0, k0, kw, fused):
-        """Fold kw steps of k into one tile of acc (see the module docstring).
+    def fold(typingctx, apanel, bpanel, src, si, sj, dst, di, dj, k0, kw, fused, from_zero):
+        """Fold kw steps of k into one tile: from src's tile at (si, sj), or from +0.0, into dst's at (di, dj).
 
+        The accumulators start as src[si + i, sj + j] (from_zero False) or
+        +0.0 (from_zero True: src is not read), take the kw steps of k in the
+        registers and end in dst[di + i, dj + j]; dst may be src. Starting
+        from +0.0 is the same as loading a tile of +0.0: no bit differs.
         Preconditions (unchecked, the caller's loops guarantee them): apanel
-        (K, >= rows), bpanel (K, >= 16 * vecs) and acc (R, C) are 2-d float32
-        arrays with unit column stride; i0 + rows <= R, j0 + 16 * vecs <= C,
+        (K, >= rows), bpanel (K, >= 16 * vecs), src and dst are 2-d float32
+        arrays with unit column stride; each tile lies within its array,
         k0 >= 0 and k0 + kw <= K.
         """
-        for arr in (apanel, bpanel, acc):
+        for arr in (apanel, bpanel, src, dst):
             if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
                 return None
-        if not isinstance(fused, types.BooleanLiteral):
+        if not (isinstance(fused, types.BooleanLiteral) and isinstance(from_zero, types.BooleanLiteral)):
             return None  # which fold is compiled must be known when it is compiled
-        one_rounding = fused.literal_value
-        sig = types.void(apanel, bpanel, acc, types.intp, types.intp, types.intp, types.intp, fused)
+        one_rounding, zero_start = fused.literal_value, from_zero.literal_value
+        index = types.intp
+        sig = types.void(apanel, bpanel, src, index, index, dst, index, index, index, index, fused, from_zero)
 
         def codegen(context, builder, signature, args):
-            a_arr, b_arr, c_arr, ri0, rj0, rk0, rkw, _ = args
-            a_ty, b_ty, c_ty = signature.args[:3]
+            a_arr, b_arr, s_arr, rsi, rsj, d_arr, rdi, rdj, rk0, rkw, _, _ = args
+            a_ty, b_ty, s_ty, _, _, d_ty = signature.args[:6]
             intp = context.get_value_type(types.intp)
-            ri0, rj0, rk0, rkw = (
-                context.cast(builder, v, t, types.intp) for v, t in zip((ri0, rj0, rk0, rkw), signature.args[3:7])
+            rsi, rsj, rdi, rdj, rk0, rkw = (
+                context.cast(builder, v, t, types.intp)
+                for v, t in zip((rsi, rsj, rdi, rdj, rk0, rkw), (signature.args[i] for i in (3, 4, 6, 7, 8, 9)))
             )
             f32 = ir.FloatType()
             vec = ir.VectorType(f32, LANES)
@@ -95,14 +103,18 @@ def make_fold_tile(rows: int, vecs: int) -> Any:
             # One alloca per accumulator, in the entry block: mem2reg turns each into a register.
             slots = [cgutils.alloca_once(builder, vec, name=f"tile_acc{n}") for n in range(n_acc)]
 
-            def acc_ptr(i, v):
-                col = builder.add(rj0, ir.Constant(intp, v * LANES))
-                elem = _element_ptr(context, builder, c_ty, c_arr, builder.add(ri0, ir.Constant(intp, i)), col)
+            def tile_ptr(arr_ty, arr, r0, c0, i, v):
+                col = builder.add(c0, ir.Constant(intp, v * LANES))
+                elem = _element_ptr(context, builder, arr_ty, arr, builder.add(r0, ir.Constant(intp, i)), col)
                 return _vector_ptr(builder, elem, vec)
 
-            for i in range(rows):  # load the tile once
+            for i in range(rows):  # load the tile once (or start it at +0.0)
                 for v in range(vecs):
-                    builder.store(builder.load(acc_ptr(i, v), align=4), slots[i * vecs + v])
+                    if zero_start:
+                        start = ir.Constant(vec, [0.0] * LANES)
+                    else:
+                        start = builder.load(tile_ptr(s_ty, s_arr, rsi, rsj, i, v), align=4)
+                    builder.store(start, slots[i * vecs + v])
 
             # llvm.fma on <16 x float> (llvmlite's builder.fma takes scalars only): exact, one rounding per lane.
             fn_ty = ir.FunctionType(vec, [vec] * 3)
@@ -137,7 +149,7 @@ def make_fold_tile(rows: int, vecs: int) -> Any:
 
             for i in range(rows):  # store the tile once
                 for v in range(vecs):
-                    builder.store(builder.load(slots[i * vecs + v]), acc_ptr(i, v), align=4)
+                    builder.store(builder.load(slots[i * vecs + v]), tile_ptr(d_ty, d_arr, rdi, rdj, i, v), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -145,4 +157,10 @@ def make_fold_tile(rows: int, vecs: int) -> Any:
     return fold
 
 
-fold_tile = make_fold_tile(TILE_ROWS, TILE_VECS)
+fold_tile_into = make_fold_tile(TILE_ROWS, TILE_VECS)
+
+
+@njit(inline="always")
+def fold_tile(apanel, bpanel, acc, i0, j0, k0, kw, fused):
+    """fold_tile_into with the tile of acc at (i0, j0) both where the accumulators start and where they end."""
+    fold_tile_into(apanel, bpanel, acc, i0, j0, acc, i0, j0, k0, kw, fused, False)

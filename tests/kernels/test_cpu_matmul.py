@@ -19,8 +19,8 @@ from kernel_cases import describe_difference
 
 from kernels import KernelInputError, cpu, reference
 from kernels import cpu_matmul as mm
-from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B, K_BLOCK
-from kernels.cpu_pack import PACK_GROUP, PACK_K, a_panels_shape, pack_operands, pack_task_count
+from kernels.cpu_matmul import CHUNK_PANELS_A, CHUNK_PANELS_B
+from kernels.cpu_pack import K_BLOCK, PACK_GROUP, PACK_K, a_panels_shape, pack_operands, pack_task_count
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS
 from kernels.cpu_transpose import BLOCK_K
 
@@ -136,13 +136,14 @@ def test_non_contiguous_and_wrong_dtype_are_refused():
         cpu.matmul_nt(a, a.astype(np.float64))
 
 
+@pytest.mark.parametrize("k", [K_BLOCK + 2 * BLOCK_K + 3, 2 * BLOCK_K + 5])  # blocks of K_BLOCK; one block of K
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("layout", ["nn", "nt"])
-def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused):
+def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused, k):
     # matmul_batched streams B through per-thread buffers (matmul_streamed) where its runs of B panels keep every
     # thread busy, else packs all of B first (matmul_packed); how either cuts C into tasks must change no bit.
     rng = np.random.default_rng(5)
-    m, k, n = ROW_CHUNK + 7, K_BLOCK + 2 * BLOCK_K + 3, 3 * COL_CHUNK + 40
+    m, n = ROW_CHUNK + 7, 3 * COL_CHUNK + 40
     a, b = _operands(rng, m, k, n, layout, batch=2)
     want = getattr(reference, FUNCS[layout])(a, b, fused=fused)  # (2, M, N)
     b_t = layout == "nt"
@@ -155,7 +156,7 @@ def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused):
     streamed = mm.matmul_streamed_fused if fused else mm.matmul_streamed
     packed = mm.matmul_packed_fused if fused else mm.matmul_packed
     for runs, row_chunks in ((1, 1), (2, 1), (5, 2), (nq, 3), (3, mp)):
-        k_rows = k if row_chunks > 1 else K_BLOCK  # one row chunk packs B K_BLOCK values of k at a time
+        k_rows = k if row_chunks > 1 else ap.shape[3]  # one row chunk packs B a block of A's k at a time
         local = np.full((numba.config.NUMBA_NUM_THREADS, -(-nq // runs), k_rows, TILE_COLS), np.nan, F32)
         got = np.full((2, m, n), np.nan, F32)
         streamed(ap, b, b_t, got, runs, row_chunks, local)
