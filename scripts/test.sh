@@ -33,14 +33,12 @@ else
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Static types, strict on kernels, ledger, exit_codes and all of p2paudit ([tool.mypy] in pyproject.toml).
-.venv/bin/mypy
-# Cached verdicts (tests/verdict_cache.py: the no-FMA check) are recomputed from scratch under CI.
-if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi
-if [ "$fast" = 1 ]; then only="not slow and "; else only=""; fi
-# Compile the cpu backend's numba kernels into kernels/__pycache__ once, before the workers start: from a
-# cold cache (a fresh clone, a changed kernel) every worker would compile them itself (about 60 s of CPU each).
-.venv/bin/python - <<'EOF'
+# Compile the cpu backend's numba kernels once, before the workers start: from a cold cache (a fresh clone, a
+# changed kernel) every worker would compile them itself (about 60 s of CPU each). Two compiles, side by side
+# and beside mypy: the host's (into kernels/__pycache__) and, for the tests that run under
+# NUMBA_CPU_NAME=generic, the generic CPU's into its own cache (tests/generic_isa.py says why its own).
+compile_kernels() {
+  .venv/bin/python - <<'EOF'
 import numpy as np
 
 from p2paudit.engine.backends import single_process_step
@@ -52,6 +50,21 @@ tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch
 for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul_packed_fused)
     single_process_step(cfg, "cpu", arithmetic)(init_state(cfg), tokens.astype(np.int64))
 EOF
+}
+compile_kernels & host_compile=$!
+generic_compile=""
+if [ "$fast" = 0 ]; then  # the generic-CPU tests are all slow ones
+  NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$PWD/.numba-generic" compile_kernels & generic_compile=$!
+fi
+trap 'kill $host_compile $generic_compile 2>/dev/null || true' EXIT
+# Static types, strict on kernels, ledger, exit_codes and all of p2paudit ([tool.mypy] in pyproject.toml).
+.venv/bin/mypy
+wait "$host_compile"
+if [ -n "$generic_compile" ]; then wait "$generic_compile"; fi
+trap - EXIT
+# Cached verdicts (tests/verdict_cache.py: the no-FMA check) are recomputed from scratch under CI.
+if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi
+if [ "$fast" = 1 ]; then only="not slow and "; else only=""; fi
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "${only}not serial" tests || status=$?
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "${only}serial" tests || status=$?

@@ -7,12 +7,14 @@ import sys
 
 import pytest
 
+from tests.generic_isa import GENERIC
+
 # Host ISA at 1 thread; the generic ISA at 1 and 2 threads (the run was published
 # with the reference backend on the host ISA, so every cpu replay also crosses backends).
 ENVIRONMENTS = {
     "1 thread": {"threads": "1"},
-    "generic ISA, 1 thread": {"threads": "1", "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"},
-    "generic ISA, 2 threads": {"threads": "2", "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"},
+    "generic ISA, 1 thread": {"threads": "1", "ATEN_CPU_CAPABILITY": "default", **GENERIC},
+    "generic ISA, 2 threads": {"threads": "2", "ATEN_CPU_CAPABILITY": "default", **GENERIC},
 }
 
 

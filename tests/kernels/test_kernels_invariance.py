@@ -18,6 +18,7 @@ from kernel_cases import OPS, SEED, build_cases
 from kernel_subprocess import run_probes
 
 from kernels import reference
+from tests.generic_isa import GENERIC
 
 
 def host_dispatch_features() -> list[str]:
@@ -32,7 +33,7 @@ def settings_under_test() -> list[dict[str, str]]:
     wide_simd = [f for f in features if "512" in f or f == "X86_V4"]
     return [
         {},
-        {"ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic", "NUMBA_NUM_THREADS": "1",
+        {"ATEN_CPU_CAPABILITY": "default", **GENERIC, "NUMBA_NUM_THREADS": "1",
          "OMP_NUM_THREADS": "1", "NPY_DISABLE_CPU_FEATURES": " ".join(features)},
         {"ATEN_CPU_CAPABILITY": "avx2", "NUMBA_CPU_NAME": "host", "NUMBA_NUM_THREADS": "2",
          "OMP_NUM_THREADS": "2", "NPY_DISABLE_CPU_FEATURES": " ".join(wide_simd)},

@@ -19,6 +19,7 @@ import torch
 
 from p2paudit.lab import LabRun
 from p2paudit.tensor_digest import digest_state
+from tests.generic_isa import GENERIC
 from tests.lab import models
 from tests.lab.lab_probe import stock_state
 
@@ -61,7 +62,7 @@ def test_instruction_sets_change_no_bit_where_stock_torch_differs():
         {},
         {
             "ATEN_CPU_CAPABILITY": "default",
-            "NUMBA_CPU_NAME": "generic",
+            **GENERIC,
             "OMP_NUM_THREADS": "1",
             "NUMBA_NUM_THREADS": "1",
         },

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.generic_isa import GENERIC
 from tests.lab.lab_runs import EXAMPLES
 
 REPO = EXAMPLES.parent
 SETTINGS = {
     "default-generic-1": {
         "ATEN_CPU_CAPABILITY": "default",
-        "NUMBA_CPU_NAME": "generic",
+        **GENERIC,
         "OMP_NUM_THREADS": "1",
         "NUMBA_NUM_THREADS": "1",
     },
