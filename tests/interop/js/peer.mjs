@@ -347,7 +347,9 @@ async function main () {
     summary.connection = { remote: connection.remoteAddr.toString(), encryption: connection.encryption, multiplexer: connection.multiplexer }
     await until(() => pubsub.getSubscribers(topic).some((p) => p.toString() === daemonPeer), deadline, 'the daemon\'s subscription to the run topic')
     await until(() => pubsub.getMeshPeers(topic).includes(daemonPeer), deadline, 'the daemon in the topic mesh')
-    summary.connection.protocols = [...new Set(connection.streams.map((s) => s.protocol))].sort()
+    // A stream still negotiating its protocol has none yet (undefined, null in JSON: CI saw one once): only the
+    // protocols of the streams open on the connection so far.
+    summary.connection.protocols = [...new Set(connection.streams.map((s) => s.protocol).filter((p) => p))].sort()
     say({ event: 'ready', peer_id: summary.peer_id, mesh: pubsub.getMeshPeers(topic), elapsed_s: elapsed() })
 
     // Gossip first: once every expected key's attestations arrived, its node is in the mesh and hears ours.
