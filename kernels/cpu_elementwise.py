@@ -22,6 +22,20 @@ def add_flat(a, b, out):
 
 
 @njit(parallel=True, cache=True)
+def multiply_flat(a, b, out):
+    """out[i] = a[i] * b[i], rounded once, for 1-d float32 arrays of one length (out may be a or b)."""
+    for i in prange(a.shape[0]):
+        out[i] = a[i] * b[i]
+
+
+@njit(parallel=True, cache=True)
+def scale_flat(x, c, out):
+    """out[i] = x[i] * c, rounded once, for a 1-d float32 array x and a float32 c (out may be x)."""
+    for i in prange(x.shape[0]):
+        out[i] = x[i] * c
+
+
+@njit(parallel=True, cache=True)
 def exp_flat(x):
     """exp (section 3.1) of each element of the 1-d float32 array x."""
     y = np.empty_like(x)  # (n,)

@@ -14,6 +14,10 @@ its temporaries and kernel launches:
                                    half skipped) and each row's log-sum-exp m + log(s) over j <= t
     adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
                                    kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
+    multiply(a, b), scale_in_place(x, c)
+                                   a * b and x *= c on every thread for large float32 arrays (numpy's run on
+                                   one): one rounded product per element, numpy's bits (NaN's pattern aside,
+                                   which the table leaves open, section 1)
 
 The numba kernels are in kernels/cpu_nn.py (log_softmax_2d,
 log_softmax_backward_2d, softmax_causal_lse_3d); this module is their face.
@@ -30,7 +34,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_elementwise import adamw_into
+from kernels.cpu_elementwise import adamw_into, multiply_flat, scale_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_UPTO_ROW, matmul_batched
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d, softmax_causal_lse_3d
 
@@ -80,3 +84,34 @@ def adamw_in_place(
     k = adamw_scalars(step, lr, beta1, beta2, eps, weight_decay)
     flat = (p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1))  # views: C-contiguous, checked
     adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, flat[0], flat[2], flat[3])
+
+
+PARALLEL_MIN = 1 << 20  # elements from which multiply and scale_in_place run on every thread
+
+
+def parallel_pair(a: np.ndarray, b: np.ndarray) -> bool:
+    """True if a and b are C-contiguous float32 arrays of one shape with at least PARALLEL_MIN elements."""
+    return (
+        a.dtype == F32
+        and b.dtype == F32
+        and a.shape == b.shape
+        and a.size >= PARALLEL_MIN
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+    )
+
+
+def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b into a new array (precondition: parallel_pair(a, b))."""
+    out = np.empty_like(a)
+    multiply_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    return out
+
+
+def scale_in_place(x: np.ndarray, c: np.float32) -> bool:
+    """x *= c on every thread where x is a large C-contiguous float32 array; False (x untouched) otherwise."""
+    if x.dtype != F32 or x.size < PARALLEL_MIN or not x.flags.c_contiguous or not x.flags.writeable:
+        return False
+    flat = x.reshape(-1)
+    scale_flat(flat, F32(c), flat)
+    return True

@@ -114,7 +114,12 @@ def _handler(server: SlowServer) -> type[BaseHTTPRequestHandler]:
                 while self._drip(b"\x00" * server.chunk, server.chunk):
                     pass
                 return
-            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(data)}\r\nContent-Type: application/json\r\n\r\n"
+            # These close the connection after the body, so they say so (RFC 9112 section 9.6): a client that
+            # took the connection as kept alive would send its next request into the closing socket.
+            head = (
+                f"HTTP/1.1 200 OK\r\nContent-Length: {len(data)}\r\nContent-Type: application/json\r\n"
+                "Connection: close\r\n\r\n"
+            )
             if behavior == "trickle-head":
                 self.close_connection = True
                 if self._drip(head.encode()):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernels import cpu_lab  # the cpu backend's fused entries (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, as_float32, host, operand, scalar32, view, wrap
 from p2paudit.lab.refusal import refused
@@ -40,10 +41,18 @@ def _min2(a: Any, b: Any) -> Any:
     return np.where(np.isnan(a) | np.isnan(b), F32(np.nan), np.where(b < a, b, a))
 
 
-def _apply(name: str, fn: Binary, a: object, b: object, *, true_div: bool = False) -> np.ndarray:
+def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_div: bool = False) -> np.ndarray:
     x, y = operand(name, a), operand(name, b)
     if true_div or _is_float(x) or _is_float(y):
         x, y = _floatify(name, x), _floatify(name, y)
+    if (
+        fn is np.multiply
+        and ctx.cpu
+        and isinstance(x, np.ndarray)
+        and isinstance(y, np.ndarray)
+        and (cpu_lab.parallel_pair(x, y))
+    ):
+        return cpu_lab.multiply(x, y)  # the same rounded products on every thread (numpy's run on one)
     return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)
 
 
@@ -64,7 +73,7 @@ def binary(fn: Binary, *, true_div: bool = False, reverse: bool = False, inplace
             raise refused(name, f"rounding_mode={a['rounding_mode']!r} (only true division is in the table)")
         f = _alpha(name, fn, a)
         lhs, rhs = (a["other"], a["self"]) if reverse else (a["self"], a["other"])
-        out = _apply(name, f, lhs, rhs, true_div=true_div)
+        out = _apply(ctx, name, f, lhs, rhs, true_div=true_div)
         if not inplace:
             return wrap(out)
         target: torch.Tensor = a["self"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import cpu_lab  # the cpu backend's in-place AdamW (numba)
+from kernels import cpu_lab  # the cpu backend's in-place AdamW and scaling (numba)
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import EXACT_INT, F32, as_float32, host, scalar32, view
 from p2paudit.lab.refusal import refused
@@ -67,7 +67,11 @@ def foreach_mul_tensor(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         raise refused(name, f"a multiplier of dtype {c.dtype} and shape {c.shape} (want a float32 scalar)")
     with np.errstate(all="ignore"):
         for t in a["self"]:
-            _write(t, np.asarray(as_float32(name, view(t)) * c.reshape(()), dtype=F32))
+            target = view(t)
+            x = as_float32(name, target)
+            if ctx.cpu and x is target and cpu_lab.scale_in_place(x, c.reshape(-1)[0]):
+                continue  # written in place on every thread: the same products
+            _write(t, np.asarray(x * c.reshape(()), dtype=F32))
     return None
 
 

@@ -155,7 +155,7 @@ class RunHttp:
         self.budget.start()
         try:
             for _ in range(MAX_REDIRECTS + 1):
-                response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+                response = self._send(url, headers)
                 if not response.is_redirect:
                     break
                 location = response.headers.get("location", "")
@@ -181,6 +181,19 @@ class RunHttp:
         finally:
             if response is not None:
                 response.close()
+
+    def _send(self, url: httpx.URL, headers: dict[str, str]) -> httpx.Response:
+        """A streamed GET; once more, on another connection, if the server hung up before any response.
+
+        A server may close a kept-alive connection just as the next request goes out on it (one that
+        closes after a response without saying `Connection: close`, or an idle timeout): the request then
+        fails with no response at all, and RFC 9112 (section 9.3.1) lets a client retry an idempotent
+        request on a new connection. httpx drops the dead connection; one retry, so a server that always
+        hangs up is still one line of error."""
+        try:
+            return self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+        except httpx.RemoteProtocolError:
+            return self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
 
     def report(self, path: str, done: int, total: int | None) -> None:
         if self.on_progress is not None:

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 import p2paudit.node.daemon.daemon as daemon_module
+from p2paudit.attest.errors import AttestationError
 from p2paudit.attest.queries import coverage
 from p2paudit.attest.store import AttestationStore
 from p2paudit.audit.replay import open_run
@@ -131,8 +132,12 @@ def test_a_stalled_run_does_not_starve_a_healthy_one(runs, tmp_path):
         began = time.monotonic()
         trio.run(run_daemon, identity_from_seed(b"\x72" * 32), config, events.append)
         took = time.monotonic() - began
-    healthy_steps = _covered(tmp_path / "ledger.db", open_run(run_a).manifest.run_id)
-    assert healthy_steps == {step: 1 for step in range(4)}, "\n".join(e.text for e in events)
+    told = "\n".join(e.text for e in events)
+    try:
+        healthy_steps = _covered(tmp_path / "ledger.db", open_run(run_a).manifest.run_id)
+    except AttestationError as e:
+        raise AssertionError(f"{e}; the daemon told:\n{told}") from e
+    assert healthy_steps == {step: 1 for step in range(4)}, told
     assert _covered(tmp_path / "ledger.db", open_run(run_b).manifest.run_id) == {}
     assert took < 60.0 + STOP_WITHIN_S, f"stopped after {took:.1f} s"
     assert any(p.startswith("checkpoints/") or p.startswith("shards/") for p in stalled.paths())

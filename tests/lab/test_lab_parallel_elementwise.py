@@ -1,0 +1,95 @@
+"""On cpu the lab mode multiplies large float32 tensors on every thread (kernels/cpu_lab.py multiply,
+scale_in_place) where numpy's product runs on one: the same rounded products, so the reference backend's
+bits (which NaN pattern is left open by docs/arithmetic.md section 1, and digests write every NaN alike)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kernels
+from kernels import cpu_lab
+from p2paudit.lab.context import OpContext
+from p2paudit.lab.ops_elementwise import ELEMENTWISE
+from p2paudit.lab.ops_optim import OPTIM
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf x 0 and overflow, on purpose
+F32 = np.float32
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-38, 3.4e38, -3.4e38, 1.0, -1.0], F32)
+
+
+def _operand(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Normal values of every scale, with the special values strewn through (so products overflow,
+    underflow to subnormals and zeros, and meet inf x 0)."""
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 128, n))).astype(F32)
+    where = rng.integers(0, n, n // 50)
+    x[where] = SPECIAL[rng.integers(0, SPECIAL.size, where.size)]
+    return x
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    both_nan = np.isnan(got) & np.isnan(want)
+    return bool(np.all(both_nan | (got.view(np.uint32) == want.view(np.uint32))))
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    calls: list[int] = []
+    real = getattr(cpu_lab, name)
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(cpu_lab, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN - 1])
+def test_mul_on_every_thread_is_numpys_product(monkeypatch, n):
+    rng = np.random.default_rng(n)
+    a, b = _operand(rng, n).reshape(-1, 16 if n % 16 == 0 else 1), _operand(rng, n)
+    b = b.reshape(a.shape)
+    calls = _counting(monkeypatch, "multiply")
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    got = ELEMENTWISE["aten.mul.Tensor"](
+        cpu, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": torch.from_numpy(b)}
+    )
+    assert len(calls) == (1 if n >= cpu_lab.PARALLEL_MIN else 0)  # the threaded kernel from PARALLEL_MIN on
+    with np.errstate(all="ignore"):
+        want = a * b
+    assert _same_bits(got.numpy(), want)
+    reference = OpContext(kernels.get_backend("reference", 2))
+    again = ELEMENTWISE["aten.mul.Tensor"](
+        reference, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": torch.from_numpy(b)}
+    )
+    assert _same_bits(got.numpy(), again.numpy())
+
+
+def test_a_broadcast_or_strided_product_stays_numpys(monkeypatch):
+    rng = np.random.default_rng(1)
+    a = _operand(rng, cpu_lab.PARALLEL_MIN).reshape(1024, 1024)
+    calls = _counting(monkeypatch, "multiply")
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    row = torch.from_numpy(_operand(rng, 1024))
+    for other in (row, torch.from_numpy(a).t()):  # a broadcast row; a transposed (strided) view
+        got = ELEMENTWISE["aten.mul.Tensor"](cpu, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": other})
+        with np.errstate(all="ignore"):
+            assert _same_bits(got.numpy(), a * other.numpy())
+    assert calls == []
+
+
+def test_foreach_mul_scales_in_place_on_every_thread(monkeypatch):
+    rng = np.random.default_rng(2)
+    big, small = _operand(rng, cpu_lab.PARALLEL_MIN + 3), _operand(rng, 100)
+    c = F32(0.3711)
+    with np.errstate(all="ignore"):
+        want = [big * c, small * c]
+    tensors = [torch.from_numpy(big.copy()), torch.from_numpy(small.copy())]
+    calls = _counting(monkeypatch, "scale_in_place")
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    OPTIM["aten._foreach_mul_.Tensor"](cpu, "aten._foreach_mul_.Tensor", {"self": tensors, "other": torch.tensor(c)})
+    assert len(calls) == 2  # asked for both; the small one is left to numpy (False)
+    for t, w in zip(tensors, want):
+        assert _same_bits(t.numpy(), w)
+    assert not cpu_lab.scale_in_place(small.copy(), c) and cpu_lab.scale_in_place(big.copy(), c)
