@@ -65,6 +65,8 @@ def _sample_calls():
         ("_sum_cols_buffered", rd._sum_cols_buffered, (x,)),
         ("max_rows_2d", rd.max_rows_2d, (x,)),
         ("add_flat", ew.add_flat, (flat, flat, np.empty_like(flat))),
+        ("multiply_flat", ew.multiply_flat, (flat, flat, np.empty_like(flat))),
+        ("scale_flat", ew.scale_flat, (flat, F32(0.5), np.empty_like(flat))),
         ("exp_flat", ew.exp_flat, (flat,)),
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
