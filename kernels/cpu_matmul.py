@@ -251,45 +251,24 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
         me = numba.get_thread_id()
         panels = local[me : me + 1]  # (1, CQ, KL, TC): this thread's
         acc = np.empty((run, chunk_rows, TILE_COLS), np.float32)
-        if row_chunks == 1:
-            for kb in range(n_kb):
-                k0 = kb * kl
-                k1 = min(k_count, k0 + kl)
-                _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels)  # k0..k1 as rows 0..k1-k0
-                for q in range(run):
-                    strip, tiles = panels[0, q], acc[q]
-                    for p in range(mp):
-                        _visit(
-                            ap[z, kb, p],
-                            strip,
-                            tiles,
-                            p * TILE_ROWS,
-                            c,
-                            z,
-                            p * TILE_ROWS,
-                            x0 + q * TILE_COLS,
-                            k1 - k0,
-                            kb == 0,
-                            kb == n_kb - 1,
-                            fused,
-                        )
-            _store_edges(c, z, acc, 0, x0)
-            continue
-        _pack_run(b, b_transposed, z, x0, n, 0, k_count, run, panels)
+        by_block = row_chunks == 1  # B packed a k block at a time, just before its fold; else the whole run once
+        if not by_block:
+            _pack_run(b, b_transposed, z, x0, n, 0, k_count, run, panels)
         for rc in range(row_chunks):
             p_lo, p_hi = _chunk_bounds(rc, row_chunks, mp)
             for kb in range(n_kb):
                 k0 = kb * kl
                 k1 = min(k_count, k0 + kl)
+                if by_block:
+                    _pack_run(b, b_transposed, z, x0, n, k0, k1, run, panels)  # k0..k1 as rows 0..k1-k0
                 for q in range(run):
-                    strip, tiles = panels[0, q, k0:k1], acc[q]
+                    strip = panels[0, q, : k1 - k0] if by_block else panels[0, q, k0:k1]
                     for p in range(p_lo, p_hi):
-                        i0 = (p - p_lo) * TILE_ROWS
                         _visit(
                             ap[z, kb, p],
                             strip,
-                            tiles,
-                            i0,
+                            acc[q],
+                            (p - p_lo) * TILE_ROWS,
                             c,
                             z,
                             p * TILE_ROWS,
