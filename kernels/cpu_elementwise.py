@@ -1,4 +1,5 @@
-"""Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW (new arrays or in place).
+"""Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW (new arrays or in place),
+and the rows of a one-hot gradient.
 
 All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
 Each output element depends on its own inputs only, so prange splits the
@@ -33,6 +34,20 @@ def scale_flat(x, c, out):
     """out[i] = x[i] * c, rounded once, for a 1-d float32 array x and a float32 c (out may be x)."""
     for i in prange(x.shape[0]):
         out[i] = x[i] * c
+
+
+@njit(parallel=True, cache=True)
+def one_hot_rows(cols, value, out):
+    """out[r, :] = +0.0, then out[r, cols[r]] = value where cols[r] >= 0: out (R, C) float32, cols (R,) int64
+    below C, value float32; rows on every thread (no arithmetic: a fresh array's pages filled in parallel)."""
+    zero = np.float32(0.0)
+    for r in prange(out.shape[0]):
+        row = out[r]  # (C,)
+        for j in range(out.shape[1]):
+            row[j] = zero
+        c = cols[r]
+        if c >= 0:
+            row[c] = value
 
 
 @njit(parallel=True, cache=True)

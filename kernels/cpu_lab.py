@@ -18,6 +18,8 @@ its temporaries and kernel launches:
                                    a * b and x *= c on every thread for large float32 arrays (numpy's run on
                                    one): one rounded product per element, numpy's bits (NaN's pattern aside,
                                    which the table leaves open, section 1)
+    one_hot(shape, cols, value)    nll_loss_backward's gradient: +0.0 but `value` at (r, cols[r]) where
+                                   cols[r] >= 0, its rows written on every thread
 
 The numba kernels are in kernels/cpu_nn.py (log_softmax_2d,
 log_softmax_backward_2d, softmax_causal_lse_3d); this module is their face.
@@ -34,7 +36,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_elementwise import adamw_into, multiply_flat, scale_flat
+from kernels.cpu_elementwise import adamw_into, multiply_flat, one_hot_rows, scale_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_UPTO_ROW, matmul_batched
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d, softmax_causal_lse_3d
 
@@ -115,3 +117,13 @@ def scale_in_place(x: np.ndarray, c: np.float32) -> bool:
     flat = x.reshape(-1)
     scale_flat(flat, F32(c), flat)
     return True
+
+
+def one_hot(shape: tuple[int, int], cols: np.ndarray, value: np.float32) -> np.ndarray:
+    """A new (R, C) float32 array, +0.0 but `value` at (r, cols[r]) for each cols[r] >= 0 (cols (R,) int64 < C)."""
+    rows, width = shape
+    if cols.shape != (rows,) or cols.dtype != np.int64 or (rows and int(cols.max()) >= width):
+        raise ValueError(f"one_hot: cols {cols.shape} {cols.dtype} do not index the rows of {shape}")
+    out = np.empty(shape, F32)
+    one_hot_rows(np.ascontiguousarray(cols), F32(value), out)
+    return out

@@ -23,8 +23,10 @@ sorted by their UTF-8 bytes ).
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -40,6 +42,7 @@ _CANONICAL_NAN: dict[np.dtype[Any], np.unsignedinteger[Any]] = {
     np.dtype(np.float64): np.uint64(0x7FF8000000000000),
 }
 _ALLOWED_KINDS = "fiub"
+PARALLEL_HASH_BYTES = 8 << 20  # a state this large is hashed on every processor
 
 
 class StateDigestDict(TypedDict):
@@ -173,8 +176,28 @@ def combine_tensor_digests(tensors: tuple[tuple[str, bytes], ...]) -> bytes:
     return h.digest()
 
 
+def _hash_threads() -> int:
+    """How many threads hash a large state: the processors this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
-    """Digest every tensor of a training state and combine them (names sorted by UTF-8)."""
+    """Digest every tensor of a training state and combine them (names sorted by UTF-8).
+
+    The tensor digests are independent, so a large state's are computed on every processor (SHA-256 and
+    numpy's sum release the GIL), the largest tensors first; the combination is in name order as always.
+    """
     names = sorted(state, key=lambda n: n.encode("utf-8"))
-    tensors = tuple((n, digest_tensor(n, np.asarray(state[n]))) for n in names)
+    arrays = {n: np.asarray(state[n]) for n in names}
+    threads = min(_hash_threads(), len(names))
+    if threads < 2 or sum(a.nbytes for a in arrays.values()) < PARALLEL_HASH_BYTES:
+        tensors = tuple((n, digest_tensor(n, arrays[n])) for n in names)
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="digest") as pool:
+            largest_first = sorted(names, key=lambda n: -arrays[n].nbytes)
+            futures = {n: pool.submit(digest_tensor, n, arrays[n]) for n in largest_first}
+            tensors = tuple((n, futures[n].result()) for n in names)
     return StateDigest(combine_tensor_digests(tensors), tensors)

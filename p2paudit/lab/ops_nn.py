@@ -186,6 +186,8 @@ def nll_loss_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
         raise refused(name, "reduction='none' in backward (the table has mean and sum)")
     with np.errstate(all="ignore"):
         value = g.reshape(()) / host(a["total_weight"]).reshape(()) if reduction == "mean" else g.reshape(())
+    if ctx.cpu:  # the same array, its rows (hundreds of MB at a large vocabulary) written on every thread
+        return wrap(cpu_lab.one_hot(logp.shape, np.where(kept, target, -1), -F32(value)))
     out = np.zeros(logp.shape, dtype=F32)
     rows = np.nonzero(kept)[0]
     out[rows, target[rows]] = -F32(value)

@@ -93,3 +93,33 @@ def test_foreach_mul_scales_in_place_on_every_thread(monkeypatch):
     for t, w in zip(tensors, want):
         assert _same_bits(t.numpy(), w)
     assert not cpu_lab.scale_in_place(small.copy(), c) and cpu_lab.scale_in_place(big.copy(), c)
+
+
+@pytest.mark.parametrize("reduction", [1, 2])  # mean, sum
+def test_nll_loss_backward_writes_its_one_hot_rows_on_every_thread(monkeypatch, reduction):
+    """On cpu the gradient's rows are filled by one threaded kernel: the reference's array bit for bit,
+    ignored rows all +0.0, the one value at each kept target (and -0.0 nowhere else)."""
+    from p2paudit.lab.ops_nn import NN
+
+    rng = np.random.default_rng(reduction)
+    n, v = 37, 1000
+    logp = torch.from_numpy(rng.standard_normal((n, v)).astype(F32))
+    target = torch.from_numpy(rng.integers(0, v, n).astype(np.int64))
+    target[[3, 20]] = -100  # ignored
+    target[5] = v - 1
+    args = {
+        "grad_output": torch.tensor(0.75), "self": logp, "target": target, "weight": None,
+        "reduction": reduction, "ignore_index": -100, "total_weight": torch.tensor(F32(n - 2)),
+    }  # fmt: skip
+    calls = _counting(monkeypatch, "one_hot")
+    got = NN["aten.nll_loss_backward.default"](OpContext(kernels.get_backend("cpu", 2)), "x", dict(args)).numpy()
+    want = NN["aten.nll_loss_backward.default"](OpContext(kernels.get_backend("reference", 2)), "x", dict(args))
+    assert len(calls) == 1
+    assert got.tobytes() == want.numpy().tobytes()
+    value = F32(-0.75) / F32(n - 2) if reduction == 1 else F32(-0.75)
+    expected = np.zeros((n, v), F32)
+    kept = np.flatnonzero(target.numpy() != -100)
+    expected[kept, target.numpy()[kept]] = value
+    assert got.tobytes() == expected.tobytes()
+    with pytest.raises(ValueError, match="do not index the rows"):
+        cpu_lab.one_hot((n, v), np.full(n, v, np.int64), F32(1.0))

@@ -2,10 +2,12 @@
 
 import hashlib
 import struct
+import threading
 
 import numpy as np
 import pytest
 
+from p2paudit import tensor_digest
 from p2paudit.errors import InputError
 from p2paudit.run.digest import (
     StateDigest,
@@ -82,6 +84,35 @@ def test_state_digest_is_independent_of_dict_order_and_names_tensors():
     d3 = digest_state(s3)
     assert d3.digest != d1.digest
     assert [n for (n, x), (_, y) in zip(d1.tensors, d3.tensors, strict=True) if x != y] == ["b"]
+
+
+def test_a_large_state_is_hashed_on_threads_to_the_same_digest(monkeypatch):
+    """Above PARALLEL_HASH_BYTES the tensors are digested on a pool: the same tensor and state digests,
+    by the documented layout, NaNs canonical, in name order whatever the sizes and the finishing order."""
+    rng = np.random.default_rng(7)
+    state = {f"t{i:02d}": rng.standard_normal(n).astype(np.float32) for i, n in enumerate([5, 70_000, 3, 200_000, 1])}
+    state["t01"][17] = np.float32("nan")
+    state["step"] = np.array(3, np.int64)
+    serial = digest_state(state)
+    canonical = state["t01"].view(np.uint32).copy()
+    canonical[17] = 0x7FC00000
+    assert serial.tensor_map()["t01"] == _by_hand("t01", "float32", (70_000,), canonical.tobytes())
+    seen: list[str] = []
+    real = tensor_digest.digest_tensor
+
+    def spy(name, array):
+        seen.append(threading.current_thread().name)
+        return real(name, array)
+
+    monkeypatch.setattr(tensor_digest, "digest_tensor", spy)
+    monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 3)
+    monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1024)
+    assert digest_state(state) == serial
+    assert len(seen) == 6 and all(t.startswith("digest") for t in seen)  # every tensor on the pool
+    seen.clear()
+    monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 10**9)
+    assert digest_state(state) == serial
+    assert seen == [threading.current_thread().name] * 6  # a small state stays on the caller's thread
 
 
 def test_state_digest_round_trips_and_catches_inconsistency():
