@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kernels import constants as K
 from kernels import (
     cpu_compile_notice,  # noqa: F401  (before any kernel is called: a compile is told)
     numpy_layout,
@@ -34,6 +33,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
+from kernels.cpu_attention import attention_rows, attention_scale
 from kernels.cpu_elementwise import adamw_into, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
 from kernels.cpu_nn import (
@@ -177,12 +177,6 @@ def softmax_causal_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
     return ds
 
 
-def _attention_scale(d: int) -> np.float32:
-    """1 / sqrt(float32(D)), each operation rounded to float32 on the host."""
-    scale: np.float32 = K.ONE / np.sqrt(F32(d))
-    return scale
-
-
 def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
     """`mode` when every value of the operand multiplying the masked zeros is finite, else FULL
     (+0.0 times inf or NaN is NaN, which the full fold must see)."""
@@ -192,15 +186,15 @@ def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fused: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T)).
 
-    The causal half of the products is left out where that cannot change a bit
-    (cpu_matmul.matmul_packed): scores past the diagonal are never read by the
-    softmax, and P's masked +0.0 times a finite v adds nothing to the fold.
+    S = q kᵀ, S * scale, the causal softmax, P v, a panel of rows at a time in
+    one kernel (kernels/cpu_attention.py), which leaves out the causal half of
+    the products where that cannot change a bit: scores past the diagonal are
+    never read by the softmax, and P's masked +0.0 times a finite v adds
+    nothing to the fold.
     """
-    _, _, d = validate.check_attention(q, k, v)
-    s = matmul_batched(q, False, k, True, q.shape[1], COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
-    np.multiply(s, _attention_scale(d), out=s)  # elementwise, after the fold
-    p: HostArray = softmax_causal_3d(s)  # (BH, T, T), +0.0 for j > t
-    return matmul_batched(p, False, v, False, d, _skip_if(v, K_UPTO_ROW), fused), p  # (BH, T, D)
+    validate.check_attention(q, k, v)
+    o, p, _ = attention_rows(q, k, v, not np.isfinite(v).all(), fused)
+    return o, p
 
 
 def attention_backward(
@@ -213,7 +207,7 @@ def attention_backward(
     checked to be zeros before they are skipped (p is the caller's).
     """
     _, t, d = validate.check_attention_backward(q, k, v, p, do)
-    scale = _attention_scale(d)
+    scale = attention_scale(d)
     dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
     dv_mode = _skip_if(do, K_FROM_ROW) if masked_zeros(p) else FULL
     dv = matmul_batched(p, True, do, False, d, dv_mode, fused)  # (BH, T, D)

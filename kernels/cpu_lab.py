@@ -22,23 +22,23 @@ its temporaries and kernel launches:
                                    cols[r] >= 0, its rows written on every thread
 
 The numba kernels are in kernels/cpu_nn.py (log_softmax_2d,
-log_softmax_backward_2d, softmax_causal_lse_3d); this module is their face.
+log_softmax_backward_2d) and kernels/cpu_attention.py (attention_rows); this module
+is their face.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels import constants as K
 from kernels import (
     cpu_compile_notice,  # noqa: F401  (before any kernel is called: a compile is told)
     validate,
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
+from kernels.cpu_attention import attention_rows
 from kernels.cpu_elementwise import adamw_into, multiply_flat, one_hot_rows, scale_flat
-from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_UPTO_ROW, matmul_batched
-from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d, softmax_causal_lse_3d
+from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 
 F32 = np.float32
 
@@ -60,13 +60,10 @@ def log_softmax_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 def attention_lse(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: bool) -> tuple[np.ndarray, ...]:
     """(o (BH, T, D), p (BH, T, T), lse (BH*T,)): kernels.cpu.attention's o and p, bit for bit (the same
-    products, with the same masked terms left out), and each row's log-sum-exp from the softmax's own m and s."""
-    _, t, d = validate.check_attention(q, k, v)
-    s = matmul_batched(q, False, k, True, t, COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
-    np.multiply(s, K.ONE / np.sqrt(F32(d)), out=s)  # elementwise, after the fold
-    p, lse = softmax_causal_lse_3d(s)  # (BH, T, T), (BH*T,)
-    mode = K_UPTO_ROW if bool(np.isfinite(v).all()) else FULL  # +0.0 x inf is NaN: the full fold must see it
-    return matmul_batched(p, False, v, False, d, mode, fused), p, lse
+    kernel, kernels/cpu_attention.py), and each row's log-sum-exp from the softmax's own m and s."""
+    validate.check_attention(q, k, v)
+    # +0.0 x inf is NaN: with a non-finite v the full fold must see the masked terms
+    return attention_rows(q, k, v, not bool(np.isfinite(v).all()), fused)
 
 
 def adamw_in_place(

@@ -34,7 +34,7 @@ LAB_ROWS_PER_TASK = 16  # rows per task of the lab's fused rows (kernels/cpu_lab
 
 
 @njit(inline="always")
-def _causal_softmax_row(src, dst, buf, t):
+def causal_softmax_row(src, dst, buf, t):
     """dst[:t+1] = softmax of src[:t+1] (section 4.3), dst[t+1:] = +0.0; returns (m, total) of the row.
 
     m = pmax over j <= t, total = psum of e = exp(src[j] - m) over j <= t, both halving trees over the
@@ -74,7 +74,7 @@ def softmax_causal_3d(s):
         for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             z = row // t_count
             t = row - z * t_count
-            _causal_softmax_row(s[z, t], out[z, t], buf, t)
+            causal_softmax_row(s[z, t], out[z, t], buf, t)
     return out
 
 
@@ -142,25 +142,6 @@ def log_softmax_backward_2d(y, dy):
             for j in range(c_count):
                 dst[j] = dyr[j] - exp_f32(yr[j]) * c
     return out
-
-
-@njit(parallel=True, cache=True)
-def softmax_causal_lse_3d(s):
-    """(P (BH, T, T), lse (BH*T,)) from scores s (BH, T, T): cpu_nn.softmax_causal_3d's P, and m + log(total)
-    of the same row's m (pmax over j <= t) and total (psum of e over j <= t). Entries j > t of s are not read."""
-    bh, t_count, _ = s.shape
-    out = np.empty_like(s)  # (BH, T, T)
-    rows = bh * t_count
-    lse = np.empty(rows, np.float32)  # (BH*T,)
-    n_tasks = (rows + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
-    for task in prange(n_tasks):
-        buf = np.empty(next_pow2(t_count), np.float32)  # scratch (P2(T),)
-        for row in range(task * LAB_ROWS_PER_TASK, min(rows, (task + 1) * LAB_ROWS_PER_TASK)):
-            z = row // t_count
-            t = row - z * t_count
-            m, total = _causal_softmax_row(s[z, t], out[z, t], buf, t)
-            lse[row] = m + log_f32(total)
-    return out, lse
 
 
 @njit(parallel=True, cache=True)

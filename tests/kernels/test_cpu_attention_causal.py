@@ -52,6 +52,20 @@ def test_a_callers_p_with_non_zero_masked_entries_takes_the_full_fold():
     assert _same(CPU.attention_backward(q, k, v, p, do), REF.attention_backward(q, k, v, p, do))
 
 
+@pytest.mark.parametrize("value", [np.nan, 1e-45, -np.inf, 1.0])
+@pytest.mark.parametrize("where", [(0, 0, 1), (2, 38, 39), (1, 0, 39), (2, 20, 21)])
+def test_masked_zeros_sees_one_non_zero_anywhere_past_the_diagonal(value, where):
+    """The threaded, branch-free count: one non-zero (NaN, a subnormal, inf) at the mask's first and last
+    places, in the first and last head, is found; the same value on or below the diagonal is not its business."""
+    p = np.tril(np.random.default_rng(7).random((3, 40, 40)).astype(F32))
+    assert mm.masked_zeros(p)
+    z, t, j = where
+    p[z, j, t] = value  # below the diagonal: allowed
+    assert mm.masked_zeros(p)
+    p[where] = value
+    assert not mm.masked_zeros(p)
+
+
 def test_the_skips_are_taken_and_the_finiteness_check_is_what_keeps_them_exact():
     """On a lower-triangular A the skipping modes give FULL's bits for a finite B, and not for an
     infinite one (+0.0 x inf is NaN in the full fold): the kernel really leaves those terms out."""
@@ -89,3 +103,34 @@ def test_version_2_carries_a_negative_zero_through_the_terms_it_leaves_out(tail_
     assert full.tobytes() == REF2.matmul(a, b).tobytes()
     # version 1 rounds the product to -0.0 first, and +0.0 + -0.0 is +0.0: no accumulator is ever -0.0
     assert not np.signbit(mm.matmul_batched(a, False, b, False, d, mm.K_UPTO_ROW)).any()
+
+
+@pytest.mark.parametrize("tail_sign", [1.0, -1.0])
+def test_the_attention_kernel_carries_a_negative_zero_as_the_full_fold_does(tail_sign):
+    """kernels/cpu_attention.py folds P v of a row panel only up to the panel's last row: with q = k = 0,
+    p[t, j] = 1/(t+1) and v[j] = -2^-149 for j < 12, rows 1..11 fold to -0.0 in version 2 (each product
+    rounds to -0.0); the masked terms past row 11, +0.0 x tail_sign, make them +0.0 in the full fold or keep
+    them. The kernel must give the reference's (full) bits either way, and version 1 its own."""
+    t = 40
+    q = np.zeros((1, t, 1), F32)
+    v = np.full((1, t, 1), F32(tail_sign), F32)
+    v[0, :12] = -np.float32(2.0**-149)
+    cpu2 = kernels.get_backend("cpu", 2)
+    o, p = cpu2.attention(q, q, v)
+    assert _same((o, p), REF2.attention(q, q, v))
+    assert (o[0, 1:12] == 0).all() and (np.signbit(o[0, 1:12]) == (tail_sign < 0)).all()
+    assert _same(CPU.attention(q, q, v), REF.attention(q, q, v))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 13, 40), (1, 100, 33), (2, 45, 64), (5, 7, 96)])
+def test_the_attention_kernel_is_the_reference_for_every_panel_and_head_size(version, shape):
+    """One batch element or several, T below and across the 12-row panels and 32-key panels, D below,
+    at and across 32 (V's panels padded), the zigzag order of panels: the reference's o and p exactly."""
+    rng = np.random.default_rng(sum(shape) + version)
+    q, k, v = ((rng.standard_normal(shape) * 3).astype(F32) for _ in range(3))
+    cpu = kernels.get_backend("cpu", version)
+    ref = kernels.get_backend("reference", version)
+    assert _same(cpu.attention(q, k, v), ref.attention(q, k, v))
+    v[0, -1, 0] = np.inf  # the full fold: +0.0 x inf is NaN in every earlier row
+    assert _same(cpu.attention(q, k, v), ref.attention(q, k, v))

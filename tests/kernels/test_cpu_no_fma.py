@@ -25,6 +25,7 @@ import numba
 import numpy as np
 import pytest
 
+from kernels import cpu_attention as ca
 from kernels import cpu_elementwise as ew
 from kernels import cpu_matmul as mm
 from kernels import cpu_nn as nn
@@ -87,7 +88,18 @@ def _sample_calls():
         ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 7), F32))),
         ("log_softmax_2d", nn.log_softmax_2d, (x,)),
         ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x)),
-        ("softmax_causal_lse_3d", nn.softmax_causal_lse_3d, (s,)),
+        (
+            "_attention_rows",
+            ca._attention_rows,
+            (
+                s,
+                s,
+                s,
+                F32(0.5),
+                False,
+                *(np.empty(x, F32) for x in ((2, 5, 5), (2, 5, 5), (10,), (2, 1, 5, 32), (2, 1, 5, 32))),
+            ),
+        ),
     ]
 
 
@@ -106,7 +118,7 @@ VERDICTS = VerdictCache("cpu-no-fma")
 
 @functools.cache
 def _machine_code_key() -> dict[str, str]:
-    kernel_modules = [Path(module.__file__) for module in (ew, mm, nn, pk, rd)]
+    kernel_modules = [Path(module.__file__) for module in (ca, ew, mm, nn, pk, rd)]
     return machine_code_key(import_closure(kernel_modules, REPO / "kernels") + [Path(__file__)], {})
 
 
@@ -127,6 +139,10 @@ FUSED_CALLS = [
     ("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2]),
     ("matmul_streamed_fused", mm.matmul_streamed_fused, CALLS[2][2]),
 ]
+# Whose folds are fused among other arithmetic (the softmax's products): FMA instructions must be there.
+FUSED_AMONG_OTHERS = [
+    ("_attention_rows_fused", ca._attention_rows_fused, next(c[2] for c in CALLS if c[0] == "_attention_rows"))
+]
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
 
@@ -145,12 +161,25 @@ def test_version_2_kernel_folds_with_fma(name, dispatcher, args):
     VERDICTS.check(f"{name}-fused", _machine_code_key(), lambda: _assert_fused(name, dispatcher, args))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name,dispatcher,args", FUSED_AMONG_OTHERS, ids=[c[0] for c in FUSED_AMONG_OTHERS])
+def test_version_2_attention_folds_with_fma(name, dispatcher, args):
+    def check() -> None:
+        asm = _fresh_asm(dispatcher, args)
+        if llvm.get_host_cpu_features().get("fma", False):
+            assert PACKED_FMA.search(asm), f"{name}: no packed vfmadd on ymm/zmm registers"
+        else:
+            assert re.search(r"\bfmaf\b", asm), f"{name}: neither FMA instructions nor calls to fmaf"
+
+    VERDICTS.check(f"{name}-fused", _machine_code_key(), check)
+
+
 def test_every_kernel_is_checked():
     # A kernel added to a cpu_* module without a sample call here would escape the FMA check.
-    checked = {c[0] for c in CALLS + FUSED_CALLS}
+    checked = {c[0] for c in CALLS + FUSED_CALLS + FUSED_AMONG_OTHERS}
     kernels = {
         name
-        for module in (ew, mm, nn, pk, rd)
+        for module in (ca, ew, mm, nn, pk, rd)
         for name, obj in vars(module).items()
         if isinstance(obj, numba.core.registry.CPUDispatcher)
         and obj.py_func.__module__ == module.__name__
