@@ -33,9 +33,9 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.cpu_attention import attention_rows, attention_scale
+from kernels.cpu_attention import attention_rows, attention_rows_backward
 from kernels.cpu_elementwise import adamw_into, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
-from kernels.cpu_matmul import COLS_UPTO_ROW, FULL, K_FROM_ROW, K_UPTO_ROW, masked_zeros, matmul_batched
+from kernels.cpu_matmul import masked_zeros, matmul_batched
 from kernels.cpu_nn import (
     cross_entropy_backward_2d,
     cross_entropy_rows,
@@ -177,12 +177,6 @@ def softmax_causal_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
     return ds
 
 
-def _skip_if(finite_operand: np.ndarray, mode: int) -> int:
-    """`mode` when every value of the operand multiplying the masked zeros is finite, else FULL
-    (+0.0 times inf or NaN is NaN, which the full fold must see)."""
-    return mode if bool(np.isfinite(finite_operand).all()) else FULL
-
-
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, fused: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention per batch-head: q, k, v (BH, T, D) -> (o (BH, T, D), p (BH, T, T)).
 
@@ -202,21 +196,16 @@ def attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients (dq, dk, dv), each (BH, T, D), given p from attention and do (BH, T, D).
 
-    As in `attention`, terms that cannot change a bit are left out: dP past
-    the diagonal is never read, dS is +0.0 there, and P's masked entries are
+    dP = do vᵀ, dS = P * (dP - psum(P * dP)), dq = dS k * scale, dv = Pᵀ do,
+    dk = dSᵀ q * scale, in one kernel (kernels/cpu_attention.py). As in
+    `attention`, terms that cannot change a bit are left out: dP past the
+    diagonal is never read, dS is +0.0 there, and P's masked entries are
     checked to be zeros before they are skipped (p is the caller's).
     """
-    _, t, d = validate.check_attention_backward(q, k, v, p, do)
-    scale = attention_scale(d)
-    dp = matmul_batched(do, False, v, True, t, COLS_UPTO_ROW, fused)  # (BH, T, T), j > t not read
-    dv_mode = _skip_if(do, K_FROM_ROW) if masked_zeros(p) else FULL
-    dv = matmul_batched(p, True, do, False, d, dv_mode, fused)  # (BH, T, D)
-    ds: HostArray = softmax_causal_backward_3d(p, dp)  # (BH, T, T), +0.0 for j > t
-    dq = matmul_batched(ds, False, k, False, d, _skip_if(k, K_UPTO_ROW), fused)  # (BH, T, D)
-    dk = matmul_batched(ds, True, q, False, d, _skip_if(q, K_FROM_ROW), fused)  # (BH, T, D)
-    np.multiply(dq, scale, out=dq)
-    np.multiply(dk, scale, out=dk)
-    return dq, dk, dv
+    validate.check_attention_backward(q, k, v, p, do)
+    finite = [bool(np.isfinite(x).all()) for x in (k, do, q)]
+    full = (not finite[0], not (finite[1] and masked_zeros(p)), not finite[2])  # dq's, dv's, dk's fold
+    return attention_rows_backward(q, k, v, p, do, full, fused)
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: Scalar) -> tuple[np.ndarray, np.ndarray]:

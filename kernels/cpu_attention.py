@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import constants as K
-from kernels.cpu_nn import causal_softmax_row
+from kernels.cpu_nn import causal_softmax_backward_row, causal_softmax_row
 from kernels.cpu_scalar import bits_from_f32, log_f32, mac_f32, next_pow2
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile_into
 
@@ -79,65 +79,197 @@ def _attention_rows_fused(q, k, v, scale, full, o, p, lse, kp, vp):
 @njit(inline="always")
 def _rows(q, k, v, scale, full, o, p, lse, kp, vp, fused):
     """Pack K and V, then every (batch element, row panel) task: scores, softmax, P V; outputs o, p, lse."""
-    bh, t_count, d = q.shape
-    nq, nd = kp.shape[1], vp.shape[1]
-    for task in prange(bh * nq):  # kp[z, g, kk, c] = k[z, g * TC + c, kk]
-        z, g = task // nq, task % nq
-        for c in range(TILE_COLS):
-            j = g * TILE_COLS + c
-            for kk in range(d):
-                kp[z, g, kk, c] = k[z, j, kk] if j < t_count else F32(0.0)
-    for task in prange(bh * nd):  # vp[z, g, j, c] = v[z, j, g * TC + c]
-        z, g = task // nd, task % nd
-        for j in range(t_count):
-            for c in range(TILE_COLS):
-                col = g * TILE_COLS + c
-                vp[z, g, j, c] = v[z, j, col] if col < d else F32(0.0)
+    bh, t_count = q.shape[0], q.shape[1]
+    _pack_keys(k, kp)
+    _pack_columns(v, vp)
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
     for task in prange(bh * n_pan):
         z = task // n_pan
         r = task - z * n_pan
-        panel = r // 2 if r % 2 == 0 else n_pan - 1 - r // 2  # zigzag: 0, last, 1, last - 1, ...
-        _panel(q, z, panel * TILE_ROWS, scale, full, o, p, lse, kp, vp, fused)
+        _panel(q, z, _zigzag(r, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp, fused)
+
+
+@njit(inline="always")
+def _zigzag(r, n):
+    """The r-th of n panels in the order 0, n - 1, 1, n - 2, ...: a contiguous run holds cheap and dear ones."""
+    return r // 2 if r % 2 == 0 else n - 1 - r // 2
+
+
+@njit(inline="always")
+def _pack_keys(x, dst):
+    """dst[z, g, kk, c] = x[z, g * TILE_COLS + c, kk], +0.0 past T: x (BH, T, D) as panels of keys (D, TC)."""
+    bh, t_count, d = x.shape
+    n = dst.shape[1]
+    for task in prange(bh * n):
+        z, g = task // n, task % n
+        for c in range(TILE_COLS):
+            j = g * TILE_COLS + c
+            for kk in range(d):
+                dst[z, g, kk, c] = x[z, j, kk] if j < t_count else F32(0.0)
+
+
+@njit(inline="always")
+def _pack_columns(x, dst):
+    """dst[z, g, j, c] = x[z, j, g * TILE_COLS + c], +0.0 past D: x (BH, T, D) as panels of columns (T, TC)."""
+    bh, t_count, d = x.shape
+    n = dst.shape[1]
+    for task in prange(bh * n):
+        z, g = task // n, task % n
+        for j in range(t_count):
+            for c in range(TILE_COLS):
+                col = g * TILE_COLS + c
+                dst[z, g, j, c] = x[z, j, col] if col < d else F32(0.0)
+
+
+@njit(inline="always")
+def _rows_k_major(x, z, i0):
+    """x[z, i0 : i0 + TILE_ROWS] (of x (BH, T, D)) k-major: a (D, TILE_ROWS) panel, +0.0 past T."""
+    t_count, d = x.shape[1], x.shape[2]
+    a = np.empty((d, TILE_ROWS), F32)
+    for i in range(TILE_ROWS):
+        for kk in range(d):
+            a[kk, i] = x[z, i0 + i, kk] if i0 + i < t_count else F32(0.0)
+    return a
+
+
+@njit(inline="always")
+def _columns_k_major(m, z, j0, t_lo):
+    """m[z, t_lo:, j0 : j0 + TILE_ROWS] (of m (BH, T, T)) as a (T - t_lo, TILE_ROWS) panel, +0.0 past T."""
+    t_count = m.shape[1]
+    a = np.empty((t_count - t_lo, TILE_ROWS), F32)
+    for t in range(t_lo, t_count):
+        row = m[z, t]
+        for i in range(TILE_ROWS):
+            a[t - t_lo, i] = row[j0 + i] if j0 + i < t_count else F32(0.0)
+    return a
+
+
+@njit(inline="always")
+def _fold_panels(apanel, panels, k_lo, k_end, fused):
+    """The (TILE_ROWS, G * TILE_COLS) block of apanel's rows times panels (G, K, TC), folding k from k_lo to
+    k_end - 1 from +0.0 (apanel's row 0 is k_lo)."""
+    out = np.empty((TILE_ROWS, panels.shape[0] * TILE_COLS), F32)
+    for g in range(panels.shape[0]):
+        fold_tile_into(apanel, panels[g, k_lo:], out, 0, 0, out, 0, g * TILE_COLS, 0, k_end - k_lo, fused, True)
+    return out
+
+
+@njit(inline="always")
+def _store_rows(out, z, i0, dst, scale, scaled, a_rows, panels, k_end, fused):
+    """dst[z, i0 + i, c] = out[i, c] (times scale if `scaled`) for the rows below T and c < D.
+
+    Version 2 with k_end < T: an output that ends -0.0 is first carried through the terms left out, in order
+    (a_rows[z, t, j] times panels[c // TC, j, c % TC] for j >= k_end: +0.0 times a finite value)."""
+    t_count, d = dst.shape[1], dst.shape[2]
+    for i in range(min(TILE_ROWS, t_count - i0)):
+        for c in range(d):
+            x = out[i, c]
+            if fused and k_end < t_count and bits_from_f32(x) == NEG_ZERO_BITS:
+                for j in range(k_end, t_count):
+                    x = mac_f32(x, a_rows[z, i0 + i, j], panels[c // TILE_COLS, j, c % TILE_COLS], True)
+            dst[z, i0 + i, c] = x * scale if scaled else x
 
 
 @njit(inline="always")
 def _panel(q, z, i0, scale, full, o, p, lse, kp, vp, fused):
     """Rows i0 .. i0 + TILE_ROWS - 1 (those below T) of batch element z: their scores, softmax and P V."""
-    t_count, d = q.shape[1], q.shape[2]
+    t_count = q.shape[1]
     i1 = min(t_count, i0 + TILE_ROWS)
-    qa = np.empty((d, TILE_ROWS), F32)  # the panel's q rows, k-major (+0.0 past T)
-    for i in range(TILE_ROWS):
-        for kk in range(d):
-            qa[kk, i] = q[z, i0 + i, kk] if i0 + i < t_count else F32(0.0)
-    n_cols = (i1 + TILE_COLS - 1) // TILE_COLS  # key panels holding the columns j < i1
-    s = np.empty((TILE_ROWS, n_cols * TILE_COLS), F32)  # (TR, columns up to the panel's last row)
-    for g in range(n_cols):
-        fold_tile_into(qa, kp[z, g], s, 0, 0, s, 0, g * TILE_COLS, 0, d, fused, True)
+    s = _fold_panels(_rows_k_major(q, z, i0), kp[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, q.shape[2], fused)
     k_end = t_count if full else i1  # the j of P V the panel folds
-    pa = np.empty((k_end, TILE_ROWS), F32)  # the panel's P rows, k-major (+0.0 past T)
     buf = np.empty(next_pow2(t_count), F32)  # the softmax's halving trees
-    for i in range(TILE_ROWS):
+    for i in range(i1 - i0):
         t = i0 + i
-        if t < t_count:
-            row = s[i]
-            for j in range(t + 1):
-                row[j] = row[j] * scale
-            m, total = causal_softmax_row(row, p[z, t], buf, t)
-            lse[z * t_count + t] = m + log_f32(total)
-            prow = p[z, t]
+        row = s[i]  # the columns j < i1 of the scores
+        for j in range(t + 1):
+            row[j] = row[j] * scale
+        m, total = causal_softmax_row(row, p[z, t], buf, t)
+        lse[z * t_count + t] = m + log_f32(total)
+    out = _fold_panels(_columns_of_rows(p, z, i0, k_end), vp[z], 0, k_end, fused)
+    _store_rows(out, z, i0, o, scale, False, p, vp[z], k_end, fused)
+
+
+@njit(inline="always")
+def _columns_of_rows(m, z, i0, k_end):
+    """m[z, i0 : i0 + TILE_ROWS, :k_end] (of m (BH, T, T)) k-major: a (k_end, TILE_ROWS) panel, +0.0 past T."""
+    t_count = m.shape[1]
+    a = np.empty((k_end, TILE_ROWS), F32)
+    for i in range(TILE_ROWS):
+        if i0 + i < t_count:
+            row = m[z, i0 + i]
             for j in range(k_end):
-                pa[j, i] = prow[j]
+                a[j, i] = row[j]
         else:
             for j in range(k_end):
-                pa[j, i] = F32(0.0)
-    out = np.empty((TILE_ROWS, vp.shape[1] * TILE_COLS), F32)
-    for g in range(vp.shape[1]):
-        fold_tile_into(pa, vp[z, g], out, 0, 0, out, 0, g * TILE_COLS, 0, k_end, fused, True)
-    for i in range(i1 - i0):
-        for c in range(d):
-            x = out[i, c]
-            if fused and k_end < t_count and bits_from_f32(x) == NEG_ZERO_BITS:
-                for j in range(k_end, t_count):  # the masked terms, in order: +0.0 * v may end a -0.0
-                    x = mac_f32(x, p[z, i0 + i, j], vp[z, c // TILE_COLS, j, c % TILE_COLS], True)
-            o[z, i0 + i, c] = x
+                a[j, i] = F32(0.0)
+    return a
+
+
+def attention_rows_backward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    p: np.ndarray,
+    do: np.ndarray,
+    full: tuple[bool, bool, bool],
+    fused: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dq, dk, dv), each (BH, T, D), of kernels/cpu.py attention_backward's composition, bit for bit.
+
+    dP = do vᵀ and dS (the softmax's backward) a panel of query rows at a time, dq = dS k * scale folded at
+    once; then per panel of keys dv = Pᵀ do and dk = dSᵀ q * scale. `full` = (dq, dv, dk): fold every term
+    of that product (its other operand is not finite, or P's masked entries are not zeros) instead of
+    leaving out the masked ones. Precondition: kernels/validate.check_attention_backward."""
+    bh, t, d = q.shape
+    q, k, v, p, do = (np.ascontiguousarray(x) for x in (q, k, v, p, do))
+    grads = tuple(np.empty((bh, t, d), F32) for _ in range(3))
+    ds = np.empty((bh, t, t), F32)
+    cols = -(-d // TILE_COLS)
+    vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
+    panels = tuple(np.empty((bh, cols, t, TILE_COLS), F32) for _ in range(3))  # k's, do's, q's of columns
+    kernel = _attention_backward_fused if fused else _attention_backward
+    kernel(q, k, v, p, do, attention_scale(d), *full, ds, vk, *panels, *grads)
+    return grads
+
+
+@njit(parallel=True, cache=True)
+def _attention_backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """_backward in arithmetic version 1."""
+    _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
+
+
+@njit(parallel=True, cache=True)
+def _attention_backward_fused(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """_backward in arithmetic version 2."""
+    _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+
+
+@njit(inline="always")
+def _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, fused):
+    bh, t_count, d = q.shape
+    _pack_keys(v, vk)
+    _pack_columns(k, kc)
+    _pack_columns(do, dc)
+    _pack_columns(q, qc)
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    width = next_pow2(t_count)
+    for task in prange(bh * n_pan):  # query panels: dP, dS, dq
+        z = task // n_pan
+        i0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
+        i1 = min(t_count, i0 + TILE_ROWS)
+        dp = _fold_panels(_rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
+        buf = np.empty(width, F32)
+        for i in range(i1 - i0):
+            causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[z, i0 + i], buf, i0 + i)
+        k_end = t_count if full_q else i1
+        out = _fold_panels(_columns_of_rows(ds, z, i0, k_end), kc[z], 0, k_end, fused)
+        _store_rows(out, z, i0, dq, scale, True, ds, kc[z], k_end, fused)
+    for task in prange(bh * n_pan):  # key panels: dv, dk (leading terms left out: no -0.0 to carry)
+        z = task // n_pan
+        j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
+        lo = 0 if full_v else j0
+        out = _fold_panels(_columns_k_major(p, z, j0, lo), dc[z], lo, t_count, fused)
+        _store_rows(out, z, j0, dv, scale, False, p, dc[z], t_count, fused)
+        lo = 0 if full_k else j0
+        out = _fold_panels(_columns_k_major(ds, z, j0, lo), qc[z], lo, t_count, fused)
+        _store_rows(out, z, j0, dk, scale, True, ds, qc[z], t_count, fused)

@@ -78,13 +78,30 @@ def softmax_causal_3d(s):
     return out
 
 
+@njit(inline="always")
+def causal_softmax_backward_row(prow, dprow, dst, buf, t):
+    """dst[:t+1] = prow * (dprow - c) with c = psum(prow * dprow over j <= t), dst[t+1:] = +0.0 (section 4.3).
+
+    The products go into buf, which is padded with -0.0 to its whole length (a power of two >= t + 1:
+    padding a psum to any such width gives the same bits); dprow is read at j <= t only."""
+    n = t + 1
+    for j in range(n):
+        buf[j] = prow[j] * dprow[j]
+    for j in range(n, buf.shape[0]):
+        buf[j] = NEG_ZERO
+    c = psum_fast(buf, buf)  # in registers for widths 16..1024
+    for j in range(n):
+        dst[j] = prow[j] * (dprow[j] - c)
+    for j in range(n, dst.shape[0]):
+        dst[j] = ZERO
+
+
 @njit(parallel=True, cache=True)
 def softmax_causal_backward_3d(p_in, dp):
     """dS (BH, T, T) = P * (dP - psum(P * dP over j <= t)) for j <= t, +0.0 beyond.
 
-    Every row is padded to the same P2(T) entries, -0.0 past j = t: padding a
-    psum to any power of two >= t + 1 gives the same bits, and one fixed
-    width makes each row branch-free vector code with its tree in registers.
+    Every row is padded to the same P2(T) entries, -0.0 past j = t: one fixed
+    width makes each row's tree the same code, in registers.
     """
     bh, t_count, _ = p_in.shape
     out = np.empty_like(p_in)  # (BH, T, T)
@@ -96,16 +113,7 @@ def softmax_causal_backward_3d(p_in, dp):
         for row in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             z = row // t_count
             t = row - z * t_count
-            prow = p_in[z, t]  # (T,)
-            dprow = dp[z, t]  # (T,)
-            dst = out[z, t]  # (T,)
-            for j in range(t_count):
-                buf[j] = prow[j] * dprow[j] if j <= t else NEG_ZERO
-            for j in range(t_count, width):
-                buf[j] = NEG_ZERO
-            c = psum_fast(buf, buf)  # in registers for widths 16..1024
-            for j in range(t_count):
-                dst[j] = prow[j] * (dprow[j] - c) if j <= t else ZERO
+            causal_softmax_backward_row(p_in[z, t], dp[z, t], out[z, t], buf, t)
     return out
 
 

@@ -134,3 +134,41 @@ def test_the_attention_kernel_is_the_reference_for_every_panel_and_head_size(ver
     assert _same(cpu.attention(q, k, v), ref.attention(q, k, v))
     v[0, -1, 0] = np.inf  # the full fold: +0.0 x inf is NaN in every earlier row
     assert _same(cpu.attention(q, k, v), ref.attention(q, k, v))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 13, 40), (1, 100, 33), (2, 45, 64), (5, 7, 96)])
+def test_the_attention_backward_kernel_is_the_reference(version, shape):
+    """The backward kernel's dq, dk, dv against the reference's composition, with every fold leaving out
+    its masked terms, then with each operand that forces a full fold made non-finite in turn."""
+    rng = np.random.default_rng(sum(shape) * 3 + version)
+    q, k, v, do = ((rng.standard_normal(shape) * 3).astype(F32) for _ in range(4))
+    cpu = kernels.get_backend("cpu", version)
+    ref = kernels.get_backend("reference", version)
+    _, p = ref.attention(q, k, v)
+    assert _same(cpu.attention_backward(q, k, v, p, do), ref.attention_backward(q, k, v, p, do))
+    for name in ("q", "k", "do"):
+        named = {"q": q.copy(), "k": k.copy(), "v": v, "do": do.copy()}
+        named[name][0, -1, 0] = np.nan
+        a = (named["q"], named["k"], named["v"], p, named["do"])
+        assert _same(cpu.attention_backward(*a), ref.attention_backward(*a)), name
+
+
+@pytest.mark.parametrize("tail_sign", [1.0, -1.0])
+def test_the_attention_backward_kernel_carries_dqs_negative_zero(tail_sign):
+    """dq = dS k folds a query panel's j only up to its last row. With p[t, j] = 1/(t+1), v = (1, 0, ...),
+    do = 2^-100 and k = (-2^-60, 2^-60 x 11, tail_sign x 2^-60 ...), every product of row 11's fold rounds
+    to -0.0 in version 2; the masked terms past j = 11 (+0.0 x tail_sign) end it +0.0 or keep it -0.0 in the
+    full fold, and the kernel must carry it through them as the reference does."""
+    t = 40
+    p = np.tril(np.ones((1, t, t), F32) / np.arange(1, t + 1, dtype=F32)[None, :, None])
+    v = np.zeros((1, t, 1), F32)
+    v[0, 0] = 1.0
+    do = np.full((1, t, 1), F32(2.0**-100), F32)
+    k = np.full((1, t, 1), F32(tail_sign * 2.0**-60), F32)
+    k[0, 0], k[0, 1:12] = -(2.0**-60), 2.0**-60
+    q = np.ones((1, t, 1), F32)
+    cpu2 = kernels.get_backend("cpu", 2)
+    dq = cpu2.attention_backward(q, k, v, p, do)[0]
+    assert _same(cpu2.attention_backward(q, k, v, p, do), REF2.attention_backward(q, k, v, p, do))
+    assert dq[0, 11, 0] == 0 and np.signbit(dq[0, 11, 0]) == (tail_sign < 0)

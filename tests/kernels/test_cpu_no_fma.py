@@ -89,6 +89,13 @@ def _sample_calls():
         ("log_softmax_2d", nn.log_softmax_2d, (x,)),
         ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x)),
         (
+            "_attention_backward",
+            ca._attention_backward,
+            (s, s, s, np.abs(s), s, F32(0.5), False, False, False, np.empty_like(s))
+            + tuple(np.empty((2, 1, 5, 32), F32) for _ in range(4))
+            + tuple(np.empty_like(s) for _ in range(3)),
+        ),
+        (
             "_attention_rows",
             ca._attention_rows,
             (
@@ -141,7 +148,8 @@ FUSED_CALLS = [
 ]
 # Whose folds are fused among other arithmetic (the softmax's products): FMA instructions must be there.
 FUSED_AMONG_OTHERS = [
-    ("_attention_rows_fused", ca._attention_rows_fused, next(c[2] for c in CALLS if c[0] == "_attention_rows"))
+    (f"{name}_fused", getattr(ca, f"{name}_fused"), next(c[2] for c in CALLS if c[0] == name))
+    for name in ("_attention_rows", "_attention_backward")
 ]
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
