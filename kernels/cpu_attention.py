@@ -222,14 +222,14 @@ def attention_rows_backward(
     leaving out the masked ones. Precondition: kernels/validate.check_attention_backward."""
     bh, t, d = q.shape
     q, k, v, p, do = (np.ascontiguousarray(x) for x in (q, k, v, p, do))
-    grads = tuple(np.empty((bh, t, d), F32) for _ in range(3))
+    dq, dk, dv = (np.empty((bh, t, d), F32) for _ in range(3))
     ds = np.empty((bh, t, t), F32)
     cols = -(-d // TILE_COLS)
     vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
-    panels = tuple(np.empty((bh, cols, t, TILE_COLS), F32) for _ in range(3))  # k's, do's, q's of columns
+    kc, dc, qc = (np.empty((bh, cols, t, TILE_COLS), F32) for _ in range(3))  # k's, do's, q's column panels
     kernel = _attention_backward_fused if fused else _attention_backward
-    kernel(q, k, v, p, do, attention_scale(d), *full, ds, vk, *panels, *grads)
-    return grads
+    kernel(q, k, v, p, do, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
+    return dq, dk, dv
 
 
 @njit(parallel=True, cache=True)
