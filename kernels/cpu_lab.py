@@ -18,6 +18,8 @@ its temporaries and kernel launches:
                                    a * b and x *= c on every thread for large float32 arrays (numpy's run on
                                    one): one rounded product per element, numpy's bits (NaN's pattern aside,
                                    which the table leaves open, section 1)
+    square_sum(x)                  psum(x * x) over all of a large x, the tree's wide levels on every thread
+                                   (kernels/cpu_reduce.py square_sum_flat): a gradient's 2-norm
     one_hot(shape, cols, value)    nll_loss_backward's gradient: +0.0 but `value` at (r, cols[r]) where
                                    cols[r] >= 0, its rows written on every thread
 
@@ -39,6 +41,7 @@ from kernels.backend_contract import Scalar
 from kernels.cpu_attention import attention_rows
 from kernels.cpu_elementwise import adamw_into, multiply_flat, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
+from kernels.cpu_reduce import square_sum_flat
 
 F32 = np.float32
 
@@ -124,3 +127,11 @@ def one_hot(shape: tuple[int, int], cols: np.ndarray, value: np.float32) -> np.n
     out = np.empty(shape, F32)
     one_hot_rows(np.ascontiguousarray(cols), F32(value), out)
     return out
+
+
+def square_sum(x: np.ndarray) -> np.float32 | None:
+    """psum(x * x) over every element of x in C order, or None (nothing computed) unless x is a C-contiguous
+    float32 array of at least PARALLEL_MIN elements (below that one thread is as fast)."""
+    if x.dtype != F32 or x.size < PARALLEL_MIN or not x.flags.c_contiguous:
+        return None
+    return F32(square_sum_flat(x.reshape(-1)))

@@ -13,11 +13,12 @@ import numpy as np
 from numba import njit, prange
 
 from kernels.cpu_rowtree import COL_LEAF, col_tree16
-from kernels.cpu_scalar import NEG_ZERO, next_pow2, pmax_fast, psum_fast
+from kernels.cpu_scalar import NEG_ZERO, ZERO, next_pow2, pmax_fast, psum_fast, tree_sum
 
 ROWS_PER_TASK = 16  # rows handled by one prange task (amortises the scratch allocation)
 COLS_PER_TASK = 32  # column block of sum_cols: 32 floats = two cache lines per row
 LEAF_ROWS = 64  # rows folded per strided sub-tree of sum_cols (see _sum_col_block)
+SERIAL_WIDTH = 1 << 14  # square_sum_flat's levels narrower than this run on one thread
 
 
 @njit(parallel=True, cache=True)
@@ -33,6 +34,30 @@ def sum_rows_2d(x):
         for r in range(r0, min(r_count, r0 + ROWS_PER_TASK)):
             out[r] = psum_fast(x[r], s)
     return out
+
+
+@njit(parallel=True, cache=True)
+def square_sum_flat(x):
+    """psum(x * x) of the 1-d float32 array x, each square rounded once: psum_row's tree over the squares.
+
+    The first level (pairs i, i + h, the squares made on the way) and every level wider than SERIAL_WIDTH
+    are split between the threads, each level's pairs being independent; the narrow rest is tree_sum's.
+    One long row's tree (a gradient's 2-norm) otherwise runs on one thread."""
+    n = x.shape[0]
+    if n <= 1:
+        return x[0] * x[0] if n == 1 else ZERO
+    h = next_pow2(n) >> 1  # h < n <= 2h
+    s = np.empty(h, np.float32)  # (h,)
+    for i in prange(n - h):
+        s[i] = x[i] * x[i] + x[i + h] * x[i + h]
+    for i in prange(n - h, h):
+        s[i] = x[i] * x[i]  # the partner is -0.0 padding
+    w = h
+    while w > SERIAL_WIDTH:
+        w >>= 1
+        for i in prange(w):
+            s[i] = s[i] + s[i + w]
+    return tree_sum(s, w)
 
 
 @njit(parallel=True, cache=True)

@@ -65,6 +65,7 @@ def _sample_calls():
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
         ("_sum_cols_buffered", rd._sum_cols_buffered, (x,)),
         ("max_rows_2d", rd.max_rows_2d, (x,)),
+        ("square_sum_flat", rd.square_sum_flat, (flat,)),
         ("add_flat", ew.add_flat, (flat, flat, np.empty_like(flat))),
         ("multiply_flat", ew.multiply_flat, (flat, flat, np.empty_like(flat))),
         ("scale_flat", ew.scale_flat, (flat, F32(0.5), np.empty_like(flat))),

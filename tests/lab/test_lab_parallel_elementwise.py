@@ -13,6 +13,7 @@ from kernels import cpu_lab
 from p2paudit.lab.context import OpContext
 from p2paudit.lab.ops_elementwise import ELEMENTWISE
 from p2paudit.lab.ops_optim import OPTIM
+from p2paudit.lab.ops_reduce import REDUCTIONS as REDUCE
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf x 0 and overflow, on purpose
 F32 = np.float32
@@ -123,3 +124,30 @@ def test_nll_loss_backward_writes_its_one_hot_rows_on_every_thread(monkeypatch, 
     assert got.tobytes() == expected.tobytes()
     with pytest.raises(ValueError, match="do not index the rows"):
         cpu_lab.one_hot((n, v), np.full(n, v, np.int64), F32(1.0))
+
+
+@pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN + 3, 3 * cpu_lab.PARALLEL_MIN - 5])
+def test_a_large_norm_is_the_reference_tree_on_every_thread(monkeypatch, n):
+    """_foreach_norm (clip_grad_norm_) of a large tensor: the squares and the tree's wide levels threaded
+    (kernels/cpu_reduce.py square_sum_flat), the reference backend's psum of the squares bit for bit, for
+    sizes at, just past and well past a power of two; values of every scale; an inf and a NaN carried."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-70, 40, n))).astype(F32).reshape(-1, 1 if n % 2 else 2)
+    reference = OpContext(kernels.get_backend("reference", 2))
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    calls = _counting(monkeypatch, "square_sum")
+    name = "aten._foreach_norm.Scalar"
+    for special in (None, np.inf, np.nan):
+        if special is not None:
+            x.reshape(-1)[n // 3] = special
+        small = x.reshape(-1)[:1000].copy()
+        args = {"self": [torch.from_numpy(x), torch.from_numpy(small)], "ord": 2}
+        got = [t.numpy() for t in REDUCE[name](cpu, name, dict(args))]
+        want = [t.numpy() for t in REDUCE[name](reference, name, dict(args))]
+        assert [g.tobytes() for g in got] == [w.tobytes() for w in want] and got[0].shape == ()
+        with np.errstate(all="ignore"):
+            exact = np.sqrt(np.sum(x.astype(np.float64) ** 2))
+        if special is None:  # and it is the 2-norm: float32 rounding of a sum of n terms, far below 1e-5
+            assert abs(float(got[0]) - exact) <= 1e-5 * exact
+    assert len(calls) == 6  # both tensors asked each time; the small one left to the rows' kernel (None)
+    assert cpu_lab.square_sum(x.reshape(-1)[:1000].copy()) is None
