@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from kernels import cpu_lab  # the cpu backend's fused entries (numba)
-from p2paudit.lab import threaded
 from p2paudit.lab.context import Handler, OpContext
 from p2paudit.lab.convert import F32, as_float32, host, operand, scalar32, view, wrap
 from p2paudit.lab.refusal import refused
@@ -54,8 +53,6 @@ def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_
         and (cpu_lab.parallel_pair(x, y))
     ):
         return cpu_lab.multiply(x, y)  # the same rounded products on every thread (numpy's run on one)
-    if ctx.cpu and (sliced := threaded.binary(fn, x, y)) is not None:
-        return sliced  # numpy's loops on slices of a large result, on every thread
     return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)
 
 
