@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import kernels
 from kernels import cpu
 
 F32 = np.float32
@@ -280,6 +281,34 @@ def _attention_cases(rng: np.random.Generator) -> list[Case]:
     ]
 
 
+def _long_attention_cases(rng: np.random.Generator) -> list[Case]:
+    """The 125m shape's heads (12 x T 1,024 x D 64), arithmetic version 2, against torch's fused SDPA (flash
+    attention on cpu), forward and forward + backward (torch keeps no P; ours keeps it for the backward)."""
+    bh, t, d = 12, 1024, 64
+    q, k, v, do = (_rand(rng, bh, t, d) for _ in range(4))
+    cpu2 = kernels.get_backend("cpu", 2)
+    _, p = cpu2.attention(q, k, v)
+    tq, tk, tv = (torch.from_numpy(a).view(1, bh, t, d).requires_grad_() for a in (q, k, v))
+    tdo = torch.from_numpy(do).view(1, bh, t, d)
+
+    def sdpa():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+
+    def sdpa_both():
+        F.scaled_dot_product_attention(tq, tk, tv, is_causal=True).backward(tdo)
+
+    def ours_both():
+        cpu2.attention(q, k, v)
+        return cpu2.attention_backward(q, k, v, p, do)
+
+    shape = f"BH={bh} T={t} D={d} v2 vs SDPA"
+    return [
+        Case("attention", shape, lambda: cpu2.attention(q, k, v), sdpa, OTHER_TARGET),
+        Case("attention_fwd_bwd", shape, ours_both, sdpa_both, OTHER_TARGET),
+    ]
+
+
 def _norm_loss_cases(rng: np.random.Generator) -> list[Case]:
     cases = []
     for c in (128, 512):
@@ -334,7 +363,7 @@ def _embedding_adamw_cases(rng: np.random.Generator) -> list[Case]:
 
 def build_cases(rng: np.random.Generator) -> list[Case]:
     """Every benchmark row, in print order."""
-    builders = (_elementwise_cases, _reduction_cases, _attention_cases, _norm_loss_cases,
+    builders = (_elementwise_cases, _reduction_cases, _attention_cases, _long_attention_cases, _norm_loss_cases,
                 _embedding_adamw_cases)  # fmt: skip
     return [case for build in builders for case in build(rng)]
 
