@@ -62,7 +62,7 @@ split_heads = numpy_layout.split_heads
 merge_heads = numpy_layout.merge_heads
 split_tokens = numpy_layout.split_tokens
 
-PARALLEL_ADD = 1 << 20  # elements from which add runs on every thread (numpy's runs on one)
+PARALLEL_ADD = 1 << 16  # elements from which add runs on every thread (numpy's runs on one; 6 vs 11 us there)
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -14,9 +14,9 @@ its temporaries and kernel launches:
                                    half skipped) and each row's log-sum-exp m + log(s) over j <= t
     adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
                                    kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
-    multiply(a, b), scale_in_place(x, c)
-                                   a * b and x *= c on every thread for large float32 arrays (numpy's run on
-                                   one): one rounded product per element, numpy's bits (NaN's pattern aside,
+    add(a, b), multiply(a, b), scale_in_place(x, c)
+                                   a + b, a * b and x *= c on every thread for float32 arrays from 64K
+                                   elements (numpy's run on one; from 64K numba's were faster, 6 vs 13 us): one rounded product per element, numpy's bits (NaN's pattern aside,
                                    which the table leaves open, section 1)
     square_sum(x)                  psum(x * x) over all of a large x, the tree's wide levels on every thread
                                    (kernels/cpu_reduce.py square_sum_flat): a gradient's 2-norm
@@ -39,7 +39,7 @@ from kernels import (
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
 from kernels.cpu_attention import attention_rows
-from kernels.cpu_elementwise import adamw_into, multiply_flat, one_hot_rows, scale_flat
+from kernels.cpu_elementwise import adamw_into, add_flat, multiply_flat, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 from kernels.cpu_reduce import square_sum_flat
 
@@ -88,7 +88,7 @@ def adamw_in_place(
     adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, flat[0], flat[2], flat[3])
 
 
-PARALLEL_MIN = 1 << 20  # elements from which multiply and scale_in_place run on every thread
+PARALLEL_MIN = 1 << 16  # elements from which add, multiply and scale_in_place run on every thread
 
 
 def parallel_pair(a: np.ndarray, b: np.ndarray) -> bool:
@@ -107,6 +107,13 @@ def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a * b into a new array (precondition: parallel_pair(a, b))."""
     out = np.empty_like(a)
     multiply_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    return out
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b into a new array (precondition: parallel_pair(a, b))."""
+    out = np.empty_like(a)
+    add_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
     return out
 
 

@@ -41,18 +41,17 @@ def _min2(a: Any, b: Any) -> Any:
     return np.where(np.isnan(a) | np.isnan(b), F32(np.nan), np.where(b < a, b, a))
 
 
+_THREADED: dict[Any, str] = {np.multiply: "multiply", np.add: "add"}  # ufunc -> its threaded kernel in kernels/cpu_lab.py
+
+
 def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_div: bool = False) -> np.ndarray:
     x, y = operand(name, a), operand(name, b)
     if true_div or _is_float(x) or _is_float(y):
         x, y = _floatify(name, x), _floatify(name, y)
-    if (
-        fn is np.multiply
-        and ctx.cpu
-        and isinstance(x, np.ndarray)
-        and isinstance(y, np.ndarray)
-        and (cpu_lab.parallel_pair(x, y))
-    ):
-        return cpu_lab.multiply(x, y)  # the same rounded products on every thread (numpy's run on one)
+    threaded = _THREADED.get(fn) if ctx.cpu else None
+    if threaded is not None and isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and cpu_lab.parallel_pair(x, y):
+        kernel: Callable[[np.ndarray, np.ndarray], np.ndarray] = getattr(cpu_lab, threaded)
+        return kernel(x, y)  # the same rounded sums or products on every thread (numpy's run on one)
     return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)
 
 

@@ -46,30 +46,29 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN - 1])
-def test_mul_on_every_thread_is_numpys_product(monkeypatch, n):
+@pytest.mark.parametrize(
+    "op,kernel,fn", [("aten.mul.Tensor", "multiply", np.multiply), ("aten.add.Tensor", "add", np.add)]
+)
+@pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN - 1, 3 * cpu_lab.PARALLEL_MIN + 5])
+def test_mul_and_add_on_every_thread_are_numpys(monkeypatch, n, op, kernel, fn):
     rng = np.random.default_rng(n)
     a, b = _operand(rng, n).reshape(-1, 16 if n % 16 == 0 else 1), _operand(rng, n)
     b = b.reshape(a.shape)
-    calls = _counting(monkeypatch, "multiply")
+    calls = _counting(monkeypatch, kernel)
     cpu = OpContext(kernels.get_backend("cpu", 2))
-    got = ELEMENTWISE["aten.mul.Tensor"](
-        cpu, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": torch.from_numpy(b)}
-    )
+    got = ELEMENTWISE[op](cpu, op, {"self": torch.from_numpy(a), "other": torch.from_numpy(b)})
     assert len(calls) == (1 if n >= cpu_lab.PARALLEL_MIN else 0)  # the threaded kernel from PARALLEL_MIN on
     with np.errstate(all="ignore"):
-        want = a * b
+        want = fn(a, b)
     assert _same_bits(got.numpy(), want)
     reference = OpContext(kernels.get_backend("reference", 2))
-    again = ELEMENTWISE["aten.mul.Tensor"](
-        reference, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": torch.from_numpy(b)}
-    )
+    again = ELEMENTWISE[op](reference, op, {"self": torch.from_numpy(a), "other": torch.from_numpy(b)})
     assert _same_bits(got.numpy(), again.numpy())
 
 
 def test_a_broadcast_or_strided_product_stays_numpys(monkeypatch):
     rng = np.random.default_rng(1)
-    a = _operand(rng, cpu_lab.PARALLEL_MIN).reshape(1024, 1024)
+    a = _operand(rng, 1 << 20).reshape(1024, 1024)
     calls = _counting(monkeypatch, "multiply")
     cpu = OpContext(kernels.get_backend("cpu", 2))
     row = torch.from_numpy(_operand(rng, 1024))
