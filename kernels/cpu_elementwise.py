@@ -30,6 +30,24 @@ def multiply_flat(a, b, out):
 
 
 @njit(parallel=True, cache=True)
+def binary_4d(x, y, multiply, out):
+    """out = x * y (multiply) or x + y, rounded once per element, for 4-d float32 arrays of out's shape in any
+    strides (a broadcast's zeros, a slice's steps) and out C-contiguous; rows of the last axis on the threads."""
+    n0, n1, n2, n3 = out.shape
+    for r in prange(n0 * n1 * n2):
+        i = r // (n1 * n2)
+        j = (r // n2) % n1
+        k = r % n2
+        xs, ys, dst = x[i, j, k], y[i, j, k], out[i, j, k]  # (n3,) each
+        if multiply:
+            for m in range(n3):
+                dst[m] = xs[m] * ys[m]
+        else:
+            for m in range(n3):
+                dst[m] = xs[m] + ys[m]
+
+
+@njit(parallel=True, cache=True)
 def scale_flat(x, c, out):
     """out[i] = x[i] * c, rounded once, for a 1-d float32 array x and a float32 c (out may be x)."""
     for i in prange(x.shape[0]):

@@ -14,6 +14,8 @@ its temporaries and kernel launches:
                                    half skipped) and each row's log-sum-exp m + log(s) over j <= t
     adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
                                    kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
+    broadcast_binary(a, b, multiply)
+                                   the same for broadcast or strided operands of up to four dimensions
     add(a, b), multiply(a, b), scale_in_place(x, c)
                                    a + b, a * b and x *= c on every thread for float32 arrays from 64K
                                    elements (numpy's run on one; from 64K numba's were faster, 6 vs 13 us): one rounded product per element, numpy's bits (NaN's pattern aside,
@@ -39,7 +41,7 @@ from kernels import (
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
 from kernels.cpu_attention import attention_rows
-from kernels.cpu_elementwise import adamw_into, add_flat, multiply_flat, one_hot_rows, scale_flat
+from kernels.cpu_elementwise import adamw_into, add_flat, binary_4d, multiply_flat, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 from kernels.cpu_reduce import square_sum_flat
 
@@ -108,6 +110,24 @@ def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty_like(a)
     multiply_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
     return out
+
+
+def broadcast_binary(a: np.ndarray, b: np.ndarray, multiply: bool) -> np.ndarray | None:
+    """a * b (multiply) or a + b with numpy's broadcasting, on every thread, for float32 arrays of up to four
+    dimensions in any strides (a rope's every-other-element halves times a (T, D/2) table) whose result has at
+    least PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits."""
+    if a.dtype != F32 or b.dtype != F32 or max(a.ndim, b.ndim) > 4:
+        return None
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        return None  # numpy's own error, from the caller's fallback
+    if int(np.prod(shape, dtype=np.int64)) < PARALLEL_MIN:
+        return None
+    full = (1,) * (4 - len(shape)) + shape
+    out = np.empty(full, F32)
+    binary_4d(np.broadcast_to(a, full), np.broadcast_to(b, full), multiply, out)
+    return out.reshape(shape)
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:

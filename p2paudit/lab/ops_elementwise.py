@@ -41,7 +41,10 @@ def _min2(a: Any, b: Any) -> Any:
     return np.where(np.isnan(a) | np.isnan(b), F32(np.nan), np.where(b < a, b, a))
 
 
-_THREADED: dict[Any, str] = {np.multiply: "multiply", np.add: "add"}  # ufunc -> its threaded kernel in kernels/cpu_lab.py
+_THREADED: dict[Any, str] = {
+    np.multiply: "multiply",
+    np.add: "add",
+}  # ufunc -> its threaded kernel in kernels/cpu_lab.py
 
 
 def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_div: bool = False) -> np.ndarray:
@@ -52,6 +55,10 @@ def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_
     if threaded is not None and isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and cpu_lab.parallel_pair(x, y):
         kernel: Callable[[np.ndarray, np.ndarray], np.ndarray] = getattr(cpu_lab, threaded)
         return kernel(x, y)  # the same rounded sums or products on every thread (numpy's run on one)
+    if threaded is not None and isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        out = cpu_lab.broadcast_binary(x, y, threaded == "multiply")  # broadcast or strided, threaded
+        if out is not None:
+            return out
     return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)
 
 

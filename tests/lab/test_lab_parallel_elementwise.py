@@ -150,3 +150,36 @@ def test_a_large_norm_is_the_reference_tree_on_every_thread(monkeypatch, n):
             assert abs(float(got[0]) - exact) <= 1e-5 * exact
     assert len(calls) == 6  # both tensors asked each time; the small one left to the rows' kernel (None)
     assert cpu_lab.square_sum(x.reshape(-1)[:1000].copy()) is None
+
+
+BROADCASTS = [
+    ((1, 1024, 768), (768,)),  # a norm's weight
+    ((1, 1024, 768), (1, 1024, 1)),  # a per-row scale
+    ((256,), (300, 256)),  # the larger one second
+    ((2, 3, 128, 64), (128, 1)),  # four dimensions
+]
+
+
+@pytest.mark.parametrize("op,fn", [("aten.mul.Tensor", np.multiply), ("aten.add.Tensor", np.add)])
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_broadcast_and_strided_operands_on_every_thread_are_numpys(monkeypatch, op, fn, shapes):
+    """cpu_lab.broadcast_binary (kernels/cpu_elementwise.py binary_4d): numpy's broadcasting, any strides
+    (a rope's every-other-element view), one rounding per element; the reference backend's bits."""
+    rng = np.random.default_rng(len(str(shapes)))
+    a, b = (_operand(rng, int(np.prod(s))).reshape(s) for s in shapes)
+    calls = _counting(monkeypatch, "broadcast_binary")
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    reference = OpContext(kernels.get_backend("reference", 2))
+    strided = np.repeat(a, 2, axis=-1)[..., ::2]  # the same values through a view with a step
+    for left in (a, strided):
+        args = {"self": torch.from_numpy(left) if left is a else torch.from_numpy(np.repeat(a, 2, axis=-1))[..., ::2]}
+        args["other"] = torch.from_numpy(b)
+        got = ELEMENTWISE[op](cpu, op, dict(args)).numpy()
+        with np.errstate(all="ignore"):
+            want = fn(left, b)
+        assert got.shape == want.shape and _same_bits(got, want)
+        assert _same_bits(got, ELEMENTWISE[op](reference, op, dict(args)).numpy())
+    assert len(calls) == 2
+    small = {"self": torch.from_numpy(a.reshape(-1)[:100].copy()), "other": torch.tensor(F32(2.0))}
+    ELEMENTWISE[op](cpu, op, small)
+    assert len(calls) == 3 and cpu_lab.broadcast_binary(small["self"].numpy(), np.float32(2.0), True) is None
