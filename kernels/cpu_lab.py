@@ -116,6 +116,8 @@ def broadcast_binary(a: np.ndarray, b: np.ndarray, multiply: bool) -> np.ndarray
     """a * b (multiply) or a + b with numpy's broadcasting, on every thread, for float32 arrays of up to four
     dimensions in any strides (a rope's every-other-element halves times a (T, D/2) table) whose result has at
     least PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits."""
+    if max(a.size, b.size) < PARALLEL_MIN and a.size * b.size < PARALLEL_MIN:
+        return None  # the result cannot be large: decided first, cheaply (most ops are small)
     if a.dtype != F32 or b.dtype != F32 or max(a.ndim, b.ndim) > 4:
         return None
     try:
