@@ -60,33 +60,44 @@ def attention_rows(
     lse = np.empty(bh * t, F32)
     kp = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # K's panels of keys
     vp = np.empty((bh, -(-d // TILE_COLS), t, TILE_COLS), F32)  # V's panels of columns
-    (_attention_rows_fused if fused else _attention_rows)(q, k, v, attention_scale(d), full, o, p, lse, kp, vp)
+    pack_keys(k, kp)
+    pack_columns(v, vp)
+    (_attention_rows_fused if fused else _attention_rows)(q, attention_scale(d), full, o, p, lse, kp, vp)
     return o, p, lse
 
 
+# Each task's work is a function compiled on its own (per version), called from the prange loop: inlined
+# there, numba's parfor passes went through every helper's code, and each kernel took 13-17 s to compile.
 @njit(parallel=True, cache=True)
-def _attention_rows(q, k, v, scale, full, o, p, lse, kp, vp):
-    """_rows in arithmetic version 1: acc + (a * b) per step of each fold."""
-    _rows(q, k, v, scale, full, o, p, lse, kp, vp, False)
-
-
-@njit(parallel=True, cache=True)
-def _attention_rows_fused(q, k, v, scale, full, o, p, lse, kp, vp):
-    """_rows in arithmetic version 2: fma(a, b, acc) per step of each fold."""
-    _rows(q, k, v, scale, full, o, p, lse, kp, vp, True)
-
-
-@njit(inline="always")
-def _rows(q, k, v, scale, full, o, p, lse, kp, vp, fused):
-    """Pack K and V, then every (batch element, row panel) task: scores, softmax, P V; outputs o, p, lse."""
+def _attention_rows(q, scale, full, o, p, lse, kp, vp):
+    """Every (batch element, row panel) task in arithmetic version 1: acc + (a * b) per step of each fold."""
     bh, t_count = q.shape[0], q.shape[1]
-    _pack_keys(k, kp)
-    _pack_columns(v, vp)
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
     for task in prange(bh * n_pan):
         z = task // n_pan
-        r = task - z * n_pan
-        _panel(q, z, _zigzag(r, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp, fused)
+        _panel_v1(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+
+
+@njit(parallel=True, cache=True)
+def _attention_rows_fused(q, scale, full, o, p, lse, kp, vp):
+    """Every (batch element, row panel) task in arithmetic version 2: fma(a, b, acc) per step of each fold."""
+    bh, t_count = q.shape[0], q.shape[1]
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    for task in prange(bh * n_pan):
+        z = task // n_pan
+        _panel_v2(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+
+
+@njit(cache=True)
+def _panel_v1(q, z, i0, scale, full, o, p, lse, kp, vp):
+    """_panel in arithmetic version 1."""
+    _panel(q, z, i0, scale, full, o, p, lse, kp, vp, False)
+
+
+@njit(cache=True)
+def _panel_v2(q, z, i0, scale, full, o, p, lse, kp, vp):
+    """_panel in arithmetic version 2."""
+    _panel(q, z, i0, scale, full, o, p, lse, kp, vp, True)
 
 
 @njit(inline="always")
@@ -95,8 +106,8 @@ def _zigzag(r, n):
     return r // 2 if r % 2 == 0 else n - 1 - r // 2
 
 
-@njit(inline="always")
-def _pack_keys(x, dst):
+@njit(parallel=True, cache=True)
+def pack_keys(x, dst):
     """dst[z, g, kk, c] = x[z, g * TILE_COLS + c, kk], +0.0 past T: x (BH, T, D) as panels of keys (D, TC)."""
     bh, t_count, d = x.shape
     n = dst.shape[1]
@@ -108,8 +119,8 @@ def _pack_keys(x, dst):
                 dst[z, g, kk, c] = x[z, j, kk] if j < t_count else F32(0.0)
 
 
-@njit(inline="always")
-def _pack_columns(x, dst):
+@njit(parallel=True, cache=True)
+def pack_columns(x, dst):
     """dst[z, g, j, c] = x[z, j, g * TILE_COLS + c], +0.0 past D: x (BH, T, D) as panels of columns (T, TC)."""
     bh, t_count, d = x.shape
     n = dst.shape[1]
@@ -227,49 +238,90 @@ def attention_rows_backward(
     cols = -(-d // TILE_COLS)
     vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
     kc, dc, qc = (np.empty((bh, cols, t, TILE_COLS), F32) for _ in range(3))  # k's, do's, q's column panels
+    pack_keys(v, vk)
+    pack_columns(k, kc)
+    pack_columns(do, dc)
+    pack_columns(q, qc)
     kernel = _attention_backward_fused if fused else _attention_backward
-    kernel(q, k, v, p, do, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
+    kernel(do, p, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
     return dq, dk, dv
 
 
 @njit(parallel=True, cache=True)
-def _attention_backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
-    """_backward in arithmetic version 1."""
-    _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
+def _attention_backward(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """The backward's tasks in arithmetic version 1: query panels (dP, dS, dq), then key panels (dv, dk)."""
+    bh, t_count = do.shape[0], do.shape[1]
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    for task in prange(bh * n_pan):
+        z = task // n_pan
+        _query_panel_v1(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, vk, kc, dq)
+    for task in prange(bh * n_pan):
+        z = task // n_pan
+        j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
+        _key_panel_v1(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(parallel=True, cache=True)
-def _attention_backward_fused(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
-    """_backward in arithmetic version 2."""
-    _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+def _attention_backward_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """The backward's tasks in arithmetic version 2."""
+    bh, t_count = do.shape[0], do.shape[1]
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    for task in prange(bh * n_pan):
+        z = task // n_pan
+        _query_panel_v2(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, vk, kc, dq)
+    for task in prange(bh * n_pan):
+        z = task // n_pan
+        j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
+        _key_panel_v2(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+
+
+@njit(cache=True)
+def _query_panel_v1(do, p, z, i0, scale, full_q, ds, vk, kc, dq):
+    """_query_panel in arithmetic version 1."""
+    _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, False)
+
+
+@njit(cache=True)
+def _query_panel_v2(do, p, z, i0, scale, full_q, ds, vk, kc, dq):
+    """_query_panel in arithmetic version 2."""
+    _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, True)
+
+
+@njit(cache=True)
+def _key_panel_v1(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv):
+    """_key_panel in arithmetic version 1."""
+    _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, False)
+
+
+@njit(cache=True)
+def _key_panel_v2(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv):
+    """_key_panel in arithmetic version 2."""
+    _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, True)
 
 
 @njit(inline="always")
-def _backward(q, k, v, p, do, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, fused):
-    bh, t_count, d = q.shape
-    _pack_keys(v, vk)
-    _pack_columns(k, kc)
-    _pack_columns(do, dc)
-    _pack_columns(q, qc)
-    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    width = next_pow2(t_count)
-    for task in prange(bh * n_pan):  # query panels: dP, dS, dq
-        z = task // n_pan
-        i0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        i1 = min(t_count, i0 + TILE_ROWS)
-        dp = _fold_panels(_rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
-        buf = np.empty(width, F32)
-        for i in range(i1 - i0):
-            causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[z, i0 + i], buf, i0 + i)
-        k_end = t_count if full_q else i1
-        out = _fold_panels(_columns_of_rows(ds, z, i0, k_end), kc[z], 0, k_end, fused)
-        _store_rows(out, z, i0, dq, scale, True, ds, kc[z], k_end, fused)
-    for task in prange(bh * n_pan):  # key panels: dv, dk (leading terms left out: no -0.0 to carry)
-        z = task // n_pan
-        j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        lo = 0 if full_v else j0
-        out = _fold_panels(_columns_k_major(p, z, j0, lo), dc[z], lo, t_count, fused)
-        _store_rows(out, z, j0, dv, scale, False, p, dc[z], t_count, fused)
-        lo = 0 if full_k else j0
-        out = _fold_panels(_columns_k_major(ds, z, j0, lo), qc[z], lo, t_count, fused)
-        _store_rows(out, z, j0, dk, scale, True, ds, qc[z], t_count, fused)
+def _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, fused):
+    """Query rows i0 .. i0 + TILE_ROWS - 1 of batch element z: dP = do vᵀ (columns up to the panel's last
+    row), dS row by row into ds, dq = dS k * scale."""
+    t_count, d = do.shape[1], do.shape[2]
+    i1 = min(t_count, i0 + TILE_ROWS)
+    dp = _fold_panels(_rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
+    buf = np.empty(next_pow2(t_count), F32)
+    for i in range(i1 - i0):
+        causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[z, i0 + i], buf, i0 + i)
+    k_end = t_count if full_q else i1
+    out = _fold_panels(_columns_of_rows(ds, z, i0, k_end), kc[z], 0, k_end, fused)
+    _store_rows(out, z, i0, dq, scale, True, ds, kc[z], k_end, fused)
+
+
+@njit(inline="always")
+def _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, fused):
+    """Keys j0 .. j0 + TILE_ROWS - 1 of batch element z: dv = Pᵀ do, dk = dSᵀ q * scale (leading terms left
+    out where allowed: no -0.0 to carry)."""
+    t_count = p.shape[1]
+    lo = 0 if full_v else j0
+    out = _fold_panels(_columns_k_major(p, z, j0, lo), dc[z], lo, t_count, fused)
+    _store_rows(out, z, j0, dv, scale, False, p, dc[z], t_count, fused)
+    lo = 0 if full_k else j0
+    out = _fold_panels(_columns_k_major(ds, z, j0, lo), qc[z], lo, t_count, fused)
+    _store_rows(out, z, j0, dk, scale, True, ds, qc[z], t_count, fused)

@@ -40,6 +40,19 @@ PACKED_ADD = re.compile(r"\bvaddps\s+[^\n]*%[yz]mm")
 REGISTER_ADD = re.compile(r"\bvaddps\s+%[xyz]mm\d+, %[xyz]mm\d+, %[xyz]mm\d+")  # accumulator in a register
 
 
+def _attention_outputs():
+    """o, p, lse, K's and V's panels for _attention_rows on (2, 5, 5) operands."""
+    return (np.empty((2, 5, 5), F32), np.empty((2, 5, 5), F32), np.empty(10, F32)) + tuple(
+        np.empty((2, 1, 5, 32), F32) for _ in range(2)
+    )
+
+
+def _grads():
+    """ds, V's key panels, k's, do's and q's column panels, dq, dk, dv for the backward on (2, 5, 5) operands."""
+    panels = tuple(np.empty((2, 1, 5, 32), F32) for _ in range(4))
+    return (np.empty((2, 5, 5), F32), *panels, *(np.empty((2, 5, 5), F32) for _ in range(3)))
+
+
 def _sample_calls():
     """(name, dispatcher, args) for every numba kernel of the backend, on tiny inputs."""
     rng = np.random.default_rng(3)
@@ -90,24 +103,20 @@ def _sample_calls():
         ("embedding_scatter_add", nn.embedding_scatter_add, (idx, x[:3].copy(), np.zeros((2, 7), F32))),
         ("log_softmax_2d", nn.log_softmax_2d, (x,)),
         ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x)),
+        ("pack_keys", ca.pack_keys, (s, np.empty((2, 1, 5, 32), F32))),
+        ("pack_columns", ca.pack_columns, (s, np.empty((2, 1, 5, 32), F32))),
+        ("_attention_rows", ca._attention_rows, (s, F32(0.5), False, *_attention_outputs())),
+        ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, *_attention_outputs())),
+        ("_attention_backward", ca._attention_backward, (s, np.abs(s), F32(0.5), False, False, False, *_grads())),
         (
-            "_attention_backward",
-            ca._attention_backward,
-            (s, s, s, np.abs(s), s, F32(0.5), False, False, False, np.empty_like(s))
-            + tuple(np.empty((2, 1, 5, 32), F32) for _ in range(4))
-            + tuple(np.empty_like(s) for _ in range(3)),
+            "_query_panel_v1",
+            ca._query_panel_v1,
+            (s, np.abs(s), 1, 0, F32(0.5), False, *_grads()[0:3], np.empty_like(s)),
         ),
         (
-            "_attention_rows",
-            ca._attention_rows,
-            (
-                s,
-                s,
-                s,
-                F32(0.5),
-                False,
-                *(np.empty(x, F32) for x in ((2, 5, 5), (2, 5, 5), (10,), (2, 1, 5, 32), (2, 1, 5, 32))),
-            ),
+            "_key_panel_v1",
+            ca._key_panel_v1,
+            (np.abs(s), s, 1, 0, F32(0.5), False, False, *_grads()[3:5], *_grads()[6:]),
         ),
     ]
 
@@ -152,7 +161,13 @@ FUSED_CALLS = [
 # `fused` literal) as matmul_packed_fused, audited above; compiling each afresh here took 14-17 s for no
 # other finding. Their bits are the reference's in version 2 (tests/kernels/test_cpu_attention_causal.py),
 # and their version 1 twins are in CALLS (no FMA at all).
-FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {"_attention_rows_fused", "_attention_backward_fused"}
+FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
+    "_attention_rows_fused",
+    "_panel_v2",
+    "_attention_backward_fused",
+    "_query_panel_v2",
+    "_key_panel_v2",
+}
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
 
