@@ -49,21 +49,6 @@ cfg = train_config("tiny")
 tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
 for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul_packed_fused)
     single_process_step(cfg, "cpu", arithmetic)(init_state(cfg), tokens.astype(np.int64))
-
-# The lab mode's own kernels (kernels/cpu_lab.py): a tiny step in both versions, and the paths taken
-# only from 64K elements on.
-from kernels import cpu_lab
-from p2paudit.lab import LabRun
-from tests.lab import models
-
-for arithmetic in (1, 2):
-    model, opt = models.make()
-    run = LabRun(model, opt, backend="cpu", arithmetic=arithmetic)
-    with run.step(0):
-        models.train_step(model, opt, models.batches(1)[0])
-big = np.ones((256, 256), np.float32)
-cpu_lab.square_sum(big), cpu_lab.broadcast_binary(big, big[0], True), cpu_lab.add(big, big)
-cpu_lab.multiply(big, big), cpu_lab.scale_in_place(big, np.float32(1.0))
 EOF
 }
 compile_kernels & host_compile=$!
