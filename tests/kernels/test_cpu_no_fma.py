@@ -157,10 +157,12 @@ FUSED_CALLS = [
     ("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2]),
     ("matmul_streamed_fused", mm.matmul_streamed_fused, CALLS[2][2]),
 ]
-# Version 2's attention kernels fold with the same micro-kernel (kernels/cpu_tile.py fold_tile_into, the
-# `fused` literal) as matmul_packed_fused, audited above; compiling each afresh here took 14-17 s for no
-# other finding. Their bits are the reference's in version 2 (tests/kernels/test_cpu_attention_causal.py),
-# and their version 1 twins are in CALLS (no FMA at all).
+# Version 2's attention kernels and per-task functions fold with the same micro-kernel (kernels/cpu_tile.py
+# fold_tile_into, the `fused` literal) as matmul_packed_fused, audited above, among the softmax's own
+# products (so the strict check of FUSED_CALLS does not apply); compiling them afresh here only to find that
+# FMA cost 14-17 s a kernel. Their bits are the reference's in version 2
+# (tests/kernels/test_cpu_attention_causal.py) and their version 1 twins are in CALLS (no FMA at all: which
+# is why each version has its own dispatchers; one kernel branching to both holds the FMA in its code).
 FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
     "_attention_rows_fused",
     "_panel_v2",
