@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ _CANONICAL_NAN: dict[np.dtype[Any], np.unsignedinteger[Any]] = {
 }
 _ALLOWED_KINDS = "fiub"
 PARALLEL_HASH_BYTES = 8 << 20  # a state this large is hashed on every processor
+HASH_CHUNK_BYTES = 1 << 20  # a tensor is checked for NaN and hashed this much at a time (in L2)
 
 
 class StateDigestDict(TypedDict):
@@ -114,18 +116,22 @@ def parse_digest(text: object, where: str = "digest") -> bytes:
         raise InputError(f"{where}: digest is not hexadecimal: {hexpart[:80]!r}") from None
 
 
-def _canonical_buffer(array: np.ndarray) -> np.ndarray:
-    """The array as C-contiguous little-endian data with canonical NaNs.
-
-    No copy when the array is already contiguous, little-endian and NaN-free:
-    a float sum is NaN whenever any element is NaN, so one fast reduction
-    decides whether the slower NaN rewrite is needed (inf - inf also gives
-    NaN; the rewrite then simply changes nothing).
-    """
+def _little_endian_c_order(array: np.ndarray) -> np.ndarray:
+    """The array as C-contiguous little-endian data (no copy when it already is)."""
     # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
     a = array if array.flags.c_contiguous else array.copy(order="C")
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
         a = a.astype(a.dtype.newbyteorder("<"))
+    return a
+
+
+def _canonical_nans(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous little-endian array with every float NaN written as the canonical quiet NaN.
+
+    No copy when there is no NaN: a float sum is NaN whenever any element is NaN, so one fast
+    reduction decides whether the slower rewrite is needed (inf - inf also gives NaN; the rewrite
+    then simply changes nothing).
+    """
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the sum is expected
         maybe_nan = a.dtype.kind == "f" and a.size and np.isnan(np.sum(a, dtype=a.dtype))
     if maybe_nan:
@@ -140,6 +146,9 @@ def _canonical_buffer(array: np.ndarray) -> np.ndarray:
 def digest_tensor(name: str, array: np.ndarray) -> bytes:
     """Raw SHA-256 of one named tensor (see the module docstring for the layout).
 
+    The data goes through the hash HASH_CHUNK_BYTES at a time, each piece checked for NaN (and
+    rewritten if it holds one) just before it is hashed, while it is in cache: the same bytes as
+    canonicalising the whole array first, read from memory once instead of twice.
     Precondition: a numpy array of float32, float64, integers or bools.
     """
     if (
@@ -150,7 +159,7 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
         raise InputError(
             f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}"
         )
-    data = _canonical_buffer(array)
+    data = _little_endian_c_order(array)
     name_bytes = name.encode("utf-8")
     dtype_bytes = data.dtype.name.encode("ascii")
     header = [
@@ -163,8 +172,10 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
         struct.pack(f"<{data.ndim}Q", *data.shape),
     ]
     h = hashlib.sha256(b"".join(header))
-    if data.size:
-        h.update(data.data.cast("B"))  # the array's own buffer: no copy
+    flat = data.reshape(-1)  # C-contiguous: a view
+    step = max(1, HASH_CHUNK_BYTES // max(1, flat.itemsize))
+    for i in range(0, flat.size, step):
+        h.update(_canonical_nans(flat[i : i + step]).data.cast("B"))  # the array's own buffer: no copy
     return h.digest()
 
 
@@ -184,20 +195,69 @@ def _hash_threads() -> int:
         return os.cpu_count() or 1
 
 
+class _HashPool:
+    """The threads that hash a large state beside the calling one, started once and kept.
+
+    A pool started per call cost a thread start and a future per tensor (a 136-tensor state:
+    milliseconds of a 50 ms digest); a forked child starts its own (threads do not survive fork).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.size = 0
+
+    def get(self, workers: int) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.pool is None or self.size < workers:
+                if self.pool is not None:
+                    self.pool.shutdown(wait=False)
+                self.pool, self.size = ThreadPoolExecutor(workers, thread_name_prefix="digest"), workers
+            return self.pool
+
+    def forget(self) -> None:
+        self.lock = threading.Lock()
+        self.pool, self.size = None, 0
+
+
+_POOL = _HashPool()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def _balanced_bins(names: list[str], sizes: dict[str, int], count: int) -> list[list[str]]:
+    """The names cut into `count` lists of nearly equal total size: largest first, each to the lightest list."""
+    bins: list[list[str]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for n in sorted(names, key=lambda n: -sizes[n]):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(n)
+        loads[lightest] += sizes[n]
+    return bins
+
+
 def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
     """Digest every tensor of a training state and combine them (names sorted by UTF-8).
 
     The tensor digests are independent, so a large state's are computed on every processor (SHA-256 and
-    numpy's sum release the GIL), the largest tensors first; the combination is in name order as always.
+    numpy's sum release the GIL): the tensors cut into one list per processor of nearly equal bytes, the
+    calling thread hashing one list and the kept pool the others; the combination is in name order as always.
     """
     names = sorted(state, key=lambda n: n.encode("utf-8"))
     arrays = {n: np.asarray(state[n]) for n in names}
     threads = min(_hash_threads(), len(names))
     if threads < 2 or sum(a.nbytes for a in arrays.values()) < PARALLEL_HASH_BYTES:
         tensors = tuple((n, digest_tensor(n, arrays[n])) for n in names)
-    else:
-        with ThreadPoolExecutor(threads, thread_name_prefix="digest") as pool:
-            largest_first = sorted(names, key=lambda n: -arrays[n].nbytes)
-            futures = {n: pool.submit(digest_tensor, n, arrays[n]) for n in largest_first}
-            tensors = tuple((n, futures[n].result()) for n in names)
+        return StateDigest(combine_tensor_digests(tensors), tensors)
+
+    def hash_list(some: list[str]) -> list[tuple[str, bytes]]:
+        return [(n, digest_tensor(n, arrays[n])) for n in some]
+
+    mine, *theirs = _balanced_bins(names, {n: arrays[n].nbytes for n in names}, threads)
+    pool = _POOL.get(len(theirs))
+    futures = [pool.submit(hash_list, some) for some in theirs]
+    got = dict(hash_list(mine))
+    for f in futures:
+        got.update(f.result())
+    tensors = tuple((n, got[n]) for n in names)
     return StateDigest(combine_tensor_digests(tensors), tensors)

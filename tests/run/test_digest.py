@@ -87,8 +87,9 @@ def test_state_digest_is_independent_of_dict_order_and_names_tensors():
 
 
 def test_a_large_state_is_hashed_on_threads_to_the_same_digest(monkeypatch):
-    """Above PARALLEL_HASH_BYTES the tensors are digested on a pool: the same tensor and state digests,
-    by the documented layout, NaNs canonical, in name order whatever the sizes and the finishing order."""
+    """Above PARALLEL_HASH_BYTES the tensors are digested on every processor (the caller's thread and the
+    kept pool's, one list of tensors each): the same tensor and state digests, by the documented layout,
+    NaNs canonical, in name order whatever the sizes and the finishing order."""
     rng = np.random.default_rng(7)
     state = {f"t{i:02d}": rng.standard_normal(n).astype(np.float32) for i, n in enumerate([5, 70_000, 3, 200_000, 1])}
     state["t01"][17] = np.float32("nan")
@@ -108,11 +109,39 @@ def test_a_large_state_is_hashed_on_threads_to_the_same_digest(monkeypatch):
     monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 3)
     monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1024)
     assert digest_state(state) == serial
-    assert len(seen) == 6 and all(t.startswith("digest") for t in seen)  # every tensor on the pool
+    me = threading.current_thread().name
+    assert len(seen) == 6 and me in seen and sum(t.startswith("digest") for t in seen) >= 2  # three threads
+    assert len(set(seen)) == 3
+    seen.clear()
+    assert digest_state(state) == serial  # the pool is kept: the same digests again
+    assert len(seen) == 6
     seen.clear()
     monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 10**9)
     assert digest_state(state) == serial
     assert seen == [threading.current_thread().name] * 6  # a small state stays on the caller's thread
+
+
+def test_a_tensor_is_hashed_chunk_by_chunk_to_the_layout(monkeypatch):
+    """A tensor goes through the hash HASH_CHUNK_BYTES at a time, each piece's NaNs made canonical on its own:
+    a NaN in a later piece, one on the cut, and infinities (whose sum is NaN) in another give the bytes of the
+    documented layout, and the caller's array is not touched."""
+    monkeypatch.setattr(tensor_digest, "HASH_CHUNK_BYTES", 64)  # 16 floats a piece
+    a = np.arange(100, dtype=np.float32).reshape(4, 25)
+    a.view(np.uint32).reshape(-1)[37] = 0xFFC12345  # a NaN with a sign and a payload, in the third piece
+    a.view(np.uint32).reshape(-1)[48] = 0x7F800001  # a signalling NaN, the first float of the fourth
+    a.reshape(-1)[70:72] = [np.inf, -np.inf]
+    before = a.copy()
+    canonical = a.view(np.uint32).reshape(-1).copy()
+    canonical[[37, 48]] = 0x7FC00000
+    assert digest_tensor("w", a) == _by_hand("w", "float32", (4, 25), canonical.tobytes())
+    d = np.arange(20, dtype=np.float64)
+    d.view(np.uint64)[9] = 0xFFF0000000000001  # a float64 NaN in the second piece (8 floats a piece)
+    d_canonical = d.view(np.uint64).copy()
+    d_canonical[9] = 0x7FF8000000000000
+    assert digest_tensor("d", d) == _by_hand("d", "float64", (20,), d_canonical.tobytes())
+    assert np.array_equal(a.view(np.uint32), before.view(np.uint32))
+    monkeypatch.setattr(tensor_digest, "HASH_CHUNK_BYTES", 1 << 20)
+    assert digest_tensor("w", a) == _by_hand("w", "float32", (4, 25), canonical.tobytes())
 
 
 def test_state_digest_round_trips_and_catches_inconsistency():
