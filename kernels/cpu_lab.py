@@ -40,7 +40,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_attention import attention_rows
+from kernels.cpu_attention import attention_rows, attention_rows_backward
 from kernels.cpu_elementwise import adamw_into, add_flat, binary_4d, multiply_flat, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 from kernels.cpu_reduce import square_sum_flat
@@ -69,6 +69,20 @@ def attention_lse(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: bool) -> t
     validate.check_attention(q, k, v)
     # +0.0 x inf is NaN: with a non-finite v the full fold must see the masked terms
     return attention_rows(q, k, v, not bool(np.isfinite(v).all()), fused)
+
+
+def attention_backward_of_own_p(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: np.ndarray, do: np.ndarray, fused: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kernels.cpu.attention_backward's (dq, dk, dv), bit for bit, for a p that attention_lse made.
+
+    The backend's entry reads the whole masked half of p (kernels/cpu_matmul.masked_zeros: 2 ms a 125m
+    layer) to know that its entries are +0.0 before it leaves their terms out; the lab keeps the p of
+    its own forward (OpContext.save_attention, out of the script's reach), whose masked entries the
+    softmax wrote +0.0 (cpu_nn.causal_softmax_row), so only the inputs' finiteness decides."""
+    validate.check_attention_backward(q, k, v, p, do)
+    finite = [bool(np.isfinite(x).all()) for x in (k, do, q)]
+    return attention_rows_backward(q, k, v, p, do, (not finite[0], not finite[1], not finite[2]), fused)
 
 
 def adamw_in_place(

@@ -19,6 +19,9 @@ ROWS_PER_TASK = 16  # rows handled by one prange task (amortises the scratch all
 COLS_PER_TASK = 32  # column block of sum_cols: 32 floats = two cache lines per row
 LEAF_ROWS = 64  # rows folded per strided sub-tree of sum_cols (see _sum_col_block)
 SERIAL_WIDTH = 1 << 14  # square_sum_flat's levels narrower than this run on one thread
+FOLD_ROWS = 16  # square_sum_flat folds sixteen leaves of each residue at a time (four levels)
+FOLD_LANES = 256  # residues a task of square_sum_flat (16 x 256 floats: 16 KiB in L1)
+FOLD_MIN = FOLD_ROWS * SERIAL_WIDTH  # from this many leaves (P) square_sum_flat folds on the threads
 
 
 @njit(parallel=True, cache=True)
@@ -40,24 +43,70 @@ def sum_rows_2d(x):
 def square_sum_flat(x):
     """psum(x * x) of the 1-d float32 array x, each square rounded once: psum_row's tree over the squares.
 
-    The first level (pairs i, i + h, the squares made on the way) and every level wider than SERIAL_WIDTH
-    are split between the threads, each level's pairs being independent; the narrow rest is tree_sum's.
-    One long row's tree (a gradient's 2-norm) otherwise runs on one thread."""
+    The halving tree over P = P2(n) leaves (the squares, then -0.0 padding) splits as sum_cols' does
+    (_sum_col_block): its four widest levels (w = P/2 .. G, G = P / FOLD_ROWS) combine, for each residue
+    a < G, only the leaves a, a + G, ..., a + 15G, by the halving tree over those sixteen; the levels
+    below are the halving tree over the G results. So x is read once, FOLD_LANES residues a task (their
+    sixteen rows in an L1 buffer, squared on the way, on every thread), and the G results fold the same
+    way again until SERIAL_WIDTH are left for tree_sum. Writing the first level's P/2 sums to memory and
+    halving them level by level read and wrote about three times x's bytes (a 125m embedding's gradient,
+    38.6M floats). Below FOLD_MIN leaves the tree runs on one thread in a scratch buffer.
+    """
     n = x.shape[0]
     if n <= 1:
         return x[0] * x[0] if n == 1 else ZERO
-    h = next_pow2(n) >> 1  # h < n <= 2h
-    s = np.empty(h, np.float32)  # (h,)
-    for i in prange(n - h):
-        s[i] = x[i] * x[i] + x[i + h] * x[i + h]
-    for i in prange(n - h, h):
-        s[i] = x[i] * x[i]  # the partner is -0.0 padding
-    w = h
-    while w > SERIAL_WIDTH:
+    p = next_pow2(n)
+    if p < FOLD_MIN:
+        s = np.empty(p, np.float32)  # (P,)
+        for i in range(n):
+            s[i] = x[i] * x[i]
+        for i in range(n, p):
+            s[i] = NEG_ZERO
+        return tree_sum(s, p)
+    g = p // FOLD_ROWS
+    cur = np.empty(g, np.float32)  # (G,)
+    for task in prange(g // FOLD_LANES):
+        a0 = task * FOLD_LANES
+        t = np.empty((FOLD_ROWS, FOLD_LANES), np.float32)  # leaves a0 + k * G + j, j < FOLD_LANES
+        for k in range(FOLD_ROWS):
+            base = a0 + k * g
+            row = t[k]
+            if base + FOLD_LANES <= n:
+                src = x[base : base + FOLD_LANES]
+                for j in range(FOLD_LANES):
+                    row[j] = src[j] * src[j]
+            else:
+                for j in range(FOLD_LANES):
+                    row[j] = x[base + j] * x[base + j] if base + j < n else NEG_ZERO
+        _fold_rows16(t, cur, a0)
+    while g > SERIAL_WIDTH:  # in place: a task reads its residues' sixteen rows, then writes their first
+        g //= FOLD_ROWS
+        for task in prange(g // FOLD_LANES):
+            a0 = task * FOLD_LANES
+            t = np.empty((FOLD_ROWS, FOLD_LANES), np.float32)
+            for k in range(FOLD_ROWS):
+                src = cur[a0 + k * g : a0 + k * g + FOLD_LANES]
+                row = t[k]
+                for j in range(FOLD_LANES):
+                    row[j] = src[j]
+            _fold_rows16(t, cur, a0)
+    return tree_sum(cur, g)
+
+
+@njit(inline="always")
+def _fold_rows16(t, dst, a0):
+    """dst[a0 + j] = the halving tree over t's FOLD_ROWS rows at column j (rows m and m + w, w = 8, 4, 2, 1)."""
+    w = FOLD_ROWS >> 1
+    while w >= 1:
+        for m in range(w):
+            lo = t[m]
+            hi = t[m + w]
+            for j in range(FOLD_LANES):
+                lo[j] = lo[j] + hi[j]
         w >>= 1
-        for i in prange(w):
-            s[i] = s[i] + s[i + w]
-    return tree_sum(s, w)
+    top = t[0]
+    for j in range(FOLD_LANES):
+        dst[a0 + j] = top[j]
 
 
 @njit(parallel=True, cache=True)

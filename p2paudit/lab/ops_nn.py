@@ -139,7 +139,10 @@ def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     if p is None:
         _, p = ctx.be.attention(q, k, v)
     do = host(a["grad_out"]).reshape(q.shape)
-    dq, dk, dv = ctx.be.attention_backward(q, k, v, np.asarray(p), do)
+    if ctx.cpu:  # p is this mode's own (the forward's or the line above's): its masked entries are +0.0
+        dq, dk, dv = cpu_lab.attention_backward_of_own_p(q, k, v, np.asarray(p), do, ctx.fused)
+    else:
+        dq, dk, dv = ctx.be.attention_backward(q, k, v, np.asarray(p), do)
     g = _groups(name, a["query"], a["key"], a["value"])
     kv_shape = tuple(a["key"].shape)
     return (

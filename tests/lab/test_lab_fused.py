@@ -70,6 +70,31 @@ def test_attention_fused_equals_the_composition(t: int, arithmetic: int) -> None
             np.testing.assert_array_equal(a, b)
 
 
+def attention_grads(backend: str, arithmetic: int, qkv: list[torch.Tensor], dout: torch.Tensor) -> list:
+    q, k, v = (x.clone().requires_grad_(True) for x in qkv)
+    with CanonicalMode(kernels.get_backend(backend, arithmetic)):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout)
+    return [bits(x.grad) for x in (q, k, v) if x.grad is not None]
+
+
+@pytest.mark.parametrize("t", [1, 13, 40])
+@pytest.mark.parametrize("arithmetic", [1, 2])
+def test_attention_backward_of_the_modes_own_p_equals_the_composition(t: int, arithmetic: int) -> None:
+    """The cpu entry trusts the p its forward kept (its masked entries +0.0, no scan of them) and folds only
+    the terms the composition's bits need: dq, dk, dv equal the reference's, with a finite output gradient,
+    an inf in it (+0.0 x inf is NaN: every term folded) and -0.0s carried through version 2's folds."""
+    rng = np.random.default_rng(100 + t)
+    qkv = [torch.from_numpy((rng.standard_normal((2, 3, t, 8)) * 3).astype(np.float32)) for _ in range(3)]
+    dout = torch.from_numpy(rng.standard_normal((2, 3, t, 8)).astype(np.float32))
+    tiny = dout.clone()
+    tiny[0, 0] = -1e-30  # products below float32's range: -0.0 accumulators in version 2
+    for d in (dout, dout.clone().index_put_((torch.tensor(1),), torch.tensor(np.inf)), tiny):
+        fused, composed = attention_grads("cpu", arithmetic, qkv, d), attention_grads("reference", arithmetic, qkv, d)
+        assert len(fused) == 3
+        for a, b in zip(fused, composed):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_the_cpu_backend_at_either_version_takes_the_fused_kernels() -> None:
     ctxs = {(b, v): OpContext(kernels.get_backend(b, v)) for b in ("cpu", "reference") for v in (1, 2)}
     assert {key: (c.cpu, c.fused) for key, c in ctxs.items()} == {

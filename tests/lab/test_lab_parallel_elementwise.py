@@ -125,11 +125,15 @@ def test_nll_loss_backward_writes_its_one_hot_rows_on_every_thread(monkeypatch, 
         cpu_lab.one_hot((n, v), np.full(n, v, np.int64), F32(1.0))
 
 
-@pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN + 3, 3 * cpu_lab.PARALLEL_MIN - 5])
+@pytest.mark.parametrize(
+    "n",
+    # at, just past and well past a power of two; from FOLD_MIN leaves one fold on the threads, then two
+    [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN + 3, 3 * cpu_lab.PARALLEL_MIN - 5, (1 << 19) + 3, 1 << 21],
+)
 def test_a_large_norm_is_the_reference_tree_on_every_thread(monkeypatch, n):
     """_foreach_norm (clip_grad_norm_) of a large tensor: the squares and the tree's wide levels threaded
-    (kernels/cpu_reduce.py square_sum_flat), the reference backend's psum of the squares bit for bit, for
-    sizes at, just past and well past a power of two; values of every scale; an inf and a NaN carried."""
+    (kernels/cpu_reduce.py square_sum_flat: sixteen leaves of each residue folded at a time), the reference
+    backend's psum of the squares bit for bit; values of every scale; an inf and a NaN carried."""
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * np.exp2(rng.integers(-70, 40, n))).astype(F32).reshape(-1, 1 if n % 2 else 2)
     reference = OpContext(kernels.get_backend("reference", 2))
