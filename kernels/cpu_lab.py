@@ -51,7 +51,8 @@ F32 = np.float32
 def log_softmax(x: np.ndarray) -> np.ndarray:
     """x (R, C), C >= 1 -> x - (m + log(s)) per row."""
     validate.check_rows(x, min_cols=1)
-    out: np.ndarray = log_softmax_2d(x)
+    out = np.empty(x.shape, np.float32)  # numpy's allocation (huge pages)
+    log_softmax_2d(x, out)
     return out
 
 
@@ -59,7 +60,8 @@ def log_softmax_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """y, dy (R, C) -> dy - exp(y) * psum(dy) per row."""
     validate.check_rows(y, "y")
     validate.check_pair(y, "y", dy, "dy")
-    out: np.ndarray = log_softmax_backward_2d(y, dy)
+    out = np.empty(y.shape, np.float32)  # numpy's allocation (huge pages)
+    log_softmax_backward_2d(y, dy, out)
     return out
 
 
