@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import platform
+import resource
 import statistics
 import time
 from collections import defaultdict
