@@ -51,6 +51,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _faults() -> int:
+    """Page faults of this process so far (minor and major)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt + usage.ru_majflt
+
+
 def count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -109,19 +115,23 @@ def main() -> None:
     print(f"lab mode: cpu backend, arithmetic {run.arithmetic}")
     times = profile_entries() if args.profile else None
     lab_t, stock_t, lab_cpu, stock_cpu = [], [], [], []
+    lab_faults: list[int] = []
+    stock_faults: list[int] = []
     load_before = os.getloadavg()
     for i, tokens in enumerate(data):
-        t0, c0 = time.perf_counter(), time.process_time()
+        f0, t0, c0 = _faults(), time.perf_counter(), time.process_time()
         with run.step(i):
             models.train_step(lab_model, lab_opt, tokens)
-        t1, c1 = time.perf_counter(), time.process_time()
+        f1, t1, c1 = _faults(), time.perf_counter(), time.process_time()
         models.train_step(stock_model, stock_opt, tokens)
-        t2, c2 = time.perf_counter(), time.process_time()
+        f2, t2, c2 = _faults(), time.perf_counter(), time.process_time()
         if i:  # step 0 is the warm-up
             lab_t.append(t1 - t0)
             stock_t.append(t2 - t1)
             lab_cpu.append(c1 - c0)
             stock_cpu.append(c2 - c1)
+            lab_faults.append(f1 - f0)
+            stock_faults.append(f2 - f1)
         elif times is not None:
             times.clear()  # the warm-up's compiles are not the entries' time
     print(f"cpu: {cpu_name()}, torch {torch.__version__}, threads {torch.get_num_threads()}")
@@ -134,6 +144,9 @@ def main() -> None:
     # CPU seconds (all threads of the process) move less with the other users' load than wall time does
     print(f"  cpu time per step, median: lab {statistics.median(lab_cpu):.3f} s, stock {statistics.median(stock_cpu):.3f} s "
           f"({statistics.median(lab_cpu) / statistics.median(stock_cpu):.2f}x)")  # fmt: skip
+    # a page's first touch (a fresh array's memory) costs a fault: a sign of memory the heap did not reuse
+    print(f"  page faults per step, median: lab {statistics.median(lab_faults):.0f}, "
+          f"stock {statistics.median(stock_faults):.0f}")  # fmt: skip
     if times is not None:
         total = sum(sum(v) for v in times.values())
         print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")
