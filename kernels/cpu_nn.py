@@ -118,10 +118,12 @@ def softmax_causal_backward_3d(p_in, dp):
 
 
 @njit(parallel=True, cache=True)
-def log_softmax_2d(x):
-    """x - (m + log(s)) per row of x (R, C): m = pmax(row), s = psum(exp(row - m)). Precondition: C >= 1."""
+def log_softmax_2d(x, out):
+    """out = x - (m + log(s)) per row of x (R, C): m = pmax(row), s = psum(exp(row - m)).
+
+    out (R, C) is the caller's (kernels/cpu_lab.py keeps a vocabulary-wide one from step to step, where
+    numba's allocation faulted 206 MB in anew in a 125m step). Precondition: C >= 1."""
     r_count, c_count = x.shape
-    out = np.empty_like(x)  # (R, C)
     n_tasks = (r_count + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
     for task in prange(n_tasks):
         buf = np.empty(next_pow2(c_count), np.float32)  # scratch (P2(C),)
@@ -137,10 +139,10 @@ def log_softmax_2d(x):
 
 
 @njit(parallel=True, cache=True)
-def log_softmax_backward_2d(y, dy):
-    """dy - exp(y) * psum(dy) per row; y the log-softmax output, y and dy (R, C)."""
+def log_softmax_backward_2d(y, dy, out):
+    """out = dy - exp(y) * psum(dy) per row; y the log-softmax output, y, dy and out (R, C) (out the
+    caller's, as log_softmax_2d's)."""
     r_count, c_count = y.shape
-    out = np.empty_like(y)  # (R, C)
     n_tasks = (r_count + LAB_ROWS_PER_TASK - 1) // LAB_ROWS_PER_TASK
     for task in prange(n_tasks):
         buf = np.empty(next_pow2(c_count), np.float32)  # scratch (P2(C),)

@@ -187,3 +187,33 @@ def test_broadcast_and_strided_operands_on_every_thread_are_numpys(monkeypatch, 
     small = {"self": torch.from_numpy(a.reshape(-1)[:100].copy()), "other": torch.tensor(F32(2.0))}
     ELEMENTWISE[op](cpu, op, small)
     assert len(calls) == 3 and cpu_lab.broadcast_binary(small["self"].numpy(), np.float32(2.0), True) is None
+
+
+def test_a_vocabulary_wide_output_is_reused_only_once_nothing_holds_it():
+    """cpu_lab keeps the log-softmax's, its backward's and the one-hot's output arrays from step to step
+    (_KeptOutputs): one is handed out again only when no array, view or tensor holds it, and then every
+    element is written anew."""
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((64, 300)).astype(F32) for _ in range(2))
+    want_x, want_y = cpu_lab.log_softmax(x).copy(), cpu_lab.log_softmax(y).copy()
+    a = cpu_lab.log_softmax(x)
+    b = cpu_lab.log_softmax(y)  # `a` holds the kept array: a new one
+    assert b.ctypes.data != a.ctypes.data
+    assert a.tobytes() == want_x.tobytes() and b.tobytes() == want_y.tobytes()
+    del a
+    t = torch.from_numpy(b.reshape(-1))  # a tensor of a view of b's array
+    b_memory = b.ctypes.data
+    del b
+    c = cpu_lab.log_softmax(x)  # b's array is held through the tensor: not reused
+    assert c.ctypes.data != b_memory and t.numpy().tobytes() == want_y.tobytes()
+    del t
+    c_memory = c.ctypes.data
+    del c
+    d = cpu_lab.log_softmax(y)  # nothing holds c's array: the same memory, every element rewritten
+    assert d.ctypes.data == c_memory and d.tobytes() == want_y.tobytes()
+    g = cpu_lab.log_softmax_backward(d, x)
+    e = cpu_lab.one_hot((64, 300), np.arange(64, dtype=np.int64), F32(-0.5))
+    assert len({d.ctypes.data, g.ctypes.data, e.ctypes.data}) == 3  # one kept array per op
+    g_memory = g.ctypes.data
+    del g
+    assert cpu_lab.log_softmax_backward(d, y).ctypes.data == g_memory
