@@ -1,6 +1,6 @@
 """Benchmark of the `cpu` kernel backend against stock torch on the same CPU, in the same run.
 
-    python benchmarks/kernel_bench.py [--rounds 20] [--matmul-rounds 5] [--only matmul,exp] [--products 1024,125m]
+    python benchmarks/kernel_bench.py [--rounds 20] [--matmul-rounds 5] [--only matmul,exp] [--products 1024,125m,11m]
 
 The matmul family (matmul, matmul_nt, matmul_tn) is timed on three sides in
 one run: the cpu backend in arithmetic version 1 (`acc + a * b`), in version 2
@@ -82,7 +82,7 @@ class Product:
     m: int
     k: int
     n: int
-    group: str  # "1024" or "125m", for --products
+    group: str  # "1024", "125m" or "11m", for --products
     where: str
 
     @property
@@ -128,7 +128,22 @@ PRODUCTS = (
     Product("matmul_tn", _F, _N, _C, "125m", "mlp.proj dw"),
     Product("matmul_tn", _V, _N, _C, "125m", "head dw"),
     Product("matmul", _N, _V, _C, "125m", "head dx"),
+    # The lab mode's 11m TinyLlama (benchmarks/lab_bench.py: C=256, SwiGLU F=1024, V=8192) on 1024 tokens, as
+    # torch's linear and its backward call aten.mm (weights (out, in)): opt-in, `--products 11m`
+    Product("matmul_nt", _N, 256, 256, "11m", "lab q/k/v/o forward"),
+    Product("matmul_nt", _N, 256, 1024, "11m", "lab w1/w3 forward"),
+    Product("matmul_nt", _N, 1024, 256, "11m", "lab w2 forward"),
+    Product("matmul_nt", _N, 256, 8192, "11m", "lab head forward"),
+    Product("matmul", _N, 256, 256, "11m", "lab q/k/v/o dx"),
+    Product("matmul", _N, 1024, 256, "11m", "lab w1/w3 dx"),
+    Product("matmul", _N, 256, 1024, "11m", "lab w2 dx"),
+    Product("matmul", _N, 8192, 256, "11m", "lab head dx"),
+    Product("matmul_tn", 256, _N, 256, "11m", "lab q/k/v/o dw"),
+    Product("matmul_tn", 1024, _N, 256, "11m", "lab w1/w3 dw"),
+    Product("matmul_tn", 256, _N, 1024, "11m", "lab w2 dw"),
+    Product("matmul_tn", 8192, _N, 256, "11m", "lab head dw"),
 )
+DEFAULT_GROUPS = {"1024", "125m"}  # issue 21's products
 
 
 def _time_sides(fns: list[Callable[[], object]], rounds: int, budget_s: float = 0.05) -> list[list[float]]:
@@ -191,7 +206,8 @@ def load_average() -> str:
 def run_products(rounds: int, only: set[str], groups: set[str]) -> None:
     """Print the matmul family's table."""
     rng = np.random.default_rng(0)
-    chosen = [p for p in PRODUCTS if (not only or p.op in only) and (not groups or p.group in groups)]
+    groups = groups or DEFAULT_GROUPS
+    chosen = [p for p in PRODUCTS if (not only or p.op in only) and p.group in groups]
     if not chosen:
         return
     print(f"matmul family: median of {rounds} interleaved rounds; load average {load_average()}")
@@ -381,7 +397,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds per row (fastest kept)")
     parser.add_argument("--matmul-rounds", type=int, default=5, help="interleaved rounds per product (median kept)")
     parser.add_argument("--only", default="", help="comma-separated op names to run (default: all)")
-    parser.add_argument("--products", default="", help="matmul family groups to run: 1024,125m (default: both)")
+    parser.add_argument(
+        "--products", default="", help="matmul family groups to run: 1024,125m,11m (default: 1024,125m)"
+    )
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     groups = {g.strip() for g in args.products.split(",") if g.strip()}
