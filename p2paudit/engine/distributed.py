@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -146,8 +147,17 @@ def distributed_train_step(
     return StepResult(state=apply_update(state, total, cfg, backend, progress=progress), loss=loss)
 
 
+@dataclass(frozen=True)
+class WorkerFailure:
+    """What a worker's fn raised, sent back before the process dies: the root cause, which the spawn names
+    even when a peer's own error (its group connection closed by the dying worker) is what torch reports."""
+
+    rank: int
+    message: str
+
+
 def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    """Entry point of one spawned process: join the group, run fn, report its result, leave."""
+    """Entry point of one spawned process: join the group, run fn, report its result (or failure), leave."""
     torch.set_num_threads(1)
     dist_backend, device = collective_backend(rank, world_size)
     if device != "cpu":
@@ -155,16 +165,30 @@ def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[...,
     init_loopback_group(rank, world_size, port, dist_backend)
     try:
         queue.put((rank, fn(rank, world_size, *args)))
+    except BaseException as exc:
+        queue.put((rank, WorkerFailure(rank, f"{type(exc).__name__}: {exc}")))
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _failure(results: dict[int, Any]) -> RuntimeError | None:
+    """One error naming what every failed worker's fn raised, in rank order; None when none did."""
+    failures = [v for _, v in sorted(results.items()) if isinstance(v, WorkerFailure)]
+    if not failures:
+        return None
+    return RuntimeError("a worker failed: " + "; ".join(f"rank {f.rank} raised {f.message}" for f in failures))
 
 
 def spawn_workers(world_size: int, fn: Callable[..., Any], *args: Any) -> list[Any]:
     """Run fn(rank, world_size, *args) in `world_size` fresh processes joined in a loopback group.
 
     fn must be a module-level (picklable) function; its return values come back
-    in rank order. The processes end when fn returns; an exception in any of them
-    is raised here.
+    in rank order. The processes end when fn returns. When fn raises in a
+    worker, a RuntimeError here names each failed rank and what it raised
+    (WorkerFailure), even when torch first found a peer's consequent error (its
+    group connection closed by the dying worker); a worker that dies otherwise
+    (in the group's start, killed) raises torch's own error.
     """
 
     ctx = mp.get_context("spawn")
@@ -174,18 +198,30 @@ def spawn_workers(world_size: int, fn: Callable[..., Any], *args: Any) -> list[A
         _worker, args=(world_size, port, queue, fn, args), nprocs=world_size, join=False, start_method="spawn"
     )
     results: dict[int, Any] = {}
-    # Drain results while waiting, so a large result cannot block a child on a full pipe.
-    while len(results) < world_size:
+
+    def drain() -> None:
         while not queue.empty():
             rank, value = queue.get()
             results[rank] = value
-        if len(results) < world_size and procs.join(timeout=0.2):
-            while not queue.empty():
-                rank, value = queue.get()
-                results[rank] = value
-            break
-    while not procs.join():
-        pass
+
+    try:
+        # Drain results while waiting, so a large result cannot block a child on a full pipe.
+        while len(results) < world_size:
+            drain()
+            if len(results) < world_size and procs.join(timeout=0.2):
+                drain()
+                break
+        while not procs.join():
+            pass
+    except Exception as exc:  # a worker died: torch names the first it finds, perhaps a peer's consequence
+        drain()
+        failed = _failure(results)
+        if failed is not None:
+            raise failed from exc
+        raise
+    failed = _failure(results)
+    if failed is not None:  # fn raised, yet its process exited cleanly (a handler swallowed the exit)
+        raise failed
     if len(results) != world_size:
         raise RuntimeError(f"{world_size - len(results)} of {world_size} workers gave no result")
     return [results[r] for r in range(world_size)]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 
 import numpy as np
+import torch.distributed as dist
 
 from p2paudit.engine.config import TrainConfig, train_config
 
@@ -46,6 +48,16 @@ def failing_run(rank: int, world_size: int) -> int:
     """Worker body whose last rank fails: spawn_workers must raise, not hang."""
     if rank == world_size - 1:
         raise ValueError(f"rank {rank} fails on purpose")
+    return rank
+
+
+def failing_before_a_collective_run(rank: int, world_size: int) -> int:
+    """The last rank fails at once; the others then wait for it in a barrier, which fails in turn (its
+    connection closed): torch may report that consequence first, spawn_workers must name the cause."""
+    if rank == world_size - 1:
+        raise ValueError(f"rank {rank} fails on purpose")
+    time.sleep(0.5)
+    dist.barrier()
     return rank
 
 
