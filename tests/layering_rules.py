@@ -107,7 +107,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "ledger": "the design: history sync and witnessing are over the ledger (proofs, checkpoints, cosignatures)",
         "p2paudit.attest": "sync and reconcile read and append the attestation store",
         "p2paudit.identity": "announcements and cosignatures are signed with the node key",
-        "p2paudit.run": "an announcement names a run by its manifest",
         "p2paudit.errors": ERRORS,
     },
     "p2paudit.node.assign": {

@@ -30,8 +30,8 @@ from pathlib import Path
 from p2paudit.audit.records import INIT, MATCH, MISMATCH, StepAudit
 from p2paudit.errors import InputError
 from p2paudit.lab import ReplayVerdict, replay_step, torch_build
-from p2paudit.lab.script import check_torch_build, rebuild_initial
-from p2paudit.run.lab_run import LabRunView, load_lab_state, read_lab_run
+from p2paudit.lab.script import check_build, check_torch_build, rebuild_initial
+from p2paudit.run.lab_run import LabManifest, LabRunView, load_lab_state, read_lab_run
 
 NO_LOSS = 0.0  # a lab run claims no loss: both sides of a lab audit's loss pair
 
@@ -51,6 +51,11 @@ def check_lab_build(view: LabRunView) -> None:
     """TorchBuildMismatch (exit 2, one line naming both builds) unless this process runs the run's torch
     build: a daemon refuses such a run when it opens it, rather than failing every step."""
     check_torch_build(view.claims)
+
+
+def check_manifest_build(manifest: LabManifest) -> None:
+    """check_lab_build from the checked manifest alone: before a remote run's files are fetched."""
+    check_build(manifest.torch_build)
 
 
 def lab_engine_version(view: LabRunView) -> str:
@@ -102,6 +107,9 @@ def lab_audits(
     InputError for steps outside the run."""
     if steps and not 0 <= steps[0] <= steps[-1] < view.num_steps:
         raise InputError(f"steps {steps[0]}..{steps[-1]} are not in the run (it has steps 0..{view.num_steps - 1})")
+    untraced = [n for n in steps if n not in view.traced]
+    if untraced:
+        raise InputError(f"step {untraced[0]}'s trace was not read with the run (this view holds steps {view.traced})")
     check_torch_build(view.claims)
     audits: list[StepAudit] = []
     if init:

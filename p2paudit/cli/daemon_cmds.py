@@ -16,7 +16,9 @@ from p2paudit.cli.remote_options import allow_other_hosts_option, cache_size_opt
 from p2paudit.defaults import DEFAULT_REDUNDANCY
 
 if TYPE_CHECKING:  # the node is imported when a command runs
+    from p2paudit.node.daemon.sources import LabOpener, RemoteLab
     from p2paudit.node.daemon.state import DaemonEvent
+    from p2paudit.run.remote import RemoteRun
 
 STATUS_FILE = "status.json"
 
@@ -57,8 +59,8 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
     "runs",
     multiple=True,
     help="A run to audit (repeatable): a published run directory, or an http:// or https:// base URL whose "
-    "files are fetched per step, each piece checked against the signed manifest (a lab run: a directory, "
-    "with --run-lab-code).",
+    "files are fetched per step, each piece checked against the signed manifest (a lab run: only with "
+    "--run-lab-code).",
 )
 @click.option(
     "--follow",
@@ -81,8 +83,9 @@ def _announce_addrs(ctx: click.Context, param: click.Parameter, value: tuple[str
 @click.option(
     "--run-lab-code",
     is_flag=True,
-    help="Audit lab runs (train-script's) among the local --run directories: each replay RUNS THE PUBLISHER'S "
-    "SCRIPT (Python) in this process. Refused without it; give --publisher for the labs you trust.",
+    help="Audit lab runs (train-script's): --run directories and URLs, and runs that followed labs announce. "
+    "Each replay RUNS THE PUBLISHER'S SCRIPT (Python) in this process. Refused without it; give --publisher "
+    "for the labs you trust.",
 )
 @click.option(
     "--listen",
@@ -244,6 +247,7 @@ def daemon(
         urls=urls,
         publishers=publishers,
         other_hosts=allow_other_hosts,
+        open_lab=_lab_opener() if run_lab_code else None,
         reach=ReachConfig(
             announce=announce,
             relay_service=relay_service,
@@ -372,3 +376,15 @@ def show_reach(reach: dict[str, Any]) -> None:
             f"relay service: {service['reservations']} reservation(s), {service['circuits']} circuit(s), "
             f"{service['refused']} request(s) refused, {service.get('relayed_bytes', 0):,} bytes relayed"
         )
+
+
+def _lab_opener() -> LabOpener:
+    """The opener of lab runs behind URLs (--run-lab-code): node.daemon.lab_source, which imports torch,
+    is imported when the first lab run is met, not when the daemon starts."""
+
+    def open_lab(remote: RemoteRun) -> RemoteLab:
+        from p2paudit.node.daemon.lab_source import open_remote_lab
+
+        return open_remote_lab(remote)
+
+    return open_lab

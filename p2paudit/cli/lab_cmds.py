@@ -96,7 +96,7 @@ def verify_lab_range(
     from p2paudit.cli.audit_io import audit_line, record_in_ledger
     from p2paudit.identity import parse_public_key_hex
     from p2paudit.run.digest import format_digest
-    from p2paudit.run.lab_run import lab_publisher, open_lab_run
+    from p2paudit.run.lab_run import lab_publisher, open_lab_run, read_lab_manifest
 
     if world_size != 1:
         raise InputError("--world-size: a lab run replays in one process (leave it at 1)")
@@ -104,9 +104,9 @@ def verify_lab_range(
         raise InputError(
             f"{run_dir}: the lab run is not signed by --publisher {publisher[:16]}... (its script not run)"
         )
-    view = open_lab_run(run_dir)  # the signature is checked before the script is loaded
-    chosen = parse_step_range(steps, view.num_steps)
+    chosen = parse_step_range(steps, read_lab_manifest(run_dir).num_steps)
     span = range(0) if chosen.first is None or chosen.last is None else range(chosen.first, chosen.last + 1)
+    view = open_lab_run(run_dir, span)  # the signature is checked before the script is loaded
 
     def shown(audit: StepAudit) -> None:
         click.echo(audit_line(audit))

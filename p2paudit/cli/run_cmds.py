@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # heavy imports stay inside the commands
     from p2paudit.audit.records import StepAudit
     from p2paudit.audit.replay import RangeReport
     from p2paudit.run.manifest import Manifest
+    from p2paudit.run.remote import RemoteRun
 
 BACKEND_CHOICE = click.Choice(["cpu", "reference", "triton"])
 
@@ -54,11 +55,13 @@ def _world_size(text: str) -> int | None:
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """verify-range's memory options: the check's override, the replay mode, the scratch directory."""
+    """verify-range's replay options: the memory check's override, the replay mode, the scratch directory,
+    and whether a lab run fetched from a URL may be replayed (its publisher's script run here)."""
 
     ignore_memory: bool = False
     mode: str = "auto"
     scratch_dir: Path | None = None
+    run_lab_code: bool = False
 
     def scratch(self) -> Path:
         from p2paudit.identity import home_dir
@@ -152,10 +155,11 @@ def _remote_run_dir(
     replay: ReplayOptions,
     publisher: str | None = None,
     other_hosts: bool = False,
-) -> Iterator[Path]:
+) -> Iterator[tuple[Path, bool]]:
     """Fetch what `steps` of the run at `url` need (rich progress bars on stderr: bytes and rates),
     verified into the cache; yields a local run directory of them for the replay (only the shards
-    the steps read: open it with audit.remote_view.open_partial_run). The replay's memory is checked
+    the steps read: open it with audit.remote_view.open_partial_run) and whether it is a lab run's
+    (run.remote_lab's view: open it with run.lab_run.open_lab_run). The replay's memory is checked
     right after the manifest is fetched, before any shard or checkpoint (for replay.mode, unless
     replay.ignore_memory); `publisher` (hex) right after the signature file, before the manifest."""
     from rich.console import Console
@@ -165,6 +169,7 @@ def _remote_run_dir(
     from p2paudit.identity import home_dir, parse_public_key_hex
     from p2paudit.run.cache import BlobCache
     from p2paudit.run.http_guard import TransferLimits
+    from p2paudit.run.lab_format import LAB_FORMAT
     from p2paudit.run.remote import RemoteRun
 
     pinned = None if publisher is None else frozenset([parse_public_key_hex(publisher)])
@@ -180,8 +185,12 @@ def _remote_run_dir(
             progress.update(tasks[path], completed=done, total=total)
 
         with RemoteRun(url, cache, on_progress, publishers=pinned, limits=limits) as remote:
-            step_range = parse_step_range(steps, remote.manifest.num_steps)
-            view = remote.local_view(step_range.first, step_range.last, replay.ignore_memory, replay.mode)
+            lab = remote.body_format() == LAB_FORMAT
+            if lab:
+                view = _remote_lab_view(remote, steps, replay)
+            else:
+                step_range = parse_step_range(steps, remote.manifest.num_steps)
+                view = remote.local_view(step_range.first, step_range.last, replay.ignore_memory, replay.mode)
             with view as run_dir:
                 progress.stop()
                 stats = remote.stats
@@ -189,7 +198,26 @@ def _remote_run_dir(
                     f"fetched {stats.received_bytes} bytes from {url}; {len(stats.cached)} file(s) from cache {cache.root}",
                     err=True,
                 )
-                yield run_dir
+                yield run_dir, lab
+
+
+def _remote_lab_view(remote: RemoteRun, steps: str, replay: ReplayOptions) -> AbstractContextManager[Path]:
+    """The local view of the lab run `remote` serves that replaying `steps` needs (run.remote_lab), once
+    --run-lab-code allows running its publisher's script here: refused before anything but its signature
+    and manifest is fetched."""
+    from p2paudit.audit.replay import parse_step_range
+    from p2paudit.errors import InputError
+    from p2paudit.run.remote_lab import RemoteLabRun
+
+    if not replay.run_lab_code:
+        raise InputError(
+            f"{remote.base} is a lab run (train-script's): replaying it runs its publisher's script here; "
+            "pass --run-lab-code to allow it (for publishers you would let run code: pin one with --publisher)"
+        )
+    lab = RemoteLabRun(remote)
+    chosen = parse_step_range(steps, lab.manifest.num_steps)
+    span = range(0) if chosen.first is None or chosen.last is None else range(chosen.first, chosen.last + 1)
+    return lab.local_view(span, replay.ignore_memory)
 
 
 @contextmanager
@@ -202,16 +230,16 @@ def _local_run_dir(
     replay: ReplayOptions,
     publisher: str | None = None,
     other_hosts: bool = False,
-) -> Iterator[tuple[Path, bool]]:
-    """(run directory, whether it holds only the shards `steps` read): the directory `run`, or for an
-    http(s) URL a local view of the verified files `steps` need."""
+) -> Iterator[tuple[Path, bool, bool]]:
+    """(run directory, whether it holds only the shards `steps` read, whether it is a lab run's view): the
+    directory `run`, or for an http(s) URL a local view of the verified files `steps` need."""
     from p2paudit.run.remote import is_remote
 
     if not is_remote(run):
-        yield Path(run), False
+        yield Path(run), False, False
         return
-    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, replay, publisher, other_hosts) as run_dir:
-        yield run_dir, True
+    with _remote_run_dir(run, steps, cache_dir, cache_size, timeout, replay, publisher, other_hosts) as (view, lab):
+        yield view, True, lab
 
 
 @cli.command("verify-range")
@@ -285,6 +313,12 @@ def _local_run_dir(
     default=None,
     help="Where a streaming replay keeps partial sums and intermediate states (default: $P2PAUDIT_HOME/scratch).",
 )
+@click.option(
+    "--run-lab-code",
+    is_flag=True,
+    help="Replay a lab run (train-script's) fetched from a URL: RUNS THE PUBLISHER'S SCRIPT (Python) here. "
+    "Refused without it; pin the lab with --publisher.",
+)
 def verify_range_cmd(
     steps: str,
     run_dir: str,
@@ -302,6 +336,7 @@ def verify_range_cmd(
     ignore_memory_check: bool,
     replay_mode: str,
     scratch_dir: Path | None,
+    run_lab_code: bool,
 ) -> None:
     """Replay steps A-B (inclusive; or one step "A") of the run in --run and compare every digest.
 
@@ -313,27 +348,45 @@ def verify_range_cmd(
     does not, 2 on bad usage or unreadable input, 3 on the verifier's own failure.
     With --world-size from-env (under torchrun, see docs/engine.md) rank 0
     prints and exits with the verdict; the other ranks exit 0 silently unless they fail.
-    A local lab run (train-script's, docs/lab-mode.md) replays under the lab mode,
-    running its signed script: replay only a publisher you would let run code.
+    A lab run (train-script's, docs/lab-mode.md) replays under the lab mode,
+    running its signed script: replay only a publisher you would let run code
+    (one behind a URL only with --run-lab-code).
     """
-    replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir)
+    replay = ReplayOptions(ignore_memory_check, replay_mode, scratch_dir, run_lab_code)
     world_size = _world_size(world_text)  # refused before anything of a remote run is fetched
     if _is_local_lab_run(run_dir):
-        from p2paudit.cli.lab_cmds import verify_lab_range
-        from p2paudit.errors import InputError
-
-        if against is not None:  # never a comparison silently not made
-            raise InputError("--against: a lab run replays once, on the backend its manifest names")
-        verify_lab_range(Path(run_dir), steps, as_json, publisher, world_size, attest, ledger_path)
+        _verify_lab(Path(run_dir), steps, as_json, against, publisher, world_size, attest, ledger_path)
         return
     local = _local_run_dir(run_dir, steps, cache_dir, cache_size, timeout, replay, publisher, allow_other_hosts)
-    with local as (local_dir, partial_data):
+    with local as (local_dir, partial_data, lab):
+        if lab:
+            _verify_lab(local_dir, steps, as_json, against, publisher, world_size, attest, ledger_path)
+            return
         report = _verify(local_dir, steps, backend, as_json, against, publisher, world_size, replay, partial_data)
         if report is None:  # a rank other than 0 of torchrun's group: rank 0 reports
             return
         if attest:
             _attest(local_dir, report, ledger_path, as_json)
     _fail_unless_all_match(report)
+
+
+def _verify_lab(
+    run_dir: Path,
+    steps: str,
+    as_json: bool,
+    against: str | None,
+    publisher: str | None,
+    world_size: int | None,
+    attest: bool,
+    ledger_path: Path | None,
+) -> None:
+    """verify-range of a lab run (a directory, or a remote run's local view): cli.lab_cmds.verify_lab_range."""
+    from p2paudit.cli.lab_cmds import verify_lab_range
+    from p2paudit.errors import InputError
+
+    if against is not None:  # never a comparison silently not made
+        raise InputError("--against: a lab run replays once, on the backend its manifest names")
+    verify_lab_range(run_dir, steps, as_json, publisher, world_size, attest, ledger_path)
 
 
 def _is_local_lab_run(run: str) -> bool:

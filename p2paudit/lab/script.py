@@ -161,9 +161,14 @@ class ReplayVerdict:
 
 def check_torch_build(claims: LabClaims) -> None:
     """TorchBuildMismatch unless this process runs the torch build the run was trained under."""
-    if claims.torch_build != torch_build():
+    check_build(claims.torch_build)
+
+
+def check_build(run_build: str) -> None:
+    """TorchBuildMismatch unless this process runs `run_build` (a run's torch build, as torch_build() names it)."""
+    if run_build != torch_build():
         raise TorchBuildMismatch(
-            f"the run was trained under {claims.torch_build}; this replay runs {torch_build()}: "
+            f"the run was trained under {run_build}; this replay runs {torch_build()}: "
             "a lab run replays only under its own torch build"
         )
 

@@ -149,14 +149,82 @@ def _trace_lists(blob: bytes, where: str) -> tuple[tuple[bytes, ...], tuple[tupl
 
 
 @dataclass(frozen=True)
+class LabManifest:
+    """A lab run's manifest, its signature and every field checked; nothing of the run loaded or run yet."""
+
+    body_bytes: bytes
+    run_id: bytes
+    public_key: bytes
+    script_name: str
+    script_digest: bytes
+    script_source: bytes  # the signed text, its SHA-256 `script_digest`
+    torch_build: str
+    op_table_version: int
+    arithmetic_version: int
+    backend: str
+    initial: StateDigest
+    states: tuple[StateDigest, ...]
+    traces: tuple[bytes, ...]  # each step's trace digest
+    trace_files: tuple[bytes, ...]  # the SHA-256 of each step's trace file
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.states)
+
+    def state(self, n: int) -> StateDigest:
+        """The claimed digest of state n (0: the initial state)."""
+        return self.initial if n == 0 else self.states[n - 1]
+
+
+def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where: str) -> LabManifest:
+    """Check a lab manifest's signature (under LAB_SIGNATURE_DOMAIN) and every field; InputError, one line
+    naming `where` (or `sig_where`), when anything does not check out."""
+    run_id, public_key, signature = parse_signature(sig, sig_where)
+    if digest_bytes(body_bytes) != run_id:
+        raise InputError(f"{where}: the run id in {sig_where} is not the SHA-256 of the manifest")
+    if not verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):
+        raise InputError(f"{where}: the publisher's signature does not verify as a lab run manifest's")
+    body = parse_json(body_bytes, where)
+    if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
+        raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
+    script_info = _field(body, "script", dict, where)
+    script_digest = parse_digest(script_info.get("sha256"), f"{where} script.sha256")
+    name, source = script_info.get("name"), script_info.get("source")
+    if not isinstance(name, str) or not isinstance(source, str):
+        raise InputError(f"{where}: field 'script' has no 'name' and 'source' strings")
+    source_bytes = source.encode("utf-8", "surrogatepass")
+    if digest_bytes(source_bytes) != script_digest:
+        raise InputError(f"{where}: the script's source is not the text its sha256 names")
+    states, traces, trace_files = [], [], []
+    for n, item in enumerate(_field(body, "steps", list, where)):
+        if not isinstance(item, dict) or item.get("step") != n:
+            raise InputError(f"{where}: steps[{n}] is not step {n}")
+        at = f"{where} steps[{n}]"
+        states.append(StateDigest.from_dict(item.get("state"), f"{at}.state"))
+        traces.append(parse_digest(_field(item, "trace", str, at), f"{at}.trace"))
+        trace_files.append(parse_digest(_field(item, "trace_file", str, at), f"{at}.trace_file"))
+    return LabManifest(
+        body_bytes, run_id, public_key, name, script_digest, source_bytes,
+        _field(body, "torch_build", str, where), _field(body, "op_table_version", int, where),
+        _field(body, "arithmetic_version", int, where), _field(body, "backend", str, where),
+        StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
+        tuple(states), tuple(traces), tuple(trace_files),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class LabRunView:
-    """An opened lab run: its directory, script, claims, publisher key and run id (SHA-256 of the manifest)."""
+    """An opened lab run: its directory, script, claims, publisher key and run id (SHA-256 of the manifest).
+
+    `traced`: the steps whose trace files were read (every step, or those a partial view of a remote run
+    holds); claims.trace_ops and claims.values are empty for the others, which are not replayed."""
 
     run_dir: Path
     script: LabScript
     claims: LabClaims
     public_key: bytes
     run_id: bytes
+    traced: range
 
     @property
     def num_steps(self) -> int:
@@ -179,47 +247,36 @@ def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
     return view.script, view.claims, view.public_key
 
 
-def open_lab_run(run_dir: Path) -> LabRunView:
-    """Check the signature and every field, then load the script; the opened run.
-
-    The script is loaded (run) only after the signature verifies and its bytes are the signed SHA-256's."""
-    where = str(run_dir / MANIFEST_FILE)
+def read_lab_manifest(run_dir: Path) -> LabManifest:
+    """The run directory's manifest, its signature and fields checked (lab_manifest_from_bytes)."""
     body_bytes = read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir)
     sig = read_file(run_dir / SIGNATURE_FILE, "manifest signature", 4096, run_dir)
-    run_id, public_key, signature = parse_signature(sig, run_dir / SIGNATURE_FILE)
-    if digest_bytes(body_bytes) != run_id:
-        raise InputError(f"{where}: the run id in {SIGNATURE_FILE} is not the SHA-256 of the manifest")
-    if not verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):
-        raise InputError(f"{where}: the publisher's signature does not verify as a lab run manifest's")
-    body = parse_json(body_bytes, where)
-    if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
-        raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
-    script_info = _field(body, "script", dict, where)
-    script_sha = script_info.get("sha256")
-    if not isinstance(script_sha, str):
-        raise InputError(f"{where}: field 'script' has no 'sha256' string")
-    script = load_script(run_dir / SCRIPT_FILE, parse_digest(script_sha, f"{where} script.sha256"))
-    steps = _field(body, "steps", list, where)
-    states, traces, ops, values = [], [], [], []
-    for n, item in enumerate(steps):
-        if not isinstance(item, dict) or item.get("step") != n:
-            raise InputError(f"{where}: steps[{n}] is not step {n}")
-        states.append(StateDigest.from_dict(item.get("state"), f"{where} steps[{n}].state"))
-        traces.append(parse_digest(_field(item, "trace", str, f"{where} steps[{n}]"), f"{where} steps[{n}].trace"))
+    return lab_manifest_from_bytes(body_bytes, sig, str(run_dir / MANIFEST_FILE), str(run_dir / SIGNATURE_FILE))
+
+
+def open_lab_run(run_dir: Path, traced: range | None = None) -> LabRunView:
+    """Check the signature and every field, read the trace files of the steps in `traced` (default: every
+    step) against their SHA-256, then load the script.
+
+    The script is loaded (run) only after the signature verifies and its bytes are the signed SHA-256's."""
+    m = read_lab_manifest(run_dir)
+    steps = range(m.num_steps) if traced is None else traced
+    if steps and not 0 <= steps[0] <= steps[-1] < m.num_steps:
+        raise InputError(f"steps {steps[0]}..{steps[-1]} are not in the run (it has steps 0..{m.num_steps - 1})")
+    ops: list[tuple[bytes, ...]] = [()] * m.num_steps
+    values: list[tuple[tuple[str, bytes], ...] | None] = [None] * m.num_steps
+    for n in steps:
         trace_file = run_dir / lab_trace_path(n)
         blob = read_file(trace_file, "lab trace", MAX_TRACE_FILE, run_dir)
-        if format_digest(digest_bytes(blob)) != item.get("trace_file"):
+        if digest_bytes(blob) != m.trace_files[n]:
             raise InputError(f"{trace_file}: its SHA-256 is not the manifest's")
-        step_ops, step_values = _trace_lists(blob, str(trace_file))
-        ops.append(step_ops)
-        values.append(step_values)
+        ops[n], values[n] = _trace_lists(blob, str(trace_file))
+    script = load_script(run_dir / SCRIPT_FILE, m.script_digest)
     claims = LabClaims(
-        _field(body, "torch_build", str, where), _field(body, "op_table_version", int, where),
-        _field(body, "arithmetic_version", int, where), _field(body, "backend", str, where),
-        script.digest, StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
-        tuple(states), tuple(traces), tuple(ops), tuple(values),
+        m.torch_build, m.op_table_version, m.arithmetic_version, m.backend, script.digest, m.initial,
+        m.states, m.traces, tuple(ops), tuple(values),
     )  # fmt: skip
-    return LabRunView(run_dir, script, claims, public_key, run_id)
+    return LabRunView(run_dir, script, claims, m.public_key, m.run_id, steps)
 
 
 def load_lab_state(run_dir: Path, claims: LabClaims, n: int) -> dict[str, np.ndarray]:

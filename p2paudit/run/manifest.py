@@ -175,8 +175,8 @@ def _verify_and_parse(
     if not verify_signature(public_key, signature, SIGNATURE_DOMAIN + body_bytes):
         if verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):  # say what it is instead
             raise InputError(
-                f"manifest {body_where} is a lab run's (train-script's): a lab run is replayed from a local "
-                "directory only (verify-range --run DIR; daemon --run DIR --run-lab-code), not fetched from a URL"
+                f"manifest {body_where} is a lab run's (train-script's), not an engine run's: its replay runs the "
+                "publisher's script (verify-range and daemon replay it with --run-lab-code)"
             )
         raise InputError(
             f"manifest {body_where}: the signature in {sig_where} does not verify for public key {public_key.hex()}"

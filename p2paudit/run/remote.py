@@ -55,7 +55,6 @@ import httpx
 
 from p2paudit.durable import naming_the_file
 from p2paudit.engine.memory import check_fits
-from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.run.cache import BlobCache, link_or_copy
 from p2paudit.run.checkpoint import (
@@ -77,6 +76,7 @@ from p2paudit.run.remote_checkpoint import CheckpointPieces, Pieces, Refused
 from p2paudit.run.remote_files import RemoteFile, files_for_range
 from p2paudit.run.run_http import CONNECT_TIMEOUT, READ_TIMEOUT, FetchStats, Progress, RunHttp
 from p2paudit.run.step_shards import replay_memory, shards_for_range
+from p2paudit.run.storage import parse_json
 
 REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
 
@@ -113,7 +113,7 @@ class RemoteRun:
         self.cache = cache
         self.request_bytes = max(1, request_bytes)
         self._manifest: Manifest | None = None
-        self._signature = b""
+        self._signed: tuple[bytes, bytes] | None = None  # (manifest.sig.json, manifest.json) once fetched
 
     def __enter__(self) -> RemoteRun:
         return self
@@ -132,19 +132,33 @@ class RemoteRun:
     def url(self, path: str) -> httpx.URL:
         return self.http.url(path)
 
+    def signed_body(self) -> tuple[bytes, bytes]:
+        """(manifest.sig.json, manifest.json) as fetched (once): the signature's key held against the pinned
+        publishers before the body is fetched, the body's size bounded and its SHA-256 the signature's run id.
+        The signature itself is checked by the reader of the body's format (an engine or a lab manifest)."""
+        if self._signed is None:
+            sig = self.http.fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
+            run_id, key, _ = parse_signature(sig, str(self.url(SIGNATURE_FILE)))
+            if self.publishers is not None and key not in self.publishers:
+                want = ", ".join(sorted(k.hex() for k in self.publishers))
+                raise InputError(
+                    f"{self.url(SIGNATURE_FILE)}: the run is signed by {key.hex()}, not by the expected publisher {want}"
+                )
+            self._signed = (sig, self._fetch_body(run_id))
+        return self._signed
+
+    def body_format(self) -> object:
+        """The "format" field of the fetched manifest (unverified: which reader to check it with), None when
+        the body is no JSON object."""
+        body = parse_json(self.signed_body()[1], str(self.url(MANIFEST_FILE)))
+        return body.get("format") if isinstance(body, dict) else None
+
     @property
     def manifest(self) -> Manifest:
         """The run's manifest, fetched (once) and checked as read_manifest checks a local one."""
         if self._manifest is None:
-            sig_url, body_url = str(self.url(SIGNATURE_FILE)), str(self.url(MANIFEST_FILE))
-            sig = self.http.fetch_small(SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
-            run_id, key, _ = parse_signature(sig, sig_url)
-            if self.publishers is not None and key not in self.publishers:
-                want = ", ".join(sorted(k.hex() for k in self.publishers))
-                raise InputError(f"{sig_url}: the run is signed by {key.hex()}, not by the expected publisher {want}")
-            body = self._fetch_body(run_id)
-            self._manifest = manifest_from_bytes(body, sig, body_url, sig_url)
-            self._signature = sig
+            sig, body = self.signed_body()
+            self._manifest = manifest_from_bytes(body, sig, str(self.url(MANIFEST_FILE)), str(self.url(SIGNATURE_FILE)))
         return self._manifest
 
     def _fetch_body(self, run_id: bytes) -> bytes:
@@ -188,18 +202,27 @@ class RemoteRun:
             how = "in memory" if mode == "in-memory" else "streaming"
             check_fits(need, f"replaying steps {steps} of the run at {self.base} ({how})")
         files = files_for_range(manifest, first, last)
-        name = self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
-        with self.cache.view(name) as view:
-            for name, data in ((MANIFEST_FILE, manifest.body_bytes), (SIGNATURE_FILE, self._signature)):
-                with naming_the_file(view / name):
-                    (view / name).write_bytes(data)
-            keys = {f.key for f in files}
-            with self.cache.locked(), self.cache.pinned(keys):
-                self._make_room(files)
-                for item in files:
-                    self._place(item, view)
-                self.cache.evict(keys)
+        with self.cache.view(self.view_name()) as view:
+            self.place_files(files, view)
             yield view
+
+    def view_name(self) -> str:
+        """The name a local view of this run takes (the URL's last path segment)."""
+        return self.base.path.rstrip("/").rsplit("/", 1)[-1] or "run"
+
+    def place_files(self, files: list[RemoteFile], view: Path) -> None:
+        """Write the signed manifest into `view` and place every file of `files` there, each fetched or taken
+        from the cache and checked; the cache is kept under its size bound."""
+        sig, body = self.signed_body()
+        for name, data in ((MANIFEST_FILE, body), (SIGNATURE_FILE, sig)):
+            with naming_the_file(view / name):
+                (view / name).write_bytes(data)
+        keys = {f.key for f in files}
+        with self.cache.locked(), self.cache.pinned(keys):
+            self._make_room(files)
+            for item in files:
+                self._place(item, view)
+            self.cache.evict(keys)
 
     def _make_room(self, files: list[RemoteFile]) -> None:
         """Refuse a range whose files cannot fit; evict other files to make room for the missing ones."""
@@ -277,13 +300,11 @@ class RemoteRun:
                     f"{item.path}: digest {format_digest(got)} is not the manifest's {format_digest(item.digest)}"
                 )
         if item.state is not None:
-            m = self.manifest
-            cfg = m.config
-            if cfg is None:
-                raise InputError("manifest has no parsed config")
-            expected = m.state_digest(item.state)
-            with open_checkpoint(view, item.state, expected, state_names(cfg), state_shapes(cfg)) as reader:
-                reader.verify(expected)  # one tensor at a time: a state's memory is never needed here
+            if item.expected is None:
+                raise InputError(f"{item.path}: no claimed state to check it against")
+            names = [name for name, _ in item.expected.tensors]
+            with open_checkpoint(view, item.state, item.expected, names, item.shapes) as reader:
+                reader.verify(item.expected)  # one tensor at a time: a state's memory is never needed here
 
     def _fetch_checkpoint(self, item: RemoteFile, partial: Path) -> None:
         """Assemble checkpoint `item` in `partial` tensor by tensor, each verified before it is written.
@@ -291,16 +312,9 @@ class RemoteRun:
         Resumes after the verified prefix of an earlier partial (its tensors checked again); Refused
         when the file is not the manifest's (bad header, metadata or tensor), InputError when the
         transfer fails (the verified prefix is kept to resume)."""
-        cfg = self.manifest.config
-        if cfg is None or item.state is None:
-            raise InputError("manifest has no parsed config")
-        plan = CheckpointPieces(
-            item.path,
-            item.state,
-            self.manifest.state_digest(item.state).text(),
-            self.manifest.state_digest(item.state).tensor_map(),
-            state_shapes(cfg),
-        )
+        if item.state is None or item.expected is None:
+            raise InputError(f"{item.path}: no claimed state to check it against")
+        plan = CheckpointPieces(item.path, item.state, item.expected.text(), item.expected.tensor_map(), item.shapes)
         layout, have = plan.resume(partial)
         try:
             pieces = self._range_pieces(item.path, lambda: plan.size)
@@ -326,6 +340,27 @@ class RemoteRun:
                     yield data
 
             plan.assemble(partial, layout, have, in_order, self.request_bytes)
+
+    def span(self, path: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of `path` (a header, before its file is planned): one checked Range request, or,
+        from a server that ignores Range, read from its whole reply up to `end` (the rest is not read).
+        InputError, one line, when the file is shorter or the reply is not those bytes."""
+        try:
+            (data,) = self._range_pieces(path, lambda: None)([(start, end)])
+            return data
+        except _RangeIgnored:
+            pass
+        except Refused as exc:
+            raise InputError(f"{self.url(path)}: {exc}") from None
+        with self.http.get(path, {}) as (response, url):
+            if response.status_code != 200:
+                raise InputError(f"{url}: HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            stream = Stream(self.http.body(response, url, path), 0, lambda at: None)
+            stream.skip_to(start)
+            data = stream.take(end - start)
+        if len(data) < end - start:
+            raise InputError(f"{url}: the body ended after {start + len(data)} bytes, within {path}")
+        return data
 
     def _range_pieces(self, path: str, total: Callable[[], int | None]) -> Pieces:
         """pieces(bounds): the bytes of each [start, end) of `bounds` (consecutive) of `path`, from one

@@ -33,19 +33,25 @@ Pieces = Callable[[list[tuple[int, int]]], Generator[bytes, None, None]]
 
 @dataclass
 class CheckpointPieces:
-    """How to check the pieces of one checkpoint: where it is, its state, the manifest's digests, the shapes."""
+    """How to check the pieces of one checkpoint: where it is, its state, the manifest's digests, the shapes
+    (None: each tensor's as the header states it, bounded by checkpoint_layout.MAX_ELEMENTS; its digest,
+    which covers its shape, then decides)."""
 
     where: str  # the file's path in the run, for messages (the caller adds the URL)
     state: int
     state_digest: str  # sha256:<hex>, as the metadata must say
     digests: dict[str, bytes]  # tensor name -> the manifest's tensor digest
-    shapes: Shapes
+    shapes: Shapes | None
     size: int | None = None  # the file's length, known once its header is parsed
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.digests)
 
     def parse(self, prefix: bytes, header: bytes) -> CheckpointLayout:
         """The layout from the 8-byte length and the header; InputError if either is not this checkpoint's."""
-        header_length(prefix, len(self.shapes), self.where)
-        layout = parse_layout(header, self.shapes, self.where)
+        header_length(prefix, len(self.digests), self.where)
+        layout = parse_layout(header, self.shapes, self.where, self.names)
         want = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": str(self.state)}
         want["state_digest"] = self.state_digest
         got = {k: layout.metadata.get(k) for k in want}
@@ -80,7 +86,7 @@ class CheckpointPieces:
         with open(partial, "rb") as handle:
             prefix = handle.read(8)
             try:
-                header = handle.read(header_length(prefix, len(self.shapes), self.where))
+                header = handle.read(header_length(prefix, len(self.digests), self.where))
                 layout = self.parse(prefix, header)
             except InputError:
                 layout = None
@@ -115,7 +121,7 @@ class CheckpointPieces:
         if layout is None:
             (prefix,) = pieces([(0, 8)])
             try:
-                n = header_length(prefix, len(self.shapes), self.where)
+                n = header_length(prefix, len(self.digests), self.where)
             except InputError as exc:
                 raise Refused(str(exc)) from None
             (header,) = pieces([(8, 8 + n)])

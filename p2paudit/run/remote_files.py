@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from p2paudit.engine.state import state_names, state_shapes
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path
+from p2paudit.run.checkpoint_layout import Shapes
+from p2paudit.run.digest import StateDigest
 from p2paudit.run.manifest import Manifest
 from p2paudit.run.step_shards import shards_for_range
 from p2paudit.run.traces import MAX_TRACE_BYTES, trace_path
@@ -30,7 +32,14 @@ class RemoteFile:
     max_bytes: int
     exact: bool  # max_bytes is the file's exact size (a shard)
     digest: bytes | None  # SHA-256 of the whole file, when the manifest has it (shards, traces)
-    state: int | None = None  # the checkpoint's state index, checked against the state digests
+    state: int | None = None  # the checkpoint's state index, checked against `expected`
+    expected: StateDigest | None = None  # a checkpoint's claimed state digest (its tensors' names and digests)
+    shapes: Shapes | None = None  # a checkpoint's tensor shapes and dtypes; None: as its header states them
+
+
+def state_key(expected: StateDigest) -> str:
+    """The cache key of a checkpoint holding the state `expected`."""
+    return f"state-{expected.digest.hex()}"
 
 
 def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> list[RemoteFile]:
@@ -51,8 +60,9 @@ def files_for_range(manifest: Manifest, first: int | None, last: int | None) -> 
     bound = checkpoint_bound(state_shapes(cfg), len(state_names(cfg)))
     for c in manifest.checkpoints:
         if start <= c <= last + 1:
-            key = f"state-{manifest.state_digest(c).digest.hex()}"
-            files.append(RemoteFile(checkpoint_path(c), key, bound, False, None, c))
+            key = state_key(manifest.state_digest(c))
+            expected = manifest.state_digest(c)
+            files.append(RemoteFile(checkpoint_path(c), key, bound, False, None, c, expected, state_shapes(cfg)))
     for n in range(start, last + 1):
         trace = manifest.steps[n].trace
         if trace is not None:

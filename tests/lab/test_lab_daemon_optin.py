@@ -138,11 +138,11 @@ def test_opening_an_engine_run_does_not_import_torch(tmp_path):
 
 
 def test_a_lab_run_met_where_an_engine_run_is_fetched_is_named_as_such(marked):
-    """A lab run is not fetched from a URL: its manifest, checked as an engine run's (run.remote, a daemon's
-    --run URL or a followed lab's announcement), is named for what it is, not as a bad signature."""
+    """A lab run's manifest checked as an engine run's (where only an engine run is taken: a followed lab's
+    announcement) is named for what it is, not as a bad signature."""
     _, run, _ = marked
     body, sig = (run / "manifest.json").read_bytes(), (run / "manifest.sig.json").read_bytes()
-    with pytest.raises(InputError, match=r"is a lab run's \(train-script's\): .* local directory only"):
+    with pytest.raises(InputError, match=r"is a lab run's \(train-script's\), not an engine run's: .* --run-lab-code"):
         manifest_from_bytes(body, sig, "http://lab/run/manifest.json", "http://lab/run/manifest.sig.json")
     tampered = body.replace(b'"backend":"cpu"', b'"backend":"gpu"')
     assert tampered != body  # a body no key signed is still a bad signature, under either domain

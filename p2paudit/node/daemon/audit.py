@@ -18,7 +18,6 @@ from p2paudit.identity import Identity
 from p2paudit.node import wire
 from p2paudit.node.daemon import jobs as daemon_jobs
 from p2paudit.node.daemon.config import DaemonConfig
-from p2paudit.node.daemon.fetch import replay_prefetched
 from p2paudit.node.daemon.gossip import GossipWork
 from p2paudit.node.daemon.peer_sync import PeerSync, peer_public_key
 from p2paudit.node.daemon.sources import Prefetched, RemoteSource, RunSource
@@ -44,7 +43,7 @@ class Auditing:
         identity: Identity,
         node: Node,
         sources: list[RunSource],
-        ready: dict[bytes, tuple[RunSource, Prefetched]],
+        ready: dict[bytes, tuple[RemoteSource, Prefetched]],
         step_retry: Backoffs[tuple[bytes, int]],
         peers: PeerSync,
         gossip: GossipWork,
@@ -56,7 +55,7 @@ class Auditing:
         self.report, self.progress = report, progress
         self.busy_step: tuple[bytes, int] | None = None
 
-    def take_ready(self) -> tuple[RunSource, Prefetched] | None:
+    def take_ready(self) -> tuple[RemoteSource, Prefetched] | None:
         """The prefetched step that has waited longest, taken out of `ready`."""
         if not self.ready:
             return None
@@ -108,10 +107,11 @@ class Auditing:
     async def audit_loop(self) -> None:
         while True:
             taken = self.take_ready()  # a remote step fetched ahead: replayed without touching the network
+            source: RunSource
             if taken is not None:
-                source, prefetched = taken
-                step = prefetched.step
-                job = functools.partial(replay_prefetched, prefetched, self.config.backend, self.config.policy)
+                remote, prefetched = taken
+                source, step = remote, prefetched.step
+                job = functools.partial(remote.replay_prefetched, prefetched, self.config.backend, self.config.policy)
             else:
                 picked = await self._pick()
                 if picked is None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from p2paudit.node.assign import auditor
-from p2paudit.node.daemon.sources import RunSource
+from p2paudit.node.daemon.sources import LabOpener, RunSource
 from p2paudit.node.net import ReachConfig
 from p2paudit.run.http_guard import TransferLimits
 
@@ -42,6 +42,10 @@ class DaemonConfig:
     urls: tuple[str, ...] = ()
     publishers: frozenset[bytes] | None = None
     other_hosts: bool = False
+    # Lab runs (train-script's) met behind a URL or in an announcement are audited only with this opener
+    # (--run-lab-code: node.daemon.lab_source.open_remote_lab); each replay runs the publisher's script here.
+    # Local lab runs are opened by the CLI.
+    open_lab: LabOpener | None = None
     # Announced addresses, relays (client and service), hole punching: the adapter's terms.
     reach: ReachConfig = ReachConfig()
 

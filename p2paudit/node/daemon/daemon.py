@@ -62,7 +62,7 @@ from p2paudit.node.daemon.follow import Follower
 from p2paudit.node.daemon.gossip import GossipWork, stateless_validator
 from p2paudit.node.daemon.loop_monitor import LoopMonitor
 from p2paudit.node.daemon.peer_sync import SYNC_INTERVAL, PeerSync
-from p2paudit.node.daemon.sources import Prefetched, RunSource
+from p2paudit.node.daemon.sources import Prefetched, RemoteSource, RunSource
 from p2paudit.node.daemon.state import DaemonEvent as DaemonEvent
 from p2paudit.node.daemon.state import Progress, Reporter
 from p2paudit.node.daemon.store_owner import StoreOwner
@@ -106,7 +106,14 @@ class Daemon:
         self.network_open = True  # until node_closed: the final status shows no listener and no peers
         cache = None if config.cache_dir is None else BlobCache(config.cache_dir, config.cache_size)
         self.follower = Follower(
-            config.follow, cache, config.fetch_timeout, db.call, self.add_source, self.report, config.transfer_limits()
+            config.follow,
+            cache,
+            config.fetch_timeout,
+            db.call,
+            self.add_source,
+            self.report,
+            config.transfer_limits(),
+            config.open_lab,
         )
         self.follower.known_runs.update(s.manifest.run_id for s in self.sources)
         self.gossip = GossipWork(node, db, self.report, self.progress)
@@ -114,7 +121,7 @@ class Daemon:
         # Read at construction, not import: tests shorten the schedule.
         step_policy = BackoffPolicy(STEP_RETRY_MIN, STEP_RETRY_MAX)
         step_retry: Backoffs[tuple[bytes, int]] = Backoffs(step_policy, MAX_STEP_RETRIES)  # (run, step)
-        ready: dict[bytes, tuple[RunSource, Prefetched]] = {}  # steps fetched ahead, for the audit loop
+        ready: dict[bytes, tuple[RemoteSource, Prefetched]] = {}  # steps fetched ahead, for the audit loop
         self.audit = Auditing(
             config,
             db,

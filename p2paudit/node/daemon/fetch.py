@@ -27,11 +27,9 @@ from typing import Any
 
 import trio
 
-from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
-from p2paudit.node.assign import auditor
 from p2paudit.node.daemon.config import DaemonConfig
-from p2paudit.node.daemon.sources import Prefetched, RemoteSource, RunSource, replay_view
+from p2paudit.node.daemon.sources import Prefetched, RemoteSource, RunSource
 from p2paudit.node.daemon.state import Reporter
 from p2paudit.node.net import supervise
 from p2paudit.node.timing.backoff import Backoff, BackoffPolicy, Backoffs
@@ -63,7 +61,7 @@ class FetchAhead:
         add_source: Callable[[RunSource], Awaitable[None]],
         known_runs: set[bytes],
         fault_report: FaultReport,
-        ready: dict[bytes, tuple[RunSource, Prefetched]],
+        ready: dict[bytes, tuple[RemoteSource, Prefetched]],
     ) -> None:
         self.config, self.cache, self.sources, self.report = config, cache, sources, report
         self.step_retry, self.step_policy = step_retry, step_policy
@@ -118,7 +116,11 @@ class FetchAhead:
             raise InputError("no cache directory for remote runs")
         try:
             return RemoteSource(
-                url, self.cache, publishers=self.config.publishers, limits=self.config.transfer_limits()
+                url,
+                self.cache,
+                publishers=self.config.publishers,
+                limits=self.config.transfer_limits(),
+                open_lab=self.config.open_lab,
             )
         except OSError as exc:  # the manifest's spool file in a full or unwritable cache directory
             raise InputError(f"cache for {url}: {exc.strerror or exc}") from None
@@ -190,11 +192,3 @@ class FetchAhead:
         for source in self.opened:
             if source.manifest.run_id not in self.in_flight:
                 source.close()
-
-
-def replay_prefetched(prefetched: Prefetched, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
-    """Replay a step fetched ahead from its view (no network), then drop the view: blocking, for the worker thread."""
-    try:
-        return auditor.replay_step(replay_view(prefetched), prefetched.step, backend, policy)
-    finally:
-        prefetched.close()

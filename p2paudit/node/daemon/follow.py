@@ -25,7 +25,7 @@ import trio
 
 from p2paudit.attest.store import AttestationStore
 from p2paudit.errors import InputError
-from p2paudit.node.daemon.sources import RemoteSource, RunSource
+from p2paudit.node.daemon.sources import LabOpener, RemoteSource, RunSource
 from p2paudit.node.net import IGNORE, TokenBucket
 from p2paudit.node.protocols.announce import (
     MAX_LISTED,
@@ -112,9 +112,11 @@ class Follower:
         adopt_run: Callable[[RunSource], Awaitable[None]],
         report: Callable[[str, str], None],
         limits: TransferLimits | None = None,
+        open_lab: LabOpener | None = None,
     ) -> None:
         self.follow = follow
         self.limits = limits
+        self.open_lab = open_lab  # an announced lab run is audited only with it (node.daemon.sources)
         self.cache = cache
         self.fetch_timeout = fetch_timeout
         self.call = call
@@ -184,6 +186,7 @@ class Follower:
                     read_timeout=self.fetch_timeout,
                     publishers=frozenset([a.publisher]),
                     limits=self.limits,
+                    open_lab=self.open_lab,
                 )
             except InputError as exc:
                 errors.append(str(exc))

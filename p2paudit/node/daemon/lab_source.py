@@ -7,23 +7,30 @@ run's signature names another key. It also refuses a run trained under another t
 replay of it would be refused), after the script is loaded (the build is read from the checked
 manifest, which open_lab_run parses with the script).
 
+A lab run behind a URL (a --run URL, or a followed lab's announcement) is a RemoteSource whose manifest
+is a lab run's. The source refuses it without the opt-in; with it, the CLI hands the source
+`open_remote_lab`, which refuses a run of another torch build once its signature and manifest are
+checked, before anything else of it is fetched, and whose RemoteLab replays a step from the local view
+of its checked files (run.remote_lab).
+
 This module imports torch (through p2paudit.lab): the daemon imports it only when a lab run is given.
-Local run directories only: a lab run behind a URL is not fetched.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from p2paudit.audit.lab_replay import check_lab_build, lab_audits
+from p2paudit.audit.lab_replay import check_lab_build, check_manifest_build, lab_audits
 from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
 from p2paudit.node.assign import auditor
 from p2paudit.node.assign.replays import REPLAYS
+from p2paudit.node.daemon.sources import no_opt_in
 from p2paudit.run.lab_run import LabRunView, lab_publisher, open_lab_run
-
-RUN_LAB_CODE_FLAG = "--run-lab-code"
+from p2paudit.run.remote import RemoteRun
+from p2paudit.run.remote_lab import RemoteLabRun
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +73,16 @@ class LabSource:
         pass
 
 
+def _refuse_without_opt_in(where: object, run_lab_code: bool) -> None:
+    if not run_lab_code:
+        raise LabRunRefused(no_opt_in(where))
+
+
 def open_lab_source(run_dir: Path, run_lab_code: bool, publishers: frozenset[bytes] | None) -> LabSource:
     """The lab run at `run_dir` as a source; LabRunRefused (one line) without the opt-in, from a key not
     in `publishers` (both before its script runs) or under another torch build; InputError if it does
     not check out (signature, fields, the script's SHA-256)."""
-    if not run_lab_code:
-        raise LabRunRefused(
-            f"{run_dir} is a lab run: auditing it runs its publisher's script in this process; "
-            f"pass {RUN_LAB_CODE_FLAG} to allow it (for publishers you would let run code here)"
-        )
+    _refuse_without_opt_in(run_dir, run_lab_code)
     if publishers is not None:
         key = lab_publisher(run_dir)  # the key the signature file names; open_lab_run verifies it
         if key not in publishers:
@@ -85,3 +93,42 @@ def open_lab_source(run_dir: Path, run_lab_code: bool, publishers: frozenset[byt
     except InputError as exc:
         raise LabRunRefused(f"{run_dir}: {exc}") from None
     return LabSource(view)
+
+
+class RemoteLab:
+    """A lab run behind a URL as a RemoteSource's lab part (node.daemon.sources.RemoteLab): its checked
+    manifest, the local view of the checked files steps replay from (run.remote_lab), each step's replay."""
+
+    def __init__(self, run: RemoteLabRun) -> None:
+        self.run = run
+        self.manifest = run.manifest
+
+    def local_view(self, steps: range) -> AbstractContextManager[Path]:
+        return self.run.local_view(steps)
+
+    def replay(self, run_dir: Path, step: int, label: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
+        """The audits of `step` from a local view of its checked files: opened (its script loaded) and
+        replayed as a local lab run's step is, every failure one line (LabSource.replay)."""
+        try:
+            view = open_lab_run(run_dir, range(step, step + 1))
+        except InputError:
+            raise
+        except Exception as exc:  # the script raised as it was loaded: as a replay that raised
+            logger.exception("loading the script of %s raised", label)
+            raise LabReplayFailed(
+                f"loading the lab script raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
+                "(the traceback is in the log)"
+            ) from None
+        return LabSource(view).replay(step, "", policy)
+
+
+def open_remote_lab(remote: RemoteRun) -> RemoteLab:
+    """The lab run `remote` serves (its signature, pinned publisher and manifest checked by RemoteRun and
+    run.remote_lab), for a daemon that audits lab runs (--run-lab-code): LabRunRefused (one line) when it
+    was trained under another torch build, before any other file of it is fetched."""
+    lab = RemoteLabRun(remote)
+    try:
+        check_manifest_build(lab.manifest)
+    except InputError as exc:
+        raise LabRunRefused(f"{remote.base}: {exc}") from None
+    return RemoteLab(lab)

@@ -24,8 +24,8 @@ and `step_view` run in worker threads, never on the event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,7 +37,19 @@ from p2paudit.errors import InputError
 from p2paudit.node.assign import auditor
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.http_guard import TransferLimits
+from p2paudit.run.lab_format import LAB_FORMAT
 from p2paudit.run.remote import RemoteRun
+
+RUN_LAB_CODE_FLAG = "--run-lab-code"
+
+
+def no_opt_in(where: object) -> str:
+    """Why a lab run at `where` is not audited without the opt-in (one line)."""
+    return (
+        f"{where} is a lab run: auditing it runs its publisher's script in this process; "
+        f"pass {RUN_LAB_CODE_FLAG} to allow it (for publishers you would let run code here)"
+    )
+
 
 FETCH_DEADLINE_S = 3600.0  # a step whose files take longer than this to arrive is given up on (retried later)
 
@@ -90,11 +102,31 @@ class Prefetched:
         self.stack.close()
 
 
+class RemoteLab(Protocol):
+    """A lab run behind a URL, as a RemoteSource's lab part (node.daemon.lab_source.RemoteLab): its checked
+    manifest, the local view of the checked files a step replays from, and that step's lab replay."""
+
+    @property
+    def manifest(self) -> auditor.RunHead: ...
+
+    def local_view(self, steps: range) -> AbstractContextManager[Path]: ...
+
+    def replay(self, run_dir: Path, step: int, label: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]: ...
+
+
+# How a daemon that audits lab runs (--run-lab-code) opens one behind a URL, given its RemoteRun (signature,
+# publisher and manifest fetched): node.daemon.lab_source.open_remote_lab, handed in by the CLI so that
+# torch is imported only where lab runs are audited. None: a lab run is refused.
+LabOpener = Callable[[RemoteRun], RemoteLab]
+
+
 class RemoteSource:
     """A run at an http(s) URL, fetched lazily per step into a bounded, verified cache.
 
     Constructing it fetches and checks the signature (against `publishers`, when given) and the manifest:
-    blocking, so the daemon does it in a worker thread after it serves peers."""
+    blocking, so the daemon does it in a worker thread after it serves peers. A lab run's manifest is
+    taken only with `open_lab` (its replays run the publisher's script here), and its steps replay
+    under the lab mode; without it, it is refused in one line."""
 
     def __init__(
         self,
@@ -104,14 +136,20 @@ class RemoteSource:
         fetch_deadline: float = FETCH_DEADLINE_S,
         publishers: frozenset[bytes] | None = None,
         limits: TransferLimits | None = None,
+        open_lab: LabOpener | None = None,
     ) -> None:
         self.url = url
         self.fetch_deadline = fetch_deadline
         self._started = 0.0
         limits = limits or TransferLimits(read_timeout=read_timeout)
         self.remote = RemoteRun(url, cache, self._on_progress, publishers=publishers, limits=limits)
-        try:
-            self.manifest = self.remote.manifest  # fetched and checked now (the daemon: in a worker thread)
+        self.lab: RemoteLab | None = None
+        try:  # fetched and checked now (the daemon: in a worker thread)
+            if self.remote.body_format() == LAB_FORMAT:
+                if open_lab is None:
+                    raise InputError(no_opt_in(self.remote.base))
+                self.lab = open_lab(self.remote)
+            self.manifest: auditor.RunHead = self.remote.manifest if self.lab is None else self.lab.manifest
         except BaseException:
             self.remote.__exit__(None, None, None)
             raise
@@ -123,29 +161,37 @@ class RemoteSource:
         if time.monotonic() - self._started > self.fetch_deadline:
             raise _GaveUp(f"gave up on {self.url}: step files took over {self.fetch_deadline:.0f} s (at {path})")
 
-    @contextmanager
-    def step_view(self, step: int) -> Iterator[RunView]:
-        self._started = time.monotonic()
-        try:
-            with self.remote.local_view(step, step, mode="auto") as run_dir:
-                yield open_partial_run(Path(run_dir), str(step), mode="auto")
-        except OSError as exc:  # a full disk or an unwritable cache: one line, the daemon goes on
-            raise InputError(f"cache for {self.url}: {exc.strerror or exc}") from None
-        finally:
-            self.fetching = None
+    def _local_view(self, step: int) -> AbstractContextManager[Path]:
+        """A local run directory of the checked files replaying `step` needs (removed on exit)."""
+        if self.lab is not None:
+            return self.lab.local_view(range(step, step + 1))
+        return self.remote.local_view(step, step, mode="auto")
 
     def replay(self, step: int, backend: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
         """Fetch what `step` needs and replay it (the daemon replays remote steps prefetched instead)."""
-        with self.step_view(step) as view:
-            return auditor.replay_step(view, step, backend, policy)
+        prefetched = self.prefetch(step)
+        return self.replay_prefetched(prefetched, backend, policy)
+
+    def replay_prefetched(
+        self, prefetched: Prefetched, backend: str, policy: auditor.AuditPolicy
+    ) -> tuple[StepAudit, ...]:
+        """Replay a step fetched ahead from its view (no network), then drop the view: blocking, for a
+        worker thread. A lab step replays under the lab mode (RemoteLab.replay)."""
+        try:
+            if self.lab is not None:
+                return self.lab.replay(prefetched.run_dir, prefetched.step, self.label, policy)
+            return auditor.replay_step(replay_view(prefetched), prefetched.step, backend, policy)
+        finally:
+            prefetched.close()
 
     def prefetch(self, step: int) -> Prefetched:
         """Fetch and check what replaying `step` needs, and keep it in a local view (blocking: a worker
-        thread's); InputError as step_view."""
+        thread's); InputError (one line) when a file cannot be fetched or is not the manifest's, the
+        cache's disk is full, or the step's files take over `fetch_deadline` seconds."""
         stack = ExitStack()
         self._started = time.monotonic()
         try:
-            run_dir = stack.enter_context(self.remote.local_view(step, step, mode="auto"))
+            run_dir = stack.enter_context(self._local_view(step))
         except OSError as exc:
             stack.close()
             raise InputError(f"cache for {self.url}: {exc.strerror or exc}") from None

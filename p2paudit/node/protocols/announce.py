@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from p2paudit.identity import Identity, sign, verify_signature
@@ -44,7 +44,17 @@ from p2paudit.node.wire import (
 
 if TYPE_CHECKING:
     from p2paudit.node.net import Node
-from p2paudit.run.manifest import Manifest
+
+
+class SignedRun(Protocol):
+    """What an announcement is checked against: a fetched run's checked manifest (an engine run's or a lab's)."""
+
+    @property
+    def run_id(self) -> bytes: ...
+
+    @property
+    def public_key(self) -> bytes: ...
+
 
 MAGIC_ANNOUNCE = "p2paudit/announce"
 MAGIC_ANNOUNCEMENTS = "p2paudit/announcements"
@@ -115,7 +125,7 @@ def decode_announcement(data: bytes) -> Announcement:
     return a
 
 
-def check_manifest(a: Announcement, manifest: Manifest) -> None:
+def check_manifest(a: Announcement, manifest: SignedRun) -> None:
     """WireError unless `manifest` (fetched at one of the URLs, its own signature checked) is the announced
     run and was signed by the announcing key."""
     if manifest.run_id != a.run_id:

@@ -1,0 +1,165 @@
+"""A lab run behind a URL: verify-range and a daemon's source fetch what the steps replay from (the signed
+manifest, each step's trace file, the checkpoint of each state replayed from: never the server's script.py,
+never the state after the last step), each piece checked against the signed manifest before it is used or
+cached, from a real HTTP server on loopback (tests/range_server.py); refused without --run-lab-code before
+anything but the signature and manifest is fetched; and every lie of the server is one line naming it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from p2paudit.cli import cli
+from p2paudit.errors import EXIT_MISMATCH, EXIT_USAGE, InputError
+from p2paudit.identity import identity_from_seed
+from p2paudit.lab import LabClaims
+from p2paudit.node.assign.auditor import AuditPolicy
+from p2paudit.node.daemon.lab_source import open_remote_lab
+from p2paudit.node.daemon.sources import RemoteSource
+from p2paudit.run.cache import BlobCache
+from p2paudit.run.checkpoint import checkpoint_path
+from p2paudit.run.checkpoint_layout import header_length, parse_layout
+from p2paudit.run.lab_run import lab_trace_path, read_lab_manifest
+from p2paudit.tensor_digest import digest_state
+from tests.lab.lab_runs import publish_tiny
+from tests.range_server import serve_run
+
+PUBLISHER = identity_from_seed(b"\x5a" * 32)
+SIGNED = {"manifest.sig.json", "manifest.json"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/lab/lab_runs.py's tiny Llama script, two steps, published."""
+    return publish_tiny(tmp_path_factory.mktemp("remote-lab"), PUBLISHER, steps=2)
+
+
+def _verify(home: Path, *args: str):  # noqa: ANN202 (click's Result)
+    return CliRunner().invoke(cli, ["verify-range", *args], env={"P2PAUDIT_HOME": str(home)})
+
+
+def _one_line(output: str) -> str:
+    """The one error line (the output holds stderr too: the fetch's progress bars)."""
+    lines = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_verify_range_fetches_only_what_the_steps_replay_from(tiny, tmp_path):
+    with serve_run(tiny) as (base, served):
+        url = base + "/run/"
+        first = _verify(tmp_path, "1", "--run", url, "--run-lab-code")
+        asked_first = served.paths()
+        logged = len(served.log)
+        again = _verify(tmp_path, "0-1", "--run", url, "--run-lab-code")
+        asked_again = [path for path, *_ in served.log[logged:]]
+    assert first.exit_code == 0, first.output
+    assert "1 check(s) of run" in first.output and "1 match, 0 mismatch" in first.output
+    # Step 1 replays from state 1 and compares the digest of state 2: neither state 2 nor the server's script.
+    assert asked_first == SIGNED | {lab_trace_path(1), checkpoint_path(1)}
+    assert all(r is not None for r in served.ranges(checkpoint_path(1)))  # header, then tensors: Range requests
+    assert again.exit_code == 0, again.output  # state 0 rebuilt, steps 0 and 1: three checks
+    assert "3 check(s) of run" in again.output and "3 match, 0 mismatch" in again.output
+    # The second took state 1 and step 1's trace from the cache: it asked only for what the first had not.
+    assert set(asked_again) == SIGNED | {lab_trace_path(0), checkpoint_path(0)}, asked_again
+    assert "script.py" not in served.paths() and checkpoint_path(2) not in served.paths()
+
+
+def test_without_run_lab_code_nothing_but_the_signed_manifest_is_fetched(tiny, tmp_path):
+    with serve_run(tiny) as (base, served):
+        result = _verify(tmp_path, "0", "--run", base + "/run/")
+    assert result.exit_code == EXIT_USAGE
+    assert "is a lab run" in _one_line(result.output) and "--run-lab-code" in result.output
+    assert served.paths() == SIGNED
+
+
+def test_another_publisher_is_refused_before_the_manifest(tiny, tmp_path):
+    other = identity_from_seed(b"\x11" * 32).public_key.hex()
+    with serve_run(tiny) as (base, served):
+        result = _verify(tmp_path, "0", "--run", base + "/run/", "--run-lab-code", "--publisher", other)
+    assert result.exit_code == EXIT_USAGE and "not by the expected publisher" in _one_line(result.output)
+    assert served.paths() == {"manifest.sig.json"}
+
+
+def _flip_last_data_byte(data: bytes) -> bytes:
+    """The checkpoint with one bit of its last tensor's last byte flipped (header untouched)."""
+    return data[:-1] + bytes([data[-1] ^ 1])
+
+
+def _last_tensor(run: Path, state: int) -> str:
+    data = (run / checkpoint_path(state)).read_bytes()
+    manifest = read_lab_manifest(run)
+    names = [name for name, _ in manifest.state(state).tensors]
+    n = header_length(data[:8], len(names), "checkpoint")
+    layout = parse_layout(data[8 : 8 + n], None, "checkpoint", names)
+    return max(layout.tensors.values(), key=lambda span: span.end).name
+
+
+@pytest.mark.parametrize("behavior", ["normal", "ignore-range"])
+def test_a_served_checkpoint_unlike_the_claimed_state_is_refused_naming_its_tensor(tiny, tmp_path, behavior):
+    path = checkpoint_path(1)
+    with serve_run(tiny) as (base, served):
+        served.mutate[path] = _flip_last_data_byte
+        served.behaviors[path] = behavior
+        result = _verify(tmp_path, "1", "--run", base + "/run/", "--run-lab-code")
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "(fetched, discarded)" in line and f"tensor {_last_tensor(tiny, 1)}" in line, line
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    assert [e.path.name for e in cache.entries() if e.path.name.startswith("state-")] == []  # none kept
+
+
+def test_a_server_ignoring_range_still_gives_a_checked_replay(tiny, tmp_path):
+    with serve_run(tiny) as (base, served):
+        served.behaviors[checkpoint_path(1)] = "ignore-range"
+        result = _verify(tmp_path, "1", "--run", base + "/run/", "--run-lab-code")
+    assert result.exit_code == 0, result.output
+    assert "1 match, 0 mismatch" in result.output
+
+
+def test_a_served_trace_file_unlike_the_manifests_is_refused(tiny, tmp_path):
+    with serve_run(tiny) as (base, served):
+        served.mutate[lab_trace_path(0)] = lambda data: data.replace(b"aten", b"aTen", 1)
+        result = _verify(tmp_path, "0", "--run", base + "/run/", "--run-lab-code")
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE and lab_trace_path(0) in line and "is not the manifest's" in line, line
+
+
+def forge_state_2(claims: LabClaims, states: list[dict[str, np.ndarray]]) -> LabClaims:
+    """The publisher's lie: state 2's first tensor changed by one bit, its digest claimed and signed."""
+    name = sorted(states[2])[0]
+    states[2][name].reshape(-1).view(np.uint32)[0] ^= 1
+    return dataclasses.replace(claims, states=(claims.states[0], digest_state(states[2])))
+
+
+def test_a_signed_lie_served_remotely_is_a_mismatch_naming_the_tensor(tmp_path):
+    forged = publish_tiny(tmp_path / "forged", PUBLISHER, steps=2, change=forge_state_2)
+    with serve_run(forged) as (base, _):
+        result = _verify(tmp_path / "home", "1", "--run", base + "/run/", "--run-lab-code")
+    assert result.exit_code == EXIT_MISMATCH, result.output
+    assert re.search(r"differs in 1 tensors?", result.output), result.output
+
+
+def test_a_daemon_source_replays_a_remote_lab_step_only_with_the_opt_in(tiny, tmp_path):
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    policy = AuditPolicy(redundancy=1, scratch_dir=tmp_path / "scratch")
+    with serve_run(tiny) as (base, served):
+        with pytest.raises(InputError, match="is a lab run: .* --run-lab-code"):
+            RemoteSource(base + "/run/", cache)
+        assert served.paths() == SIGNED
+        source = RemoteSource(base + "/run/", cache, open_lab=open_remote_lab)
+        try:
+            first = source.replay(0, "cpu", policy)
+            second = source.replay_prefetched(source.prefetch(1), "cpu", policy)
+        finally:
+            source.close()
+    manifest = read_lab_manifest(tiny)
+    assert source.manifest.run_id == manifest.run_id and source.manifest.num_steps == 2
+    assert [(a.subject, a.step, a.verdict) for a in first] == [("init", 0, "match"), ("step", 0, "match")]
+    assert [(a.step, a.verdict, a.observed_digest) for a in second] == [(1, "match", manifest.states[1].digest)]
+    assert checkpoint_path(2) not in served.paths() and "script.py" not in served.paths()
