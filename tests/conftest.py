@@ -10,6 +10,10 @@ the `serial` tests alone in one process.
   - tests/netns: each test builds namespaces, veths and nftables routers and runs three to five
     daemons behind NATs, and test_fabric checks that no namespace of ours is left: one fabric at a time.
   - tests/explorer/test_explorer_browser.py: one headless Chromium at a time.
+  - modules whose module-scoped fixture runs a long probe (a subprocess under the Triton interpreter,
+    a published run behind a server): each is one unit, so the fixture runs once, not once on each
+    worker that draws one of its tests (the CI log of 2026-12-06 showed the probes of
+    test_device_residency, test_lab_triton and test_triton_backend each set up twice: 25-54 s each).
   Every other test is its own unit, spread freely.
 - `serial` (a mark in the test's file): the test holds a measured time to a bound (a daemon stops within
   5 s, a stalled download is noticed within 3 s, a token bucket refills at 0.5 a second). Other workers'
@@ -30,6 +34,10 @@ from tests.ci_gate import skip_or_fail
 GROUPS = {
     "netns/": "netns",
     "explorer/test_explorer_browser.py": "browser",
+    "engine/test_device_residency.py": "device-residency probe",
+    "lab/test_lab_triton.py": "lab triton probe",
+    "kernels/test_triton_backend.py": "triton backend probe",
+    "node/test_daemon_slow_server.py": "slow server's run",
 }
 
 

@@ -7,13 +7,20 @@ anything but the signature and manifest is fetched; and every lie of the server 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from p2paudit.attest.queries import coverage
+from p2paudit.attest.record_v2 import INIT_INDEX_STEP
+from p2paudit.attest.store import AttestationStore
 from p2paudit.cli import cli
 from p2paudit.errors import EXIT_MISMATCH, EXIT_USAGE, InputError
 from p2paudit.identity import identity_from_seed
@@ -25,11 +32,14 @@ from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.checkpoint_layout import header_length, parse_layout
 from p2paudit.run.lab_run import lab_trace_path, read_lab_manifest
+from p2paudit.run.manifest import LAB_SIGNATURE_DOMAIN, MANIFEST_FILE, SIGNATURE_FILE, sign_body
+from p2paudit.run.manifest_body import canonical_json
 from p2paudit.tensor_digest import digest_state
 from tests.lab.lab_runs import publish_tiny
 from tests.range_server import serve_run
 
 PUBLISHER = identity_from_seed(b"\x5a" * 32)
+REPO = Path(__file__).resolve().parents[2]
 SIGNED = {"manifest.sig.json", "manifest.json"}
 
 
@@ -163,3 +173,51 @@ def test_a_daemon_source_replays_a_remote_lab_step_only_with_the_opt_in(tiny, tm
     assert [(a.subject, a.step, a.verdict) for a in first] == [("init", 0, "match"), ("step", 0, "match")]
     assert [(a.step, a.verdict, a.observed_digest) for a in second] == [(1, "match", manifest.states[1].digest)]
     assert checkpoint_path(2) not in served.paths() and "script.py" not in served.paths()
+
+
+def test_a_signed_source_unlike_its_sha256_is_refused_before_any_file(tiny, tmp_path):
+    """The view's script.py is written from the manifest's source: a publisher signing a source other than the
+    text its sha256 names (to run one script and claim another) is refused before anything else is fetched."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny, run)
+    body = json.loads((run / MANIFEST_FILE).read_bytes())
+    body["script"]["source"] += "\nimport os  # not what the sha256 names\n"
+    body_bytes, envelope = sign_body(body, PUBLISHER, LAB_SIGNATURE_DOMAIN)
+    (run / MANIFEST_FILE).write_bytes(body_bytes)
+    (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    with serve_run(run) as (base, served):
+        result = _verify(tmp_path / "home", "0", "--run", base + "/run/", "--run-lab-code")
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE and "the script's source is not the text its sha256 names" in line, line
+    assert served.paths() == SIGNED
+
+
+def _daemon(home: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {"P2PAUDIT_HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}  # the script's tests.lab
+    cmd = [sys.executable, "-m", "p2paudit", "daemon", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_daemon_audits_a_lab_run_behind_a_url_only_with_the_opt_in(tiny, tmp_path):
+    manifest = read_lab_manifest(tiny)
+    with serve_run(tiny) as (base, served):
+        refused = _daemon(tmp_path / "refusing", "--run", base + "/run/", "--duration", "4", timeout=120)
+        asked_when_refused = served.paths()
+        done = _daemon(
+            tmp_path / "auditing", "--run", base + "/run/", "--run-lab-code", "--redundancy", "1",
+            "--until-covered", "--quiet", timeout=200,
+        )  # fmt: skip
+    assert refused.returncode == 0, refused.stderr[-2000:]  # the daemon goes on (and --duration ends it)
+    assert "is a lab run" in refused.stdout and "--run-lab-code" in refused.stdout, refused.stdout
+    assert asked_when_refused == SIGNED
+    assert done.returncode == 0, done.stderr[-2000:]
+    with AttestationStore.open_readonly(tmp_path / "auditing" / "ledger.db") as store:
+        assert store.ledger.verify().ok
+        checked = {item.step: item.checked for item in coverage(store, manifest.run_id).per_step}
+        steps = [(a.subject, a.step, a.verdict) for step in (INIT_INDEX_STEP, 0, 1) for _, signed in store.step_attestations(
+            manifest.run_id, step) for a in (signed.attestation,)]  # fmt: skip
+    assert checked == {0: 1, 1: 1}
+    assert sorted(steps) == [("init", 0, "match"), ("step", 0, "match"), ("step", 1, "match")]
+    assert "script.py" not in served.paths() and checkpoint_path(2) not in served.paths()
