@@ -20,6 +20,8 @@ command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v unshare >/dev/null 2>&1 || missing="$missing util-linux"
 # The NAT fabric of tests/netns (namespaces, veths, a bridge, masquerading routers): iproute2 and nftables.
 command -v nft >/dev/null 2>&1 || missing="$missing nftables"
+# The no-FMA audit of the cpu kernels disassembles their machine code as numba cached it (objdump).
+command -v objdump >/dev/null 2>&1 || missing="$missing binutils"
 if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi

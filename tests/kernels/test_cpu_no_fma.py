@@ -2,11 +2,18 @@
 version 2's matmul (matmul_packed_fused) folds with packed FMA instructions, or calls libm's fmaf on a
 processor without them.
 
-numba loads cached kernels without their assembly, so each kernel is compiled
-afresh here from its Python source with the same options (parallel, no
-fastmath, no cache) and the assembly of the whole dispatcher, prange bodies
-included, is searched. A fastmath build of a*b+c shows the search does find
-FMAs on this processor (the failing baseline).
+The code searched is the code that runs: each kernel is called on sample
+inputs (compiled, or loaded from numba's cache), and the object code numba
+keeps in its cache for every signature of the dispatcher (its prange bodies
+linked in) is disassembled with objdump (binutils). numba loads a cached
+kernel without its assembly, and compiling each kernel afresh to read it
+cost 4-27 s a kernel (267 s of CPU in the CI run of 2026-12-06); the cached
+object's instructions were seen to be the fresh compile's, mnemonic for
+mnemonic, on matmul_packed, matmul_packed_fused and square_sum_flat. A kernel
+with no cache entry is compiled afresh with its own options (parallel, no
+fastmath, no cache) and its assembly read instead. A fastmath build of
+a*b+c shows the search does find FMAs on this processor (the failing
+baseline), in LLVM's assembly and in objdump's disassembly of the same code.
 
 A pass is kept in tests/verdict_cache.py's folder under a key of everything the
 machine code depends on (the kernel modules' sources and the kernels modules they import, this file, numba's and
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
+import tempfile
 from pathlib import Path
 
 import llvmlite.binding as llvm
@@ -130,6 +139,44 @@ def _fresh_asm(dispatcher, args) -> str:
     return "\n".join(fresh.inspect_asm().values())
 
 
+def _cached_objects(dispatcher) -> list[bytes] | None:
+    """The object code numba's cache holds for each of `dispatcher`'s signatures; None if any has none."""
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is None or not hasattr(cache, "_cache_file"):  # a kernel without cache=True
+        return None
+    objects = []
+    for signature in dispatcher.overloads:
+        entry = cache._cache_file.load(cache._index_key(signature, dispatcher.targetctx.codegen()))
+        if entry is None:
+            return None
+        _, kind, payload = entry[0]  # CompileResult._reduce(): the library, serialized as object code first
+        assert kind == "object", f"numba cached {dispatcher.py_func.__name__} as {kind}, not object code"
+        objects.append(payload[0])
+    return objects
+
+
+def disassemble(objects: list[bytes]) -> str:
+    """objdump's disassembly (relocations shown: a call to fmaf is named) of each object, operands written
+    with ", " between them as LLVM's assembly writes them."""
+    texts = []
+    with tempfile.TemporaryDirectory() as where:
+        for n, data in enumerate(objects):
+            path = Path(where) / f"{n}.o"
+            path.write_bytes(data)
+            done = subprocess.run(
+                ["objdump", "-d", "-r", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True
+            )
+            texts.append(re.sub(r",(?=[%$(\w-])", ", ", done.stdout))
+    return "\n".join(texts)
+
+
+def _machine_code(dispatcher, args) -> str:
+    """The code `dispatcher` runs on `args`: its cached objects disassembled, or a fresh compile's assembly."""
+    dispatcher(*args)
+    objects = _cached_objects(dispatcher)
+    return _fresh_asm(dispatcher, args) if objects is None else disassemble(objects)
+
+
 CALLS = _sample_calls()
 VERDICTS = VerdictCache("cpu-no-fma")
 
@@ -141,7 +188,7 @@ def _machine_code_key() -> dict[str, str]:
 
 
 def _assert_no_fma(name, dispatcher, args) -> None:
-    asm = _fresh_asm(dispatcher, args)
+    asm = _machine_code(dispatcher, args)
     found = sorted(set(FMA.findall(asm)))
     assert not found, f"{name}: the assembly holds fused multiply-adds {found}"
 
@@ -174,7 +221,7 @@ PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
 
 def _assert_fused(name, dispatcher, args) -> None:
-    asm = _fresh_asm(dispatcher, args)
+    asm = _machine_code(dispatcher, args)
     if llvm.get_host_cpu_features().get("fma", False):
         assert PACKED_FMA.search(asm), f"{name}: no packed vfmadd on ymm/zmm registers"
         assert not PACKED_MUL.search(asm), f"{name}: a packed vmulps: some fold step is not fused"
@@ -209,7 +256,7 @@ def test_matmul_inner_loop_is_vectorised():
 
 def _assert_matmul_vectorised() -> None:
     _, dispatcher, args = next(c for c in CALLS if c[0] == "matmul_packed")
-    asm = _fresh_asm(dispatcher, args)
+    asm = _machine_code(dispatcher, args)
     assert PACKED_MUL.search(asm), "no packed vmulps on ymm/zmm registers in matmul_packed"
     assert PACKED_ADD.search(asm), "no packed vaddps on ymm/zmm registers in matmul_packed"
     assert REGISTER_ADD.search(asm), (
@@ -235,3 +282,13 @@ def test_fma_search_finds_contraction_when_allowed():
     plain = numba.njit(axpy)
     plain(x, x, x)
     assert not FMA.search("\n".join(plain.inspect_asm().values()))
+    # The same search over objdump's disassembly of the same code, as the audit reads cached kernels.
+    assert FMA.search(disassemble(_objects_of(fused)))
+    assert not FMA.search(disassemble(_objects_of(plain)))
+
+
+def _objects_of(dispatcher) -> list[bytes]:
+    """Object code of each of a freshly compiled dispatcher's libraries, emitted by its own target machine."""
+    return [
+        lib._codegen._tm.emit_object(lib._final_module) for lib in (c.library for c in dispatcher.overloads.values())
+    ]
