@@ -210,8 +210,8 @@ class _HashPool:
     def get(self, workers: int) -> ThreadPoolExecutor:
         with self.lock:
             if self.pool is None or self.size < workers:
-                if self.pool is not None:
-                    self.pool.shutdown(wait=False)
+                # A larger pool replaces the kept one, which is not shut down: a caller holding it may still
+                # submit its lists, and its idle threads end once the last reference to it is dropped.
                 self.pool, self.size = ThreadPoolExecutor(workers, thread_name_prefix="digest"), workers
             return self.pool
 

@@ -60,14 +60,15 @@ class RemoteLabRun:
     @contextmanager
     def local_view(self, steps: range, ignore_memory: bool = False) -> Iterator[Path]:
         """A local lab run directory holding the manifest, the script and the checked trace files and
-        checkpoints that steps `steps` replay from, removed on exit (run.lab_run.open_lab_run(view, steps)
+        checkpoints that steps `steps` replay from (none: state 0's rebuild needs the script alone), removed on exit (run.lab_run.open_lab_run(view, steps)
         opens it). InputError (one line) for steps outside the run, a state that cannot fit in memory
         (unless `ignore_memory`), or any file that is not the manifest's."""
         m = self.manifest
-        if not steps or not 0 <= steps[0] <= steps[-1] < m.num_steps:
-            raise InputError(f"steps {steps} are not in the run at {self.remote.base} (it has {m.num_steps} steps)")
+        if steps and not 0 <= steps[0] <= steps[-1] < m.num_steps:
+            where = f"steps {steps[0]}..{steps[-1]}"
+            raise InputError(f"{where} are not in the run at {self.remote.base} (it has steps 0..{m.num_steps - 1})")
         checkpoints = [self._checkpoint_file(n) for n in steps]
-        if not ignore_memory:
+        if checkpoints and not ignore_memory:
             largest = max(f.max_bytes for f in checkpoints)
             check_fits(
                 STATE_MEMORY_FACTOR * largest,

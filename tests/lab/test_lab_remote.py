@@ -221,3 +221,11 @@ def test_a_daemon_audits_a_lab_run_behind_a_url_only_with_the_opt_in(tiny, tmp_p
     assert checked == {0: 1, 1: 1}
     assert sorted(steps) == [("init", 0, "match"), ("step", 0, "match"), ("step", 1, "match")]
     assert "script.py" not in served.paths() and checkpoint_path(2) not in served.paths()
+
+
+def test_init_alone_fetches_no_checkpoint_and_rebuilds_state_0(tiny, tmp_path):
+    with serve_run(tiny) as (base, served):
+        result = _verify(tmp_path, "init", "--run", base + "/run/", "--run-lab-code")
+    assert result.exit_code == 0, result.output
+    assert "1 check(s) of run" in result.output and "1 match, 0 mismatch" in result.output
+    assert served.paths() == SIGNED

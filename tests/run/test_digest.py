@@ -183,3 +183,15 @@ def test_unsupported_arrays_are_refused():
         digest_tensor("s", np.array(["a"]))
     with pytest.raises(InputError, match="cannot digest list"):
         digest_tensor("l", [1.0])
+
+
+def test_a_hash_pool_replaced_by_a_larger_one_still_takes_its_holders_work():
+    """Another thread asking for more workers replaces the kept pool; one still holding the old pool can
+    submit to it (it was shut down under it once: 'cannot schedule new futures after shutdown')."""
+    from p2paudit.tensor_digest import _HashPool
+
+    pool = _HashPool()
+    small = pool.get(1)
+    large = pool.get(2)
+    assert large is not small and pool.get(2) is large
+    assert small.submit(lambda: 7).result(timeout=5) == 7
