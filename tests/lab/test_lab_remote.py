@@ -26,8 +26,10 @@ from p2paudit.errors import EXIT_MISMATCH, EXIT_USAGE, InputError
 from p2paudit.identity import identity_from_seed
 from p2paudit.lab import LabClaims
 from p2paudit.node.assign.auditor import AuditPolicy
+from p2paudit.node.daemon.follow import Follower
 from p2paudit.node.daemon.lab_source import open_remote_lab
 from p2paudit.node.daemon.sources import RemoteSource
+from p2paudit.node.protocols.announce import decode_announcement, sign_announcement
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.checkpoint_layout import header_length, parse_layout
@@ -229,3 +231,27 @@ def test_init_alone_fetches_no_checkpoint_and_rebuilds_state_0(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 check(s) of run" in result.output and "1 match, 0 mismatch" in result.output
     assert served.paths() == SIGNED
+
+
+def test_an_announced_lab_run_opens_only_for_a_follower_with_the_opt_in(tiny, tmp_path):
+    """A followed lab announces a lab run: the follower opens it as a --run URL (the announcing key pinned)
+    and replays it only when it audits lab runs; another key's announcement of it is refused."""
+    manifest = read_lab_manifest(tiny)
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+    keys = frozenset([PUBLISHER.public_key])
+    with serve_run(tiny) as (base, served):
+        announced = decode_announcement(sign_announcement(PUBLISHER, manifest.run_id, [base + "/run/"], 1))
+        with pytest.raises(InputError, match="is a lab run: .* --run-lab-code"):
+            Follower(keys, cache, 10.0, None, None, None)._open(announced)
+        assert served.paths() == SIGNED
+        other = identity_from_seed(b"\x11" * 32)
+        forged = decode_announcement(sign_announcement(other, manifest.run_id, [base + "/run/"], 1))
+        follower = Follower(keys | {other.public_key}, cache, 10.0, None, None, None, open_lab=open_remote_lab)
+        with pytest.raises(InputError, match="not by the expected publisher"):
+            follower._open(forged)
+        source = follower._open(announced)
+        try:
+            audits = source.replay(1, "cpu", AuditPolicy(redundancy=1, scratch_dir=tmp_path / "scratch"))
+        finally:
+            source.close()
+    assert [(a.step, a.verdict) for a in audits] == [(1, "match")]
