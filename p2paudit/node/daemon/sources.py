@@ -11,14 +11,16 @@ used or cached (run.remote.RemoteRun), within a bounded cache that evicts
 least recently used pieces; a memory check then decides between in-memory
 and streaming replay (`--replay auto`). The daemon fetches a remote step
 ahead (`prefetch`, in a thread of the run's own, outside the replay slot)
-and replays it from the prefetched view (`replay_view`), so a slow server
-holds up only its own run. A fetch that fails, a full disk, a request past
+and replays it from the prefetched view (`replay_prefetched`), so a slow server
+holds up only its own run. A lab run behind a URL is a remote run whose
+manifest is a lab run's: taken only with the CLI's lab opener (--run-lab-code),
+its step's files fetched by run.remote_lab and replayed under the lab mode. A fetch that fails, a full disk, a request past
 its deadline or under its rate floor (run.http_guard), or a step whose files
 take over `fetch_deadline` seconds in all raises InputError: the daemon
 reports it, backs off from that run and goes on.
 
-Blocking I/O: `RemoteSource(...)` (the signature and manifest), `prefetch`
-and `step_view` run in worker threads, never on the event loop.
+Blocking I/O: `RemoteSource(...)` (the signature and manifest), `prefetch`,
+`replay` and `replay_prefetched` run in worker threads, never on the event loop.
 """
 
 from __future__ import annotations
