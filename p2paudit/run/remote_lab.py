@@ -60,9 +60,10 @@ class RemoteLabRun:
     @contextmanager
     def local_view(self, steps: range, ignore_memory: bool = False) -> Iterator[Path]:
         """A local lab run directory holding the manifest, the script and the checked trace files and
-        checkpoints that steps `steps` replay from (none: state 0's rebuild needs the script alone), removed on exit (run.lab_run.open_lab_run(view, steps)
-        opens it). InputError (one line) for steps outside the run, a state that cannot fit in memory
-        (unless `ignore_memory`), or any file that is not the manifest's."""
+        checkpoints that steps `steps` replay from (no steps: state 0's rebuild needs the script alone),
+        removed on exit (run.lab_run.open_lab_run(view, steps) opens it). InputError (one line) for steps
+        outside the run, a state that cannot fit in memory (unless `ignore_memory`), or any file that is
+        not the manifest's."""
         m = self.manifest
         if steps and not 0 <= steps[0] <= steps[-1] < m.num_steps:
             where = f"steps {steps[0]}..{steps[-1]}"
