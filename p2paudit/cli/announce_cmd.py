@@ -11,6 +11,8 @@ from p2paudit.cli import cli
 
 if TYPE_CHECKING:
     from p2paudit.identity import Identity
+    from p2paudit.run.lab_run import LabManifest
+    from p2paudit.run.manifest import Manifest
 
 ANNOUNCE_LOG = "announce.log"  # not node.log: a daemon of the same home may be writing (and rotating) that
 
@@ -34,8 +36,8 @@ ANNOUNCE_LOG = "announce.log"  # not node.log: a daemon of the same home may be 
 def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: float) -> None:
     """Announce the run at URL (http or https) to the network, so volunteers who follow this key audit it.
 
-    The run's manifest is fetched and checked first: only the key that signed
-    it (this node's key) can announce it. A short-lived node joins through
+    The run's manifest (an engine run's or a lab run's) is fetched and checked
+    first: only the key that signed it (this node's key) can announce it. A short-lived node joins through
     --peer and publishes the signed announcement on /p2paudit/runs/v1.
     """
     import tempfile
@@ -50,6 +52,7 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     from p2paudit.node.net import LIBRARY_LOGGERS
     from p2paudit.node.protocols.announce import sign_announcement
     from p2paudit.run.cache import BlobCache
+    from p2paudit.run.lab_format import LAB_FORMAT
     from p2paudit.run.remote import RemoteRun
 
     identity = node_identity()
@@ -59,7 +62,13 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     if not peers:
         raise click.UsageError("give a node to announce through (--peer) or list peers in config.json")
     with tempfile.TemporaryDirectory() as tmp, RemoteRun(url, BlobCache(Path(tmp), 1 << 20)) as remote:
-        manifest = remote.manifest
+        manifest: Manifest | LabManifest
+        if remote.body_format() == LAB_FORMAT:  # a lab run (train-script's): its own manifest format
+            from p2paudit.run.remote_lab import RemoteLabRun
+
+            manifest = RemoteLabRun(remote).manifest
+        else:
+            manifest = remote.manifest
     if manifest.public_key != identity.public_key:
         raise InputError(
             f"the run at {url[:200]} is signed by key {manifest.public_key.hex()}, not this node's key "

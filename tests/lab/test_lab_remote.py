@@ -255,3 +255,15 @@ def test_an_announced_lab_run_opens_only_for_a_follower_with_the_opt_in(tiny, tm
         finally:
             source.close()
     assert [(a.step, a.verdict) for a in audits] == [(1, "match")]
+
+
+def test_announce_reads_a_lab_runs_manifest_and_refuses_another_keys_run(tiny, tmp_path):
+    """`p2paudit announce URL` checks a lab run's own manifest (was refused as not an engine run's): only
+    the key that signed it may announce it, refused before any peer is dialled."""
+    with serve_run(tiny) as (base, _):
+        result = CliRunner().invoke(
+            cli, ["announce", base + "/run/", "--peer", "/ip4/127.0.0.1/tcp/9/p2p/" + "1" * 46],
+            env={"P2PAUDIT_HOME": str(tmp_path / "home")},
+        )  # fmt: skip
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE and f"signed by key {PUBLISHER.public_key.hex()}, not this node's" in line
