@@ -267,3 +267,32 @@ def test_announce_reads_a_lab_runs_manifest_and_refuses_another_keys_run(tiny, t
         )  # fmt: skip
     line = _one_line(result.output)
     assert result.exit_code == EXIT_USAGE and f"signed by key {PUBLISHER.public_key.hex()}, not this node's" in line
+
+
+def _claim_a_huge_state(data: bytes) -> bytes:
+    """The checkpoint's header claiming 2^33 float32s (32 GiB) for every tensor, the spans still tiling the
+    data region; the bytes after the header as they were."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    size = 4 * (1 << 33)
+    for i, name in enumerate(names):
+        header[name] = {"dtype": "F32", "shape": [1 << 33], "data_offsets": [i * size, (i + 1) * size]}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + n :]
+
+
+def test_a_header_claiming_a_huge_state_is_refused_before_any_tensor_is_fetched(tiny, tmp_path):
+    path = checkpoint_path(1)
+    with serve_run(tiny) as (base, served):
+        served.mutate[path] = _claim_a_huge_state
+        result = _verify(tmp_path, "1", "--run", base + "/run/", "--run-lab-code")
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE and "of memory but" in line and "--ignore-memory-check" in line, line
+    assert served.ranges(path) == ["bytes=0-7", f"bytes=8-{8 + _header_length(served, path) - 1}"]
+
+
+def _header_length(served, path: str) -> int:  # noqa: ANN001 (the server's record)
+    data = served.mutate[path]((served.root / path).read_bytes())
+    return int.from_bytes(data[:8], "little")
