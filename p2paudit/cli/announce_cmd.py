@@ -52,7 +52,6 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
     from p2paudit.node.net import LIBRARY_LOGGERS
     from p2paudit.node.protocols.announce import sign_announcement
     from p2paudit.run.cache import BlobCache
-    from p2paudit.run.lab_format import LAB_FORMAT
     from p2paudit.run.remote import RemoteRun
 
     identity = node_identity()
@@ -63,7 +62,7 @@ def announce(url: str, mirrors: tuple[str, ...], peers: tuple[str, ...], wait: f
         raise click.UsageError("give a node to announce through (--peer) or list peers in config.json")
     with tempfile.TemporaryDirectory() as tmp, RemoteRun(url, BlobCache(Path(tmp), 1 << 20)) as remote:
         manifest: Manifest | LabManifest
-        if remote.body_format() == LAB_FORMAT:  # a lab run (train-script's): its own manifest format
+        if remote.signed_as_lab():  # a lab run (train-script's): its own manifest format
             from p2paudit.run.remote_lab import RemoteLabRun
 
             manifest = RemoteLabRun(remote).manifest

@@ -169,7 +169,6 @@ def _remote_run_dir(
     from p2paudit.identity import home_dir, parse_public_key_hex
     from p2paudit.run.cache import BlobCache
     from p2paudit.run.http_guard import TransferLimits
-    from p2paudit.run.lab_format import LAB_FORMAT
     from p2paudit.run.remote import RemoteRun
 
     pinned = None if publisher is None else frozenset([parse_public_key_hex(publisher)])
@@ -185,7 +184,7 @@ def _remote_run_dir(
             progress.update(tasks[path], completed=done, total=total)
 
         with RemoteRun(url, cache, on_progress, publishers=pinned, limits=limits) as remote:
-            lab = remote.body_format() == LAB_FORMAT
+            lab = remote.signed_as_lab()
             if lab:
                 view = _remote_lab_view(remote, steps, replay)
             else:

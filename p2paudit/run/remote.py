@@ -56,6 +56,7 @@ import httpx
 from p2paudit.durable import naming_the_file
 from p2paudit.engine.memory import check_fits
 from p2paudit.errors import InputError
+from p2paudit.identity import verify_signature
 from p2paudit.run.cache import BlobCache, link_or_copy
 from p2paudit.run.checkpoint import (
     open_checkpoint,
@@ -64,6 +65,7 @@ from p2paudit.run.digest import format_digest
 from p2paudit.run.http_guard import Resolver, TransferLimits, system_resolver
 from p2paudit.run.http_replies import CHUNK_BYTES, Stream, check_content_range, check_length, check_range_reply
 from p2paudit.run.manifest import (
+    LAB_SIGNATURE_DOMAIN,
     MANIFEST_FILE,
     MAX_MANIFEST_BYTES,
     MAX_SIGNATURE_BYTES,
@@ -76,7 +78,6 @@ from p2paudit.run.remote_checkpoint import CheckpointPieces, Pieces, Refused
 from p2paudit.run.remote_files import RemoteFile, files_for_range
 from p2paudit.run.run_http import CONNECT_TIMEOUT, READ_TIMEOUT, FetchStats, Progress, RunHttp
 from p2paudit.run.step_shards import replay_memory, shards_for_range
-from p2paudit.run.storage import parse_json
 
 REQUEST_BYTES = 4 << 20  # consecutive tensors of a checkpoint are asked for in one Range request up to this
 
@@ -147,11 +148,14 @@ class RemoteRun:
             self._signed = (sig, self._fetch_body(run_id))
         return self._signed
 
-    def body_format(self) -> object:
-        """The "format" field of the fetched manifest (unverified: which reader to check it with), None when
-        the body is no JSON object."""
-        body = parse_json(self.signed_body()[1], str(self.url(MANIFEST_FILE)))
-        return body.get("format") if isinstance(body, dict) else None
+    def signed_as_lab(self) -> bool:
+        """Whether the fetched manifest's signature verifies under a lab run's domain (run.lab_run): which
+        reader checks it, decided from the signature alone, without parsing a body of up to
+        MAX_MANIFEST_BYTES twice. A body signed so is a lab run's claim whatever it holds: the lab
+        reader checks every field; an engine manifest's signature never verifies under that domain."""
+        sig, body = self.signed_body()
+        _, key, signature = parse_signature(sig, str(self.url(SIGNATURE_FILE)))
+        return verify_signature(key, signature, LAB_SIGNATURE_DOMAIN + body)
 
     @property
     def manifest(self) -> Manifest:

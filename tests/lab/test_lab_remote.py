@@ -34,7 +34,7 @@ from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.checkpoint_layout import header_length, parse_layout
 from p2paudit.run.lab_run import lab_trace_path, read_lab_manifest
-from p2paudit.run.manifest import LAB_SIGNATURE_DOMAIN, MANIFEST_FILE, SIGNATURE_FILE, sign_body
+from p2paudit.run.manifest import LAB_SIGNATURE_DOMAIN, MANIFEST_FILE, SIGNATURE_DOMAIN, SIGNATURE_FILE, sign_body
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.tensor_digest import digest_state
 from tests.lab.lab_runs import publish_tiny
@@ -296,3 +296,20 @@ def test_a_header_claiming_a_huge_state_is_refused_before_any_tensor_is_fetched(
 def _header_length(served, path: str) -> int:  # noqa: ANN001 (the server's record)
     data = served.mutate[path]((served.root / path).read_bytes())
     return int.from_bytes(data[:8], "little")
+
+
+def test_a_lab_body_signed_as_an_engine_manifest_is_read_as_one_and_refused(tiny, tmp_path):
+    """Which reader checks a fetched manifest is decided by the domain its signature verifies under: a lab
+    run's body signed as an engine manifest goes to the engine's reader, which refuses its fields (no
+    script is written or run, no checkpoint fetched)."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny, run)
+    body = json.loads((run / MANIFEST_FILE).read_bytes())
+    body_bytes, envelope = sign_body(body, PUBLISHER, SIGNATURE_DOMAIN)
+    (run / MANIFEST_FILE).write_bytes(body_bytes)
+    (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    with serve_run(run) as (base, served):
+        result = _verify(tmp_path / "home", "0", "--run", base + "/run/", "--run-lab-code")
+    line = _one_line(result.output)
+    assert result.exit_code == EXIT_USAGE and "manifest.json" in line and "lab run" not in line, line
+    assert served.paths() == SIGNED

@@ -39,7 +39,6 @@ from p2paudit.errors import InputError
 from p2paudit.node.assign import auditor
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.http_guard import TransferLimits
-from p2paudit.run.lab_format import LAB_FORMAT
 from p2paudit.run.remote import RemoteRun
 
 RUN_LAB_CODE_FLAG = "--run-lab-code"
@@ -147,7 +146,7 @@ class RemoteSource:
         self.remote = RemoteRun(url, cache, self._on_progress, publishers=publishers, limits=limits)
         self.lab: RemoteLab | None = None
         try:  # fetched and checked now (the daemon: in a worker thread)
-            if self.remote.body_format() == LAB_FORMAT:
+            if self.remote.signed_as_lab():
                 if open_lab is None:
                     raise InputError(no_opt_in(self.remote.base))
                 self.lab = open_lab(self.remote)
