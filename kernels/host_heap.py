@@ -11,6 +11,10 @@ ones there (mallopt: no mmap for blocks, no trimming below 2 GiB of free top):
 a long-running process keeps the peak it reached, which a replay reaches
 every step anyway. Values are untouched. Elsewhere than glibc this does
 nothing.
+
+A process that goes idle after a step (a daemon with no step to replay)
+gives those pages back with `release_freed_memory` (glibc's malloc_trim):
+the next step faults them in again.
 """
 
 from __future__ import annotations
@@ -42,3 +46,21 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     _done = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_BYTES))
     return _done
+
+
+def release_freed_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc's malloc_trim(0): the free top of the heap, and
+    the whole pages of free blocks inside it); False where there is no glibc malloc_trim. Values of live
+    arrays are untouched; the next step that needs the memory faults it in again."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kernels.host_heap import release_freed_memory
 from p2paudit.audit.diagnosis import (
     Diagnosis,
     TensorDiff,
@@ -194,3 +195,11 @@ def _trace_step(
     recorder = TraceRecorder()
     single_process_step(view.cfg, backend, view.manifest.arithmetic)(state, batch, recorder)
     return recorder.ops
+
+
+def release_replay_memory() -> bool:
+    """Give the memory a finished replay freed back to the system, for a process going idle (a daemon with
+    no step to replay): host backends keep freed blocks in the heap to reuse them step after step
+    (kernels/host_heap.py), so without this an idle daemon holds the peak of its last replay. False where
+    the C library cannot (not glibc)."""
+    return release_freed_memory()

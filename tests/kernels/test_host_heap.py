@@ -35,3 +35,33 @@ def _region(mode: str) -> str:
 def test_large_arrays_come_from_the_heap_once_a_host_backend_is_taken():
     assert _region("plain") != "[heap]"  # the baseline: glibc maps a 128 MiB block on its own
     assert _region("backend") == "[heap]"
+
+
+RELEASE_PROBE = textwrap.dedent(
+    """
+    import numpy as np
+    import kernels
+    from kernels.host_heap import release_freed_memory
+
+    def resident_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 // 2**20
+
+    kernels.get_backend("cpu", 2)
+    arrays = [np.ones(2**26, np.float32) for _ in range(4)]  # a step's 1 GiB, from the heap
+    del arrays
+    kept = resident_mib()
+    released = release_freed_memory()
+    print(kept, resident_mib(), released)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim and /proc/self/statm")
+def test_an_idle_process_gives_the_freed_heap_back():
+    """The heap keeps a step's freed GiB (so the next step reuses its pages); release_freed_memory, which a
+    daemon calls when it goes idle, gives it back."""
+    out = subprocess.run([sys.executable, "-c", RELEASE_PROBE], capture_output=True, text=True, check=True, timeout=120)
+    kept, after, released = out.stdout.split()
+    assert released == "True"
+    assert int(kept) > 1000 and int(after) < int(kept) - 900, out.stdout

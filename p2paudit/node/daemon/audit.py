@@ -13,6 +13,7 @@ import functools
 import trio
 
 from p2paudit.attest.errors import AttestationError
+from p2paudit.audit.replay import release_replay_memory
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity
 from p2paudit.node import wire
@@ -54,6 +55,8 @@ class Auditing:
         self.ready, self.step_retry, self.peers, self.gossip = ready, step_retry, peers, gossip
         self.report, self.progress = report, progress
         self.busy_step: tuple[bytes, int] | None = None
+        # A replay ran since the heap's freed memory was last given back (audit.replay.release_replay_memory).
+        self.replayed_since_release = False
 
     def take_ready(self) -> tuple[RemoteSource, Prefetched] | None:
         """The prefetched step that has waited longest, taken out of `ready`."""
@@ -115,12 +118,16 @@ class Auditing:
             else:
                 picked = await self._pick()
                 if picked is None:
+                    if self.replayed_since_release:  # going idle: the last replay's freed memory goes back
+                        self.replayed_since_release = False
+                        await trio.to_thread.run_sync(release_replay_memory, abandon_on_cancel=True)  # type: ignore[call-arg]  # trio-typing's stubs (see pyproject)
                     await trio.sleep(IDLE_POLL)
                     continue
                 source, step = picked
                 job = functools.partial(source.replay, step, self.config.backend, self.config.policy)
             run_id = source.manifest.run_id
             self.busy_step = (run_id, step)
+            self.replayed_since_release = True
             began = trio.current_time()
             try:
                 # Abandoned on shutdown: the thread's result is dropped and the daemon stops at once.
