@@ -56,3 +56,49 @@ def test_a_status_written_mid_replay_holds_busy_progress(tiny_run, monkeypatch) 
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and fractions[0] < 0.5
     assert {p["phase"] for p in progress} == {"micro-batch", "update"}
     assert board.progress(tiny_run.manifest.run_id, 1) is None  # forgotten once the replay ends
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_daemon_gives_memory_back_when_it_goes_idle_after_replays(tiny_run, tmp_path, monkeypatch) -> None:
+    """The audit loop releases the heap's freed memory once it finds no step after replaying (never while a
+    replay runs), and not again until it has replayed once more."""
+    import trio
+
+    from p2paudit.node.daemon import audit as daemon_audit
+    from p2paudit.node.daemon.daemon import DaemonConfig
+    from p2paudit.node.daemon.run import run_daemon
+    from p2paudit.node.daemon.sources import LocalSource
+
+    calls: list[tuple[bool, int]] = []
+    replays: list[int] = []
+    replay_step = auditor.replay_step
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        replays.append(args[1])
+        return replay_step(*args, **kwargs)
+
+    def release() -> bool:
+        busy = any(board.progress(tiny_run.manifest.run_id, step) is not None for step in (0, 1))
+        calls.append((busy, len(replays)))
+        return True
+
+    board = ReplayBoard()
+    monkeypatch.setattr(auditor, "REPLAYS", board)
+    monkeypatch.setattr(auditor, "replay_step", counted)
+    monkeypatch.setattr(daemon_audit, "release_replay_memory", release)
+    config = DaemonConfig(
+        runs=(LocalSource(tiny_run),),
+        ledger_path=tmp_path / "ledger.db",
+        status_path=tmp_path / "status.json",
+        backend="reference",
+        policy=auditor.AuditPolicy(redundancy=1, scratch_dir=tmp_path / "scratch"),
+        duration=8.0,
+        linger=1.0,
+    )
+    trio.run(run_daemon, identity_from_seed(b"\x06" * 32), config, lambda event: None)
+    assert sorted(replays) == [0, 1]
+    assert calls and calls[-1][1] == 2, calls  # after the last replay
+    assert not any(busy for busy, _ in calls), calls  # never while a replay ran
+    counts = [n for _, n in calls]
+    assert counts == sorted(set(counts)), calls  # never twice without a replay between
