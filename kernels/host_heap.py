@@ -63,4 +63,3 @@ def release_freed_memory() -> bool:
     trim.restype = ctypes.c_int
     trim(0)
     return True
-
