@@ -13,7 +13,9 @@ the `serial` tests alone in one process.
   - modules whose module-scoped fixture runs a long probe (a subprocess under the Triton interpreter,
     a published run behind a server): each is one unit, so the fixture runs once, not once on each
     worker that draws one of its tests (the CI log of 2026-12-06 showed the probes of
-    test_device_residency, test_lab_triton and test_triton_backend each set up twice: 25-54 s each).
+    test_device_residency, test_lab_triton and test_triton_backend each set up twice: 25-54 s each);
+    and tests/kernels/test_cpu_nn.py, whose kernels the warm-up does not compile: three workers
+    compiled the causal softmax's at once (17.9-20.2 s each of three tests in that log).
   Every other test is its own unit, spread freely.
 - `serial` (a mark in the test's file): the test holds a measured time to a bound (a daemon stops within
   5 s, a stalled download is noticed within 3 s, a token bucket refills at 0.5 a second). Other workers'
@@ -38,6 +40,7 @@ GROUPS = {
     "lab/test_lab_triton.py": "lab triton probe",
     "kernels/test_triton_backend.py": "triton backend probe",
     "node/test_daemon_slow_server.py": "slow server's run",
+    "kernels/test_cpu_nn.py": "cpu_nn kernels",
 }
 
 
