@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import sys
+from typing import Any
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_MAX = -4
@@ -35,15 +36,9 @@ def keep_freed_memory() -> bool:
     global _done
     if _done:
         return True
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    if mallopt is None:
         return False  # not glibc (musl has no mallopt): its defaults stay
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
     _done = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, _TRIM_BYTES))
     return _done
 
@@ -52,14 +47,21 @@ def release_freed_memory() -> bool:
     """Give the heap's free pages back to the system (glibc's malloc_trim(0): the free top of the heap, and
     the whole pages of free blocks inside it); False where there is no glibc malloc_trim. Values of live
     arrays are untouched; the next step that needs the memory faults it in again."""
-    if not sys.platform.startswith("linux"):
+    trim = _libc_function("malloc_trim", (ctypes.c_size_t,))
+    if trim is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = (ctypes.c_size_t,)
-    trim.restype = ctypes.c_int
     trim(0)
     return True
+
+
+def _libc_function(name: str, argtypes: tuple[type, ...]) -> Any:  # noqa: ANN401 (a ctypes foreign function)
+    """The C library's function `name` returning a C int, or None off Linux or where the library lacks it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function

@@ -177,16 +177,21 @@ def test_a_daemon_source_replays_a_remote_lab_step_only_with_the_opt_in(tiny, tm
     assert checkpoint_path(2) not in served.paths() and "script.py" not in served.paths()
 
 
+def _signed_copy(run: Path, to: Path, body: dict, domain: bytes) -> Path:
+    """A copy of `run` whose manifest is `body`, signed by the publisher under `domain` (a signed lie)."""
+    shutil.copytree(run, to)
+    body_bytes, envelope = sign_body(body, PUBLISHER, domain)
+    (to / MANIFEST_FILE).write_bytes(body_bytes)
+    (to / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    return to
+
+
 def test_a_signed_source_unlike_its_sha256_is_refused_before_any_file(tiny, tmp_path):
     """The view's script.py is written from the manifest's source: a publisher signing a source other than the
     text its sha256 names (to run one script and claim another) is refused before anything else is fetched."""
-    run = tmp_path / "run"
-    shutil.copytree(tiny, run)
-    body = json.loads((run / MANIFEST_FILE).read_bytes())
+    body = json.loads((tiny / MANIFEST_FILE).read_bytes())
     body["script"]["source"] += "\nimport os  # not what the sha256 names\n"
-    body_bytes, envelope = sign_body(body, PUBLISHER, LAB_SIGNATURE_DOMAIN)
-    (run / MANIFEST_FILE).write_bytes(body_bytes)
-    (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    run = _signed_copy(tiny, tmp_path / "run", body, LAB_SIGNATURE_DOMAIN)
     with serve_run(run) as (base, served):
         result = _verify(tmp_path / "home", "0", "--run", base + "/run/", "--run-lab-code")
     line = _one_line(result.output)
@@ -302,12 +307,8 @@ def test_a_lab_body_signed_as_an_engine_manifest_is_read_as_one_and_refused(tiny
     """Which reader checks a fetched manifest is decided by the domain its signature verifies under: a lab
     run's body signed as an engine manifest goes to the engine's reader, which refuses its fields (no
     script is written or run, no checkpoint fetched)."""
-    run = tmp_path / "run"
-    shutil.copytree(tiny, run)
-    body = json.loads((run / MANIFEST_FILE).read_bytes())
-    body_bytes, envelope = sign_body(body, PUBLISHER, SIGNATURE_DOMAIN)
-    (run / MANIFEST_FILE).write_bytes(body_bytes)
-    (run / SIGNATURE_FILE).write_bytes(canonical_json(envelope))
+    body = json.loads((tiny / MANIFEST_FILE).read_bytes())
+    run = _signed_copy(tiny, tmp_path / "run", body, SIGNATURE_DOMAIN)
     with serve_run(run) as (base, served):
         result = _verify(tmp_path / "home", "0", "--run", base + "/run/", "--run-lab-code")
     line = _one_line(result.output)
