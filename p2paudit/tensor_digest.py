@@ -26,7 +26,7 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -143,14 +143,8 @@ def _canonical_nans(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def digest_tensor(name: str, array: np.ndarray) -> bytes:
-    """Raw SHA-256 of one named tensor (see the module docstring for the layout).
-
-    The data goes through the hash HASH_CHUNK_BYTES at a time, each piece checked for NaN (and
-    rewritten if it holds one) just before it is hashed, while it is in cache: the same bytes as
-    canonicalising the whole array first, read from memory once instead of twice.
-    Precondition: a numpy array of float32, float64, integers or bools.
-    """
+def _checked_data(name: str, array: np.ndarray) -> np.ndarray:
+    """The array's C-order little-endian data, or InputError for what the format does not digest."""
     if (
         not isinstance(array, np.ndarray)
         or array.dtype.kind not in _ALLOWED_KINDS
@@ -159,19 +153,36 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
         raise InputError(
             f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}"
         )
-    data = _little_endian_c_order(array)
+    return _little_endian_c_order(array)
+
+
+def _header(name: str, data: np.ndarray) -> bytes:
+    """What the tensor digest hashes before the data: domain, name, dtype and shape."""
     name_bytes = name.encode("utf-8")
     dtype_bytes = data.dtype.name.encode("ascii")
-    header = [
-        TENSOR_DOMAIN,
-        struct.pack("<I", len(name_bytes)),
-        name_bytes,
-        struct.pack("<I", len(dtype_bytes)),
-        dtype_bytes,
-        struct.pack("<I", data.ndim),
-        struct.pack(f"<{data.ndim}Q", *data.shape),
-    ]
-    h = hashlib.sha256(b"".join(header))
+    return b"".join(
+        [
+            TENSOR_DOMAIN,
+            struct.pack("<I", len(name_bytes)),
+            name_bytes,
+            struct.pack("<I", len(dtype_bytes)),
+            dtype_bytes,
+            struct.pack("<I", data.ndim),
+            struct.pack(f"<{data.ndim}Q", *data.shape),
+        ]
+    )
+
+
+def digest_tensor(name: str, array: np.ndarray) -> bytes:
+    """Raw SHA-256 of one named tensor (see the module docstring for the layout).
+
+    The data goes through the hash HASH_CHUNK_BYTES at a time, each piece checked for NaN (and
+    rewritten if it holds one) just before it is hashed, while it is in cache: the same bytes as
+    canonicalising the whole array first, read from memory once instead of twice.
+    Precondition: a numpy array of float32, float64, integers or bools.
+    """
+    data = _checked_data(name, array)
+    h = hashlib.sha256(_header(name, data))
     flat = data.reshape(-1)  # C-contiguous: a view
     step = max(1, HASH_CHUNK_BYTES // max(1, flat.itemsize))
     for i in range(0, flat.size, step):
@@ -236,15 +247,27 @@ def _balanced_bins(names: list[str], sizes: dict[str, int], count: int) -> list[
     return bins
 
 
-def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
+Lanes = Callable[[list[bytes], list[np.ndarray], list[bool]], tuple[list[bytes], list[bool]]]
+"""SHA-256 of many (prefix, array) messages at once, and per message whether its float32 data held a NaN
+(kernels/cpu_sha256.sha256_lanes: sixteen messages share each vector instruction)."""
+
+LANE_SPEEDUP = 1.75  # the lanes' bytes per second over hashlib's, measured (docs/benchmarks.md): plans' weights
+LANE_COUNT = 16  # messages one lanes call hashes side by side
+
+
+def digest_state(state: Mapping[str, np.ndarray], lanes: Lanes | None = None) -> StateDigest:
     """Digest every tensor of a training state and combine them (names sorted by UTF-8).
 
     The tensor digests are independent, so a large state's are computed on every processor (SHA-256 and
     numpy's sum release the GIL): the tensors cut into one list per processor of nearly equal bytes, the
     calling thread hashing one list and the kept pool the others; the combination is in name order as always.
+    With `lanes` (the caller's choice: the kernels know whether they are faster here) the tensors that are not
+    far larger than the others go through it instead of hashlib, in the same format (_digest_with_lanes).
     """
     names = sorted(state, key=lambda n: n.encode("utf-8"))
     arrays = {n: np.asarray(state[n]) for n in names}
+    if lanes is not None:
+        return _digest_with_lanes(names, arrays, lanes)
     threads = min(_hash_threads(), len(names))
     if threads < 2 or sum(a.nbytes for a in arrays.values()) < PARALLEL_HASH_BYTES:
         tensors = tuple((n, digest_tensor(n, arrays[n])) for n in names)
@@ -257,6 +280,54 @@ def digest_state(state: Mapping[str, np.ndarray]) -> StateDigest:
     pool = _POOL.get(len(theirs))
     futures = [pool.submit(hash_list, some) for some in theirs]
     got = dict(hash_list(mine))
+    for f in futures:
+        got.update(f.result())
+    tensors = tuple((n, got[n]) for n in names)
+    return StateDigest(combine_tensor_digests(tensors), tensors)
+
+
+def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: Lanes) -> StateDigest:
+    """digest_state's result, the tensor digests taken by `lanes` where that is faster.
+
+    Each lane hashes one message at a time, so a tensor above the lanes' fair share (their bytes over
+    processors x LANE_COUNT lanes) would keep one lane busy after the rest finished: those, float64 tensors
+    (a NaN check of their own) and any tensor in which the lanes saw a NaN (written canonically by
+    digest_tensor) go to hashlib. Every processor gets a share of both kinds, balanced by their expected time.
+    """
+    data = {n: _checked_data(n, arrays[n]) for n in names}
+    sizes = {n: data[n].nbytes for n in names}
+    by_lanes = sorted((n for n in names if data[n].dtype != np.float64), key=lambda n: -sizes[n])
+    threads = max(1, min(_hash_threads(), len(names)))
+    if sum(sizes.values()) < PARALLEL_HASH_BYTES:
+        threads = 1
+    lane_bytes = sum(sizes[n] for n in by_lanes)
+    while by_lanes and sizes[by_lanes[0]] * threads * LANE_COUNT > lane_bytes:
+        lane_bytes -= sizes[by_lanes.pop(0)]  # the largest is more than one lane's share: hashlib's
+    lane_set = set(by_lanes)
+    cost = {n: sizes[n] / LANE_SPEEDUP if n in lane_set else sizes[n] for n in names}
+    jobs: list[list[str]] = [[] for _ in range(threads)]
+    loads = [0.0] * threads
+    for n in sorted(names, key=lambda n: -cost[n]):
+        lightest = loads.index(min(loads))
+        jobs[lightest].append(n)
+        loads[lightest] += cost[n]
+
+    def run(job: list[str]) -> list[tuple[str, bytes]]:
+        mine = [n for n in job if n in lane_set]
+        got = []
+        if mine:
+            digests, nan_seen = lanes(
+                [_header(n, data[n]) for n in mine],
+                [data[n] for n in mine],
+                [data[n].dtype == np.float32 for n in mine],
+            )
+            got = [(n, d) for n, d, nan in zip(mine, digests, nan_seen) if not nan]
+        done = {n for n, _ in got}
+        return got + [(n, digest_tensor(n, data[n])) for n in job if n not in done]
+
+    mine, *theirs = jobs
+    futures = [_POOL.get(len(theirs)).submit(run, job) for job in theirs] if theirs else []
+    got = dict(run(mine))
     for f in futures:
         got.update(f.result())
     tensors = tuple((n, got[n]) for n in names)

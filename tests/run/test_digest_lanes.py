@@ -1,0 +1,65 @@
+"""digest_state with the SHA-256 lanes (kernels/cpu_sha256.py): the same digests as without, every tensor.
+
+The state holds what the format digests differently (NaN of either width written canonically, a
+float64 tensor, big-endian and strided arrays, a 0-d step, empty tensors) beside many tensors of
+a few sizes, so that some go through the lanes and the largest through hashlib; the lanes are
+wrapped to show which did.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.cpu_sha256 import sha256_lanes
+from p2paudit import tensor_digest
+from p2paudit.tensor_digest import digest_state, digest_tensor
+
+
+def _state() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    state: dict[str, np.ndarray] = {}
+    for i in range(40):
+        state[f"params/layer{i}.w"] = rng.standard_normal((64, 33 + i)).astype(np.float32)
+        state[f"opt/m/layer{i}.w"] = rng.standard_normal(200 + 7 * i).astype(np.float32)
+    state["params/embedding"] = rng.standard_normal((2048, 256)).astype(np.float32)  # far larger: hashlib's
+    state["params/layer3.w"][5, 7] = np.float32(np.nan)  # a quiet NaN
+    state["opt/m/layer9.w"][0] = np.frombuffer(b"\x01\x00\x80\xff", np.float32)[0]  # a signalling one
+    state["opt/v/double"] = rng.standard_normal(999)  # float64
+    state["opt/v/double"][3] = np.nan
+    state["opt/v/big_endian"] = rng.standard_normal(300).astype(">f4")
+    state["opt/v/strided"] = rng.standard_normal((50, 40)).astype(np.float32)[:, ::3]
+    state["opt/v/empty"] = np.empty((0, 5), np.float32)
+    state["opt/v/ints"] = rng.integers(-(2**40), 2**40, 513)
+    state["opt/v/mask"] = rng.integers(0, 2, 77).astype(bool)
+    state["step"] = np.array(7, np.int64)
+    return state
+
+
+def test_the_lanes_give_every_tensor_digest_that_hashlib_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1)  # a small state on every processor too
+    state = _state()
+    seen: list[str] = []
+
+    def lanes(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bool]):  # noqa: ANN202
+        seen.extend(
+            p[len(tensor_digest.TENSOR_DOMAIN) + 4 :].split(b"\x07", 1)[0].decode("ascii", "replace") for p in prefixes
+        )
+        return sha256_lanes(prefixes, datas, checks)
+
+    with_lanes = digest_state(state, lanes)
+    assert with_lanes == digest_state(state)
+    assert dict(with_lanes.tensors) == {n: digest_tensor(n, a) for n, a in state.items()}
+    assert len(seen) > 60  # most tensors went through the lanes
+    assert not any("embedding" in s or "double" in s for s in seen)  # the largest and the float64 did not
+
+
+def test_a_state_of_only_small_tensors_and_one_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 1)
+    state = {f"t{i}": np.full(i, np.float32(i)) for i in range(100)}
+    assert digest_state(state, sha256_lanes) == digest_state(state)
+
+
+def test_a_bad_tensor_is_refused_by_name_as_without_lanes() -> None:
+    with pytest.raises(tensor_digest.InputError, match="tensor 'bad': cannot digest"):
+        digest_state({"good": np.zeros(3, np.float32), "bad": np.zeros(3, np.complex64)}, sha256_lanes)
