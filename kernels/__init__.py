@@ -63,6 +63,7 @@ from kernels.versions import at_version, check_version
 
 if TYPE_CHECKING:  # kept out of the import itself: `import kernels` loads no numpy
     from kernels.backend_contract import Backend, HostArray
+    from kernels.cpu_sha256 import Lanes
 
 # What a new run uses (`train --arithmetic 1` for version 1); runs of either version replay in the version their
 # manifest names. `get_backend`'s own default stays version 1: the backend module itself (kernels/versions.py).
@@ -70,6 +71,7 @@ ARITHMETIC_VERSION = 2
 BACKENDS = ("reference", "cpu", "triton")
 
 _MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
+_DIGEST_MODULES = {"cpu": "kernels.cpu_sha256"}  # the cpu backend's SHA-256 lanes, loaded by name as it is
 
 
 @overload
@@ -95,3 +97,11 @@ def get_backend(name: str, arithmetic: int = 1) -> Backend[Any]:
         keep_freed_memory()  # host arrays: a step's new state reuses the old one's pages (kernels/host_heap.py)
     # mypy checks each module against Backend (kernels/backend_contract.py, kernels/triton_backend.py).
     return at_version(importlib.import_module(_MODULES[name]), arithmetic)
+
+
+def state_lanes() -> Lanes | None:
+    """SHA-256 of sixteen tensors per vector instruction (kernels/cpu_sha256.py) where that beats hashlib here
+    (numba compiles for AVX-512), else None: what p2paudit.tensor_digest.digest_state takes as `lanes`.
+    Loaded by name like the cpu backend (numba) on first use, so `import kernels` stays light."""
+    lanes: Lanes | None = importlib.import_module(_DIGEST_MODULES["cpu"]).state_lanes()
+    return lanes

@@ -31,7 +31,6 @@ import torch
 
 import kernels
 from kernels import lab_math
-from kernels.cpu_sha256 import state_lanes
 from p2paudit.errors import InputError
 from p2paudit.lab.mode import CanonicalMode
 from p2paudit.lab.refusal import LabOpRefused
@@ -103,7 +102,9 @@ class LabRun:
         self.records: list[StepRecord] = []
         self.first_step, self.keep_values = first_step, values
         self.last_mode: CanonicalMode | None = None
-        self.lanes = state_lanes()  # sixteen tensors a vector instruction where that beats hashlib: same digests
+        self.lanes = (
+            kernels.state_lanes()
+        )  # sixteen tensors a vector instruction where that beats hashlib: same digests
         self.initial = digest_state(self.state_arrays(), self.lanes)  # state 0: what a replay starts from
 
     def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
