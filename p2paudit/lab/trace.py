@@ -66,9 +66,18 @@ def _json(x: object) -> str:
     return json.dumps(x, separators=(",", ":"), ensure_ascii=True)  # anything else: the encoder itself
 
 
+_OUTPUTS: dict[tuple[torch.Size, torch.dtype], str] = {}  # (shape, dtype) -> its encoded [shape, dtype]
+
+
 def _output(o: torch.Tensor) -> str:
-    """An output's [shape, dtype], encoded."""
-    return "[[" + ",".join(map(str, o.shape)) + "]," + _encode_str(str(o.dtype)) + "]"
+    """An output's [shape, dtype], encoded (formatted once per shape and dtype)."""
+    key = (o.shape, o.dtype)
+    text = _OUTPUTS.get(key)
+    if text is None:
+        if len(_OUTPUTS) > 100_000:  # a bound: a script of ever new shapes does not grow it without end
+            _OUTPUTS.clear()
+        text = _OUTPUTS[key] = "[[" + ",".join(map(str, o.shape)) + "]," + _encode_str(str(o.dtype)) + "]"
+    return text
 
 
 @dataclass
@@ -99,6 +108,10 @@ class Tracer:
     def _walk(self, x: object, inputs: list[str], constants: list[str]) -> None:
         if isinstance(x, torch.Tensor):
             inputs.append(self._label_of(x))
+        elif type(x) is int:  # the most common constants first: an int, a list of ints (as _json writes them)
+            constants.append(int.__repr__(x))
+        elif type(x) is list and all(type(i) is int for i in x):
+            constants.append("[" + ",".join(map(int.__repr__, x)) + "]")
         elif isinstance(x, (list, tuple)) and any(isinstance(i, torch.Tensor) for i in x):
             for i in x:
                 self._walk(i, inputs, constants)
@@ -114,7 +127,7 @@ class Tracer:
         for key in sorted(kwargs):
             constants.append(_encode_str(key))
             self._walk(kwargs[key], inputs, constants)
-        outs = [o for o in _flatten(out) if isinstance(o, torch.Tensor)]
+        outs = [out] if type(out) is torch.Tensor else [o for o in _flatten(out) if isinstance(o, torch.Tensor)]
         if not outs and name.endswith("_"):  # in-place list ops return nothing: their targets changed
             outs = [t for t in _flatten(args[0]) if isinstance(t, torch.Tensor)] if args else []
         index = len(self.records)
