@@ -87,16 +87,34 @@ class RemoteLabRun:
             yield view
 
     def _checkpoint_file(self, n: int) -> RemoteFile:
-        """The checkpoint of state n as a file to place: its exact size from the cached copy, or from its
-        header (fetched and parsed against the claimed state's tensor names)."""
+        """The checkpoint of state n as a file to place: its exact size from the cached copy's own header
+        when that header parses and gives the copy's length, else from the served header (fetched and
+        parsed against the claimed state's tensor names). A cached copy whose header or length is damaged is
+        discarded here, so the step is planned from the served header in this attempt (a copy damaged
+        within its tensors keeps its size and is discarded and fetched again when it is placed)."""
         expected = self.manifest.state(n)
         path, key = checkpoint_path(n), state_key(expected)
-        cached = self.remote.cache.lookup(key)
-        if cached is not None:
-            size = cached.stat().st_size
-        else:
-            names = [name for name, _ in expected.tensors]
+        names = [name for name, _ in expected.tensors]
+        size = self._cached_size(key, names)
+        if size is None:
             where = str(self.remote.url(path))
             length = header_length(self.remote.span(path, 0, 8), len(names), where)
             size = parse_layout(self.remote.span(path, 8, 8 + length), None, where, names).file_size
         return RemoteFile(path, key, size, True, None, n, expected, None)
+
+    def _cached_size(self, key: str, names: list[str]) -> int | None:
+        """The size the cached checkpoint `key`'s header gives, if that is the copy's length; None (the copy
+        discarded) when its header does not parse or gives another length; None when nothing is cached."""
+        cached = self.remote.cache.lookup(key)
+        if cached is None:
+            return None
+        try:
+            with open(cached, "rb") as f:
+                length = header_length(f.read(8), len(names), str(cached))
+                size = parse_layout(f.read(length), None, str(cached), names).file_size
+            if size == cached.stat().st_size:
+                return size
+        except (OSError, InputError):
+            pass
+        self.remote.cache.discard(key)
+        return None

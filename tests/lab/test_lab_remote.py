@@ -314,3 +314,24 @@ def test_a_lab_body_signed_as_an_engine_manifest_is_read_as_one_and_refused(tiny
     line = _one_line(result.output)
     assert result.exit_code == EXIT_USAGE and "manifest.json" in line and "lab run" not in line, line
     assert served.paths() == SIGNED
+
+
+@pytest.mark.parametrize("damage", ["truncated", "extended", "header"])
+def test_a_cached_checkpoint_damaged_on_disk_is_fetched_again_in_the_same_attempt(tiny, tmp_path, damage):
+    """A copy whose length or header changed on the cache's disk is not trusted for the checkpoint's size:
+    it is discarded while the step is planned, and the served header and tensors are fetched at once."""
+    with serve_run(tiny) as (base, served):
+        url = base + "/run/"
+        first = _verify(tmp_path, "1", "--run", url, "--run-lab-code")
+        assert first.exit_code == 0, first.output
+        (cached,) = [p for p in tmp_path.rglob("state-*") if p.is_file()]
+        data = cached.read_bytes()
+        damaged = {"truncated": data[:-5], "extended": data + b"\0" * 7, "header": b"\xff" * 8 + data[8:]}
+        cached.write_bytes(damaged[damage])
+        logged = len(served.log)
+        again = _verify(tmp_path, "1", "--run", url, "--run-lab-code")
+        asked_again = [path for path, *_ in served.log[logged:]]
+    assert again.exit_code == 0, again.output
+    assert "1 match, 0 mismatch" in again.output
+    assert checkpoint_path(1) in asked_again  # fetched again (header first), in this one attempt
+    assert cached.read_bytes() == data  # the cache holds the checked copy again
