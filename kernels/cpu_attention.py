@@ -196,8 +196,26 @@ def _panel(q, z, i0, scale, full, o, p, lse, kp, vp, fused):
             row[j] = row[j] * scale
         m, total = causal_softmax_row(row, p[z, t], buf, t)
         lse[z * t_count + t] = m + log_f32(total)
-    out = _fold_panels(_columns_of_rows(p, z, i0, k_end), vp[z], 0, k_end, fused)
+    out = _fold_panels(_query_columns(p, z, i0, k_end), vp[z], 0, k_end, fused)
     _store_rows(out, z, i0, o, scale, False, p, vp[z], k_end, fused)
+
+
+@njit(inline="always")
+def _key_columns(m, z, j0, t_lo):
+    """_columns_k_major(m, z, j0, t_lo)'s values: m's own rows where the panel's TILE_ROWS columns lie within
+    T (a view: row t of it is m[z, t, j0 : j0 + TILE_ROWS], contiguous), the padded copy for the last panel."""
+    if j0 + TILE_ROWS <= m.shape[2]:
+        return m[z, t_lo:, j0 : j0 + TILE_ROWS]
+    return _columns_k_major(m, z, j0, t_lo)[:, :]
+
+
+@njit(inline="always")
+def _query_columns(m, z, i0, k_end):
+    """_columns_of_rows(m, z, i0, k_end)'s values: a transposed view of m's own rows where the panel's
+    TILE_ROWS rows lie within T, the padded copy for the last panel."""
+    if i0 + TILE_ROWS <= m.shape[1]:
+        return m[z, i0 : i0 + TILE_ROWS, :k_end].T
+    return _columns_of_rows(m, z, i0, k_end)[:, :]
 
 
 @njit(inline="always")
@@ -310,7 +328,7 @@ def _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, fused):
     for i in range(i1 - i0):
         causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[z, i0 + i], buf, i0 + i)
     k_end = t_count if full_q else i1
-    out = _fold_panels(_columns_of_rows(ds, z, i0, k_end), kc[z], 0, k_end, fused)
+    out = _fold_panels(_query_columns(ds, z, i0, k_end), kc[z], 0, k_end, fused)
     _store_rows(out, z, i0, dq, scale, True, ds, kc[z], k_end, fused)
 
 
@@ -320,8 +338,8 @@ def _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, fused):
     out where allowed: no -0.0 to carry)."""
     t_count = p.shape[1]
     lo = 0 if full_v else j0
-    out = _fold_panels(_columns_k_major(p, z, j0, lo), dc[z], lo, t_count, fused)
+    out = _fold_panels(_key_columns(p, z, j0, lo), dc[z], lo, t_count, fused)
     _store_rows(out, z, j0, dv, scale, False, p, dc[z], t_count, fused)
     lo = 0 if full_k else j0
-    out = _fold_panels(_columns_k_major(ds, z, j0, lo), qc[z], lo, t_count, fused)
+    out = _fold_panels(_key_columns(ds, z, j0, lo), qc[z], lo, t_count, fused)
     _store_rows(out, z, j0, dk, scale, True, ds, qc[z], t_count, fused)
