@@ -30,21 +30,28 @@ def multiply_flat(a, b, out):
 
 
 @njit(parallel=True, cache=True)
-def binary_4d(x, y, multiply, out):
+def binary_4d(x, y, multiply, out, rows_per_task):
     """out = x * y (multiply) or x + y, rounded once per element, for 4-d float32 arrays of out's shape in any
-    strides (a broadcast's zeros, a slice's steps) and out C-contiguous; rows of the last axis on the threads."""
+    strides (a broadcast's zeros, a slice's steps) and out C-contiguous. A task is up to rows_per_task (>= 1)
+    consecutive rows of the third axis within one (i, j): its index arithmetic is done once, not per row
+    (a rope's halves, (4, 8, 256, 16) with a step of 2: 63 -> 27 us)."""
     n0, n1, n2, n3 = out.shape
-    for r in prange(n0 * n1 * n2):
-        i = r // (n1 * n2)
-        j = (r // n2) % n1
-        k = r % n2
-        xs, ys, dst = x[i, j, k], y[i, j, k], out[i, j, k]  # (n3,) each
+    blocks = (n2 + rows_per_task - 1) // rows_per_task
+    for task in prange(n0 * n1 * blocks):
+        ij = task // blocks
+        k0 = (task - ij * blocks) * rows_per_task
+        k1 = min(n2, k0 + rows_per_task)
+        i = ij // n1
+        j = ij - i * n1
+        xs, ys, dst = x[i, j], y[i, j], out[i, j]  # (n2, n3) each
         if multiply:
-            for m in range(n3):
-                dst[m] = xs[m] * ys[m]
+            for k in range(k0, k1):
+                for m in range(n3):
+                    dst[k, m] = xs[k, m] * ys[k, m]
         else:
-            for m in range(n3):
-                dst[m] = xs[m] + ys[m]
+            for k in range(k0, k1):
+                for m in range(n3):
+                    dst[k, m] = xs[k, m] + ys[k, m]
 
 
 @njit(parallel=True, cache=True)

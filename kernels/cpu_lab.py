@@ -35,6 +35,7 @@ from __future__ import annotations
 import sys
 import threading
 
+import numba
 import numpy as np
 
 from kernels import (
@@ -144,6 +145,7 @@ def adamw_in_place(
 
 
 PARALLEL_MIN = 1 << 16  # elements from which add, multiply and scale_in_place run on every thread
+TASKS_PER_THREAD = 4  # broadcast_binary's tasks per thread (prange hands each thread an equal run of them)
 
 
 def parallel_pair(a: np.ndarray, b: np.ndarray) -> bool:
@@ -181,7 +183,10 @@ def broadcast_binary(a: np.ndarray, b: np.ndarray, multiply: bool) -> np.ndarray
         return None
     full = (1,) * (4 - len(shape)) + shape
     out = np.empty(full, F32)
-    binary_4d(np.broadcast_to(a, full), np.broadcast_to(b, full), multiply, out)
+    # tasks of whole rows of the third axis, at least TASKS_PER_THREAD per thread where the rows allow
+    tasks_wanted = TASKS_PER_THREAD * numba.get_num_threads()
+    blocks = min(full[2], max(1, -(-tasks_wanted // (full[0] * full[1]))))
+    binary_4d(np.broadcast_to(a, full), np.broadcast_to(b, full), multiply, out, -(-full[2] // blocks))
     return out.reshape(shape)
 
 

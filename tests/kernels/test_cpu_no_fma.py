@@ -91,7 +91,7 @@ def _sample_calls():
         ("add_flat", ew.add_flat, (flat, flat, np.empty_like(flat))),
         ("multiply_flat", ew.multiply_flat, (flat, flat, np.empty_like(flat))),
         ("scale_flat", ew.scale_flat, (flat, F32(0.5), np.empty_like(flat))),
-        ("binary_4d", ew.binary_4d, (x[None, None], x[None, None], True, np.empty((1, 1, 5, 7), F32))),
+        ("binary_4d", ew.binary_4d, (x[None, None], x[None, None], True, np.empty((1, 1, 5, 7), F32), 2)),
         ("one_hot_rows", ew.one_hot_rows, (np.array([2, -1, 0, 6, 1], np.int64), F32(-0.2), np.empty_like(x))),
         ("exp_flat", ew.exp_flat, (flat,)),
         ("log_flat", ew.log_flat, (flat,)),

@@ -161,6 +161,8 @@ BROADCASTS = [
     ((1, 1024, 768), (1, 1024, 1)),  # a per-row scale
     ((256,), (300, 256)),  # the larger one second
     ((2, 3, 128, 64), (128, 1)),  # four dimensions
+    ((1001, 70), (1001, 1)),  # one (i, j): its rows cut into tasks, the last one short
+    ((3, 5, 370, 13), (370, 13)),  # fifteen (i, j), a task each
 ]
 
 
