@@ -78,18 +78,23 @@ def _transpose_masks() -> list[tuple[int, list[int], list[int]]]:
 
 
 @intrinsic
-def _compress16(typingctx, state, addrs, checks, nan):
-    """One block per lane: lane l's 64 bytes at address addrs[l], compressed into state[:, l] (state (8, 16)
-    uint32); nan[l] |= 1 where one of the 16 little-endian words at checks[l] is a float32 NaN."""
-    if not all(isinstance(a, types.Array) and a.ndim == n for a, n in ((state, 2), (addrs, 1), (checks, 1), (nan, 1))):
+def _compress16(typingctx, state, addrs, steps, checks, check_steps, nan, count):
+    """`count` blocks per lane: lane l's blocks at addrs[l], addrs[l] + steps[l], ... (steps 64, or 0 for an
+    idle lane that keeps compressing its zero block), compressed into state[:, l] (state (8, 16) uint32);
+    nan[l] |= 1 where one of the 16 little-endian words at checks[l] + r * check_steps[l] is a float32 NaN.
+    The state, the addresses and the NaN flags stay in registers for the whole run."""
+    arrays = ((state, 2), (addrs, 1), (steps, 1), (checks, 1), (check_steps, 1), (nan, 1))
+    if not all(isinstance(a, types.Array) and a.ndim == n for a, n in arrays) or not isinstance(count, types.Integer):
         return None
-    sig = types.void(state, addrs, checks, nan)
+    sig = types.void(state, addrs, steps, checks, check_steps, nan, count)
 
     def codegen(context, builder, signature, args):
-        st_ty, ad_ty, ck_ty, nan_ty = signature.args
-        st, ad, ck, nn = (context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args))
+        arrays = zip(signature.args[:6], args[:6])
+        st, ad, sp, ck, cs, nn = (context.make_array(t)(context, builder, a) for t, a in arrays)
+        run = context.cast(builder, args[6], signature.args[6], types.intp)
         i32, i64 = ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(i32, LANES)
+        vec64 = ir.VectorType(i64, LANES)
         vecp = vec.as_pointer()
 
         def const(x):
@@ -102,54 +107,67 @@ def _compress16(typingctx, state, addrs, checks, nan):
             return builder.call(fshr, [x, x, const(r)])
 
         def lane_vector(arr):  # <16 x i64> of a (16,) int64 array
-            return builder.load(builder.bitcast(arr.data, ir.VectorType(i64, LANES).as_pointer()), align=8)
-
-        addr_v, check_v = lane_vector(ad), lane_vector(ck)
-        rows = []
-        for lane in range(LANES):
-            ptr = builder.inttoptr(builder.extract_element(addr_v, ir.Constant(i32, lane)), vecp)
-            rows.append(builder.load(ptr, align=1))
-        for b, low, high in _transpose_masks():
-            new = list(rows)
-            for i in range(LANES):
-                if i & b == 0:
-                    j = i + b
-                    new[i] = builder.shuffle_vector(rows[i], rows[j], ir.Constant(vec, low))
-                    new[j] = builder.shuffle_vector(rows[i], rows[j], ir.Constant(vec, high))
-            rows = new
-        w = [builder.call(bswap, [r]) for r in rows]  # w[t]: word t of every lane's block
-        # NaN test: any word of lane l's 16 at checks[l] with |bits| > +inf's bits
-        flags = []
-        for lane in range(LANES):
-            ptr = builder.inttoptr(builder.extract_element(check_v, ir.Constant(i32, lane)), vecp)
-            bits = builder.and_(builder.load(ptr, align=1), const(_ABS_MASK))
-            over = builder.icmp_unsigned(">", bits, const(_INF_BITS))
-            as_int = builder.bitcast(over, ir.IntType(LANES))
-            flags.append(builder.zext(builder.icmp_unsigned("!=", as_int, ir.Constant(ir.IntType(LANES), 0)), i32))
-        nan_v = ir.Constant(vec, ir.Undefined)
-        for lane, f in enumerate(flags):
-            nan_v = builder.insert_element(nan_v, f, ir.Constant(i32, lane))
-        nan_ptr = builder.bitcast(nn.data, vecp)
-        builder.store(builder.or_(builder.load(nan_ptr, align=4), nan_v), nan_ptr, align=4)
+            return builder.load(builder.bitcast(arr.data, vec64.as_pointer()), align=8)
 
         state_ptr = builder.bitcast(st.data, vecp)
-        h0 = [builder.load(builder.gep(state_ptr, [ir.Constant(i32, j)]), align=4) for j in range(8)]
-        a, b_, c, d, e, f, g, h = h0
-        for t in range(64):
-            if t >= 16:
-                w15, w2 = w[t - 15], w[t - 2]
-                s0 = builder.xor(builder.xor(rotr(w15, 7), rotr(w15, 18)), builder.lshr(w15, const(3)))
-                s1 = builder.xor(builder.xor(rotr(w2, 17), rotr(w2, 19)), builder.lshr(w2, const(10)))
-                w.append(builder.add(builder.add(w[t - 16], s0), builder.add(w[t - 7], s1)))
-            big_s1 = builder.xor(builder.xor(rotr(e, 6), rotr(e, 11)), rotr(e, 25))
-            ch = builder.xor(builder.and_(e, f), builder.and_(builder.xor(e, const(0xFFFFFFFF)), g))
-            t1 = builder.add(builder.add(builder.add(h, big_s1), builder.add(ch, const(_K[t]))), w[t])
-            big_s0 = builder.xor(builder.xor(rotr(a, 2), rotr(a, 13)), rotr(a, 22))
-            maj = builder.xor(builder.xor(builder.and_(a, b_), builder.and_(a, c)), builder.and_(b_, c))
-            t2 = builder.add(big_s0, maj)
-            h, g, f, e, d, c, b_, a = g, f, e, builder.add(d, t1), c, b_, a, builder.add(t1, t2)
-        for j, x in enumerate((a, b_, c, d, e, f, g, h)):
-            builder.store(builder.add(h0[j], x), builder.gep(state_ptr, [ir.Constant(i32, j)]), align=4)
+        nan_ptr = builder.bitcast(nn.data, vecp)
+        slots = [cgutils.alloca_once(builder, vec) for _ in range(8)]
+        for j in range(8):
+            builder.store(builder.load(builder.gep(state_ptr, [ir.Constant(i32, j)]), align=4), slots[j])
+        addr_slot, check_slot = cgutils.alloca_once(builder, vec64), cgutils.alloca_once(builder, vec64)
+        nan_slot = cgutils.alloca_once(builder, vec)
+        builder.store(lane_vector(ad), addr_slot)
+        builder.store(lane_vector(ck), check_slot)
+        builder.store(builder.load(nan_ptr, align=4), nan_slot)
+        step_v, check_step_v = lane_vector(sp), lane_vector(cs)
+        with cgutils.for_range(builder, run):
+            addr_v, check_v = builder.load(addr_slot), builder.load(check_slot)
+            rows = []
+            for lane in range(LANES):
+                ptr = builder.inttoptr(builder.extract_element(addr_v, ir.Constant(i32, lane)), vecp)
+                rows.append(builder.load(ptr, align=1))
+            for b, low, high in _transpose_masks():
+                new = list(rows)
+                for i in range(LANES):
+                    if i & b == 0:
+                        j = i + b
+                        new[i] = builder.shuffle_vector(rows[i], rows[j], ir.Constant(vec, low))
+                        new[j] = builder.shuffle_vector(rows[i], rows[j], ir.Constant(vec, high))
+                rows = new
+            w = [builder.call(bswap, [r]) for r in rows]  # w[t]: word t of every lane's block
+            # NaN test: any word of lane l's 16 at its check address with |bits| > +inf's bits
+            nan_v = builder.load(nan_slot)
+            for lane in range(LANES):
+                ptr = builder.inttoptr(builder.extract_element(check_v, ir.Constant(i32, lane)), vecp)
+                bits = builder.and_(builder.load(ptr, align=1), const(_ABS_MASK))
+                over = builder.icmp_unsigned(">", bits, const(_INF_BITS))
+                as_int = builder.bitcast(over, ir.IntType(LANES))
+                seen = builder.zext(builder.icmp_unsigned("!=", as_int, ir.Constant(ir.IntType(LANES), 0)), i32)
+                old = builder.extract_element(nan_v, ir.Constant(i32, lane))
+                nan_v = builder.insert_element(nan_v, builder.or_(old, seen), ir.Constant(i32, lane))
+            builder.store(nan_v, nan_slot)
+            h0 = [builder.load(slot) for slot in slots]
+            a, b_, c, d, e, f, g, h = h0
+            for t in range(64):
+                if t >= 16:
+                    w15, w2 = w[t - 15], w[t - 2]
+                    s0 = builder.xor(builder.xor(rotr(w15, 7), rotr(w15, 18)), builder.lshr(w15, const(3)))
+                    s1 = builder.xor(builder.xor(rotr(w2, 17), rotr(w2, 19)), builder.lshr(w2, const(10)))
+                    w.append(builder.add(builder.add(w[t - 16], s0), builder.add(w[t - 7], s1)))
+                big_s1 = builder.xor(builder.xor(rotr(e, 6), rotr(e, 11)), rotr(e, 25))
+                ch = builder.xor(builder.and_(e, f), builder.and_(builder.xor(e, const(0xFFFFFFFF)), g))
+                t1 = builder.add(builder.add(builder.add(h, big_s1), builder.add(ch, const(_K[t]))), w[t])
+                big_s0 = builder.xor(builder.xor(rotr(a, 2), rotr(a, 13)), rotr(a, 22))
+                maj = builder.xor(builder.xor(builder.and_(a, b_), builder.and_(a, c)), builder.and_(b_, c))
+                t2 = builder.add(big_s0, maj)
+                h, g, f, e, d, c, b_, a = g, f, e, builder.add(d, t1), c, b_, a, builder.add(t1, t2)
+            for j, x in enumerate((a, b_, c, d, e, f, g, h)):
+                builder.store(builder.add(h0[j], x), slots[j])
+            builder.store(builder.add(addr_v, step_v), addr_slot)
+            builder.store(builder.add(check_v, check_step_v), check_slot)
+        for j in range(8):
+            builder.store(builder.load(slots[j]), builder.gep(state_ptr, [ir.Constant(i32, j)]), align=4)
+        builder.store(builder.load(nan_slot), nan_ptr, align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -162,11 +180,15 @@ def _run_lanes(stage, head_off, head_n, mid_addr, mid_n, mid_back, tail_off, tai
     Message m: head_n[m] staged blocks at stage[head_off[m]:], then mid_n[m] blocks at address mid_addr[m],
     then tail_n[m] staged blocks at stage[tail_off[m]:]. check[m]: test the middle for float32 NaN at the
     element boundary mid_addr - mid_back[m]. `zeros`: a zero block (at least 64 bytes) for idle lanes.
+    Each call of the compression runs as many blocks as every busy lane has left in its current piece
+    (head, middle or tail), so the lanes' bookkeeping happens only where one of them changes piece.
     """
     count = head_n.shape[0]
     state = np.empty((8, LANES), np.uint32)
     addrs = np.empty(LANES, np.int64)
+    steps = np.empty(LANES, np.int64)
     checks = np.empty(LANES, np.int64)
+    check_steps = np.empty(LANES, np.int64)
     nan = np.zeros(LANES, np.uint32)
     msg = np.full(LANES, -1, np.int64)  # the lane's message, -1 when idle
     pos = np.zeros(LANES, np.int64)  # the lane's next block within its message
@@ -181,27 +203,36 @@ def _run_lanes(stage, head_off, head_n, mid_addr, mid_n, mid_back, tail_off, tai
                 state[j, lane] = IV[j]
     active = min(LANES, count)
     while active > 0:
+        run = np.int64(1) << 62
         for lane in range(LANES):
             m = msg[lane]
             checks[lane] = zero_addr
+            check_steps[lane] = 0
             if m < 0:
                 addrs[lane] = zero_addr
+                steps[lane] = 0
                 continue
+            steps[lane] = 64
             p = pos[lane]
             if p < head_n[m]:
                 addrs[lane] = base + head_off[m] + p * 64
+                left = head_n[m] - p
             elif p < head_n[m] + mid_n[m]:
                 addrs[lane] = mid_addr[m] + (p - head_n[m]) * 64
+                left = head_n[m] + mid_n[m] - p
                 if check[m]:
                     checks[lane] = addrs[lane] - mid_back[m]
+                    check_steps[lane] = 64
             else:
                 addrs[lane] = base + tail_off[m] + (p - head_n[m] - mid_n[m]) * 64
-        _compress16(state, addrs, checks, nan)
+                left = head_n[m] + mid_n[m] + tail_n[m] - p
+            run = min(run, left)
+        _compress16(state, addrs, steps, checks, check_steps, nan, run)
         for lane in range(LANES):
             m = msg[lane]
             if m < 0:
                 continue
-            pos[lane] += 1
+            pos[lane] += run
             if pos[lane] == head_n[m] + mid_n[m] + tail_n[m]:
                 for j in range(8):
                     out[m, j] = state[j, lane]

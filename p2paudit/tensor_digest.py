@@ -253,6 +253,7 @@ Lanes = Callable[[list[bytes], list[np.ndarray], list[bool]], tuple[list[bytes],
 
 LANE_SPEEDUP = 1.75  # the lanes' bytes per second over hashlib's, measured (docs/benchmarks.md): plans' weights
 LANE_COUNT = 16  # messages one lanes call hashes side by side
+LANE_MIN_BYTES = 64 << 10  # a smaller tensor costs the lanes more to stage (~15 us) than hashlib to hash
 
 
 def digest_state(state: Mapping[str, np.ndarray], lanes: Lanes | None = None) -> StateDigest:
@@ -290,13 +291,16 @@ def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: L
     """digest_state's result, the tensor digests taken by `lanes` where that is faster.
 
     Each lane hashes one message at a time, so a tensor above the lanes' fair share (their bytes over
-    processors x LANE_COUNT lanes) would keep one lane busy after the rest finished: those, float64 tensors
+    processors x LANE_COUNT lanes) would keep one lane busy after the rest finished: those, tensors under
+    LANE_MIN_BYTES (staging one costs more than hashing it), float64 tensors
     (a NaN check of their own) and any tensor in which the lanes saw a NaN (written canonically by
     digest_tensor) go to hashlib. Every processor gets a share of both kinds, balanced by their expected time.
     """
     data = {n: _checked_data(n, arrays[n]) for n in names}
     sizes = {n: data[n].nbytes for n in names}
-    by_lanes = sorted((n for n in names if data[n].dtype != np.float64), key=lambda n: -sizes[n])
+    by_lanes = sorted(
+        (n for n in names if data[n].dtype != np.float64 and sizes[n] >= LANE_MIN_BYTES), key=lambda n: -sizes[n]
+    )
     threads = max(1, min(_hash_threads(), len(names)))
     if sum(sizes.values()) < PARALLEL_HASH_BYTES:
         threads = 1

@@ -38,6 +38,7 @@ def _state() -> dict[str, np.ndarray]:
 
 def test_the_lanes_give_every_tensor_digest_that_hashlib_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1)  # a small state on every processor too
+    monkeypatch.setattr(tensor_digest, "LANE_MIN_BYTES", 0)  # and its small tensors through the lanes
     state = _state()
     seen: list[str] = []
 
@@ -56,6 +57,7 @@ def test_the_lanes_give_every_tensor_digest_that_hashlib_gives(monkeypatch: pyte
 
 def test_a_state_of_only_small_tensors_and_one_processor(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 1)
+    monkeypatch.setattr(tensor_digest, "LANE_MIN_BYTES", 0)
     state = {f"t{i}": np.full(i, np.float32(i)) for i in range(100)}
     assert digest_state(state, sha256_lanes) == digest_state(state)
 
@@ -63,3 +65,18 @@ def test_a_state_of_only_small_tensors_and_one_processor(monkeypatch: pytest.Mon
 def test_a_bad_tensor_is_refused_by_name_as_without_lanes() -> None:
     with pytest.raises(tensor_digest.InputError, match="tensor 'bad': cannot digest"):
         digest_state({"good": np.zeros(3, np.float32), "bad": np.zeros(3, np.complex64)}, sha256_lanes)
+
+
+def test_tensors_under_the_lanes_minimum_go_to_hashlib() -> None:
+    """Staging a message for the lanes costs more than hashing a small tensor: those are hashlib's."""
+    small = {f"small{i}": np.ones(100, np.float32) for i in range(20)}
+    large = {f"large{i}": np.ones(tensor_digest.LANE_MIN_BYTES // 4, np.float32) for i in range(20)}
+    sizes: list[int] = []
+
+    def lanes(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bool]):  # noqa: ANN202
+        sizes.extend(d.nbytes for d in datas)
+        return sha256_lanes(prefixes, datas, checks)
+
+    state = small | large
+    assert digest_state(state, lanes) == digest_state(state)
+    assert sorted(sizes) == [tensor_digest.LANE_MIN_BYTES] * 20
