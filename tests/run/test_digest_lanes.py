@@ -39,6 +39,7 @@ def _state() -> dict[str, np.ndarray]:
 def test_the_lanes_give_every_tensor_digest_that_hashlib_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1)  # a small state on every processor too
     monkeypatch.setattr(tensor_digest, "LANE_MIN_BYTES", 0)  # and its small tensors through the lanes
+    monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 2)  # the lanes' share as on two processors
     state = _state()
     seen: list[str] = []
 
@@ -80,3 +81,26 @@ def test_tensors_under_the_lanes_minimum_go_to_hashlib() -> None:
     state = small | large
     assert digest_state(state, lanes) == digest_state(state)
     assert sorted(sizes) == [tensor_digest.LANE_MIN_BYTES] * 20
+
+
+def test_a_large_states_digest_in_run_goes_through_the_kernels_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """p2paudit.run.digest.digest_state (replays, publishing, checkpoints) hands a state of LANES_MIN_BYTES
+    or more to kernels.state_lanes()'s lanes, and a smaller one to hashlib: the same digests either way."""
+    import kernels
+    from p2paudit.run import digest as run_digest
+
+    called: list[int] = []
+
+    def counting(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bool]):  # noqa: ANN202
+        called.append(len(datas))
+        return sha256_lanes(prefixes, datas, checks)
+
+    monkeypatch.setattr(kernels, "state_lanes", lambda: counting)
+    monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 2)  # each tensor within the lanes' share
+    rng = np.random.default_rng(9)
+    large = {f"t{i}": rng.standard_normal(1 << 18).astype(np.float32) for i in range(run_digest.LANES_MIN_BYTES >> 20)}
+    assert run_digest.digest_state(large) == digest_state(large)
+    assert sum(called) == len(large)
+    small = dict(list(large.items())[:3])
+    assert run_digest.digest_state(small) == digest_state(small)
+    assert sum(called) == len(large)  # not called again
