@@ -3,7 +3,8 @@
 Preconditions: tensors are on the CPU (the numpy backends). `host` shares
 memory with the tensor (a C-contiguous copy only when the tensor is strided);
 `wrap` shares memory with the array. None of these runs a torch kernel that
-computes a value: detach is a view, from_numpy and numpy() wrap memory.
+computes a value: detach is a view, from_numpy and numpy() wrap memory, and
+`host`'s copy of a strided tensor is torch's memory copy.
 """
 
 from __future__ import annotations
@@ -25,9 +26,16 @@ def view(t: torch.Tensor) -> np.ndarray:
 
 
 def host(t: torch.Tensor) -> np.ndarray:
-    """The tensor's values as a C-contiguous numpy array (a copy only when it is strided)."""
+    """The tensor's values as a C-contiguous numpy array (a copy only when it is strided).
+
+    The copy is torch's (`contiguous`: a memory copy on every thread, vectorised; numpy's one-thread copy of
+    an attention's transposed (B, H, T, D) view took three times as long). Inside a table entry the mode is
+    not active, so the copy is neither traced nor looked up in the table: it computes no value."""
     a = view(t)
-    return a if a.flags.c_contiguous else a.copy(order="C")
+    if a.flags.c_contiguous:
+        return a
+    copied = t.detach().contiguous().numpy()
+    return copied if copied.flags.c_contiguous else copied.copy(order="C")
 
 
 def wrap(a: np.ndarray | np.generic) -> torch.Tensor:
