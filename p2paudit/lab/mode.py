@@ -34,9 +34,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernels import lab_math
 from kernels.backend_contract import Backend
+from kernels.cpu_float_modes import flush_modes
 from p2paudit.lab.context import OpContext
 from p2paudit.lab.convert import bind
-from p2paudit.lab.refusal import not_in_table, refused
+from p2paudit.lab.refusal import LabOpRefused, not_in_table, refused
 from p2paudit.lab.table import EXACT, TABLE, VALUE_DTYPES, reason_for
 from p2paudit.lab.trace import Tracer
 
@@ -60,6 +61,17 @@ def check_tensors(name: str, values: object, where: str) -> None:
         for v in values.values():
             check_tensors(name, v, where)
 
+
+def float_modes_on() -> str:
+    """'' when this thread computes with subnormals kept; else which of flush-to-zero and
+    denormals-are-zero is on (kernels/cpu_float_modes.py: both change the canonical kernels' bits)."""
+    modes = flush_modes()
+    if modes is None:
+        return ""
+    return " and ".join(label for label, on in zip(("flush-to-zero", "denormals-are-zero"), modes) if on)
+
+
+_FLOAT_MODES_HINT = "(torch.set_flush_denormal(True)?): op table 1 keeps subnormals (docs/arithmetic.md section 1)"
 
 _NAMES: dict[Any, str] = {}  # overload -> "aten.add.Tensor": str() of an overload formats it anew each time
 
@@ -89,6 +101,9 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._quiet: list[Any] = []
 
     def __enter__(self) -> CanonicalMode:
+        modes = float_modes_on()
+        if modes:
+            raise LabOpRefused(f"a step with {modes} on in this thread is refused {_FLOAT_MODES_HINT}")
         # Whatever survives this is in an older generation, which nothing collects until the step ends: each
         # op's collection below sees only what the step allocated since the op before, whatever ran before it.
         gc.collect(0)
@@ -124,6 +139,9 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if kwargs:
             check_tensors(name, kwargs, "as input")
         if entry is not None:
+            modes = float_modes_on()  # 1 us: the step's own code may have turned one on since the last op
+            if modes:
+                raise refused(name, f"{modes} is on in this thread {_FLOAT_MODES_HINT}")
             out = entry(self.ctx, name, bind(func, args, kwargs))
         else:
             check = EXACT[name]

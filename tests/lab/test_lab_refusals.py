@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels.cpu_float_modes import X86, flush_modes
 from p2paudit.errors import EXIT_USAGE
 from p2paudit.lab import CanonicalMode, LabOpRefused, LabRun
 from tests.lab import models
@@ -117,3 +120,42 @@ def test_an_unknown_backend_is_refused_naming_the_three():
     model, opt = models.make()
     with pytest.raises(LabOpRefused, match="backend 'xpu': the lab mode runs on reference, cpu, triton"):
         LabRun(model, opt, backend="xpu")
+
+
+@contextlib.contextmanager
+def _flushing_denormals():  # noqa: ANN202
+    if not X86 or not torch.set_flush_denormal(True):
+        pytest.skip("flush-to-zero is x86's MXCSR here")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_step_under_flush_to_zero_is_refused_before_any_op():
+    """torch.set_flush_denormal(True) turns MXCSR's flush-to-zero and denormals-are-zero on for its thread:
+    the kernels there would flush subnormals (docs/arithmetic.md 1 keeps them), so nothing is computed."""
+    with _flushing_denormals():
+        with (
+            pytest.raises(
+                LabOpRefused, match=r"^a step with flush-to-zero and denormals-are-zero on in this thread is refused"
+            ),
+            mode(),
+        ):
+            torch.ones(3) * 2.0
+    assert flush_modes() == (False, False)
+
+
+def test_flush_to_zero_turned_on_inside_a_step_is_refused_at_the_next_op():
+    x = torch.full((4,), 1e-39)  # subnormal: flushed to +0.0 under the mode's kernels with it on
+    with pytest.raises(LabOpRefused, match=r"^aten\.mul\.Tensor refused by op table 1: flush-to-zero"), mode():
+        y = x + x  # computed with subnormals kept
+        with _flushing_denormals():
+            y * 0.5
+    assert flush_modes() == (False, False)
+
+
+def test_the_mode_reads_the_thread_s_own_flush_modes():
+    assert flush_modes() in ((False, False), None)
+    with _flushing_denormals():
+        assert flush_modes() == (True, True)
