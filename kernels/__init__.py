@@ -72,6 +72,7 @@ BACKENDS = ("reference", "cpu", "triton")
 
 _MODULES = {"reference": "kernels.reference", "cpu": "kernels.cpu", "triton": "kernels.triton_backend"}
 _DIGEST_MODULES = {"cpu": "kernels.cpu_sha256"}  # the cpu backend's SHA-256 lanes, loaded by name as it is
+_HOST_MODULES = {"float modes": "kernels.cpu_float_modes"}  # the host thread's MXCSR, loaded by name
 
 
 @overload
@@ -105,3 +106,10 @@ def state_lanes() -> Lanes | None:
     Loaded by name like the cpu backend (numba) on first use, so `import kernels` stays light."""
     lanes: Lanes | None = importlib.import_module(_DIGEST_MODULES["cpu"]).state_lanes()
     return lanes
+
+
+def keep_subnormals() -> None:
+    """Turn flush-to-zero and denormals-are-zero off for the calling thread on x86-64 (docs/arithmetic.md 1
+    keeps subnormals; foreign code in the process, a lab script, may have turned them on for this thread):
+    kernels/cpu_float_modes.py, loaded by name on first use."""
+    importlib.import_module(_HOST_MODULES["float modes"]).keep_subnormals()

@@ -64,6 +64,7 @@ def test_backend_table_stays_inside_kernels():
 
     assert all(name.startswith("kernels.") for name in kernels._MODULES.values())
     assert all(name.startswith("kernels.cpu_") for name in kernels._DIGEST_MODULES.values())
+    assert all(name.startswith("kernels.cpu_") for name in kernels._HOST_MODULES.values())
 
 
 def _probe(root: Path, unit: str) -> list[str]:

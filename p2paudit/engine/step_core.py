@@ -31,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+import kernels
 from kernels.backend_contract import Backend
 from p2paudit.engine.backward import backward
 from p2paudit.engine.config import TrainConfig
@@ -305,6 +306,7 @@ def run_step(
     """One step from a state whose parameters are `params` and whose step counter is `counter`, on
     `batch` (M, B, T+1), all checked and on the backend; returns the 0-d loss. Trace op names start
     with "mb<m>/", "grad/", "loss", "update/"."""
+    kernels.keep_subnormals()  # this thread's MXCSR as docs/arithmetic.md 1 wants it, whatever ran on it before
     grads, loss_sum = fold_micro_batches(params, batch, range(cfg.micro_batches), cfg, backend, sums, trace, progress)
     for name, t in grads.items():
         emit(trace, f"grad/{name}", t)
