@@ -108,8 +108,8 @@ def state_lanes() -> Lanes | None:
     return lanes
 
 
-def keep_subnormals() -> None:
-    """Turn flush-to-zero and denormals-are-zero off for the calling thread on x86-64 (docs/arithmetic.md 1
-    keeps subnormals; foreign code in the process, a lab script, may have turned them on for this thread):
-    kernels/cpu_float_modes.py, loaded by name on first use."""
-    importlib.import_module(_HOST_MODULES["float modes"]).keep_subnormals()
+def standard_float_modes() -> None:
+    """Write x86-64's standard floating-point control word for the calling thread (round to nearest, subnormals
+    kept, exceptions masked: docs/arithmetic.md 1; foreign code in the process, a lab script, may have changed
+    it for this thread): kernels/cpu_float_modes.py, loaded by name on first use."""
+    importlib.import_module(_HOST_MODULES["float modes"]).standard_modes()

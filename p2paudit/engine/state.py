@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import kernels
 from p2paudit.engine import rng
 from p2paudit.engine.config import ModelConfig, TrainConfig
 from p2paudit.errors import InputError
@@ -86,6 +87,7 @@ def init_param(model: ModelConfig, name: str, shape: tuple[int, ...], tensor_id:
 
 def init_state(cfg: TrainConfig) -> dict[str, np.ndarray]:
     """The state before step 0: parameters from the seed, moments zero, step 0."""
+    kernels.standard_float_modes()  # the initialisers' float32 arithmetic rounds as docs/arithmetic.md 1 says
     params = param_shapes(cfg.model)
     state: dict[str, np.ndarray] = {}
     for tensor_id, (name, shape) in enumerate(params.items()):

@@ -306,7 +306,7 @@ def run_step(
     """One step from a state whose parameters are `params` and whose step counter is `counter`, on
     `batch` (M, B, T+1), all checked and on the backend; returns the 0-d loss. Trace op names start
     with "mb<m>/", "grad/", "loss", "update/"."""
-    kernels.keep_subnormals()  # this thread's MXCSR as docs/arithmetic.md 1 wants it, whatever ran on it before
+    kernels.standard_float_modes()  # this thread's MXCSR as docs/arithmetic.md 1 wants it, whatever ran before
     grads, loss_sum = fold_micro_batches(params, batch, range(cfg.micro_batches), cfg, backend, sums, trace, progress)
     for name, t in grads.items():
         emit(trace, f"grad/{name}", t)

@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernels import lab_math
 from kernels.backend_contract import Backend
-from kernels.cpu_float_modes import flush_modes
+from kernels.cpu_float_modes import nonstandard_modes
 from p2paudit.lab.context import OpContext
 from p2paudit.lab.convert import bind
 from p2paudit.lab.refusal import LabOpRefused, not_in_table, refused
@@ -63,15 +63,16 @@ def check_tensors(name: str, values: object, where: str) -> None:
 
 
 def float_modes_on() -> str:
-    """'' when this thread computes with subnormals kept; else which of flush-to-zero and
-    denormals-are-zero is on (kernels/cpu_float_modes.py: both change the canonical kernels' bits)."""
-    modes = flush_modes()
-    if modes is None:
-        return ""
-    return " and ".join(label for label, on in zip(("flush-to-zero", "denormals-are-zero"), modes) if on)
+    """'' when this thread's floating-point control is the standard one; else what differs (flush-to-zero,
+    denormals-are-zero, another rounding, unmasked exceptions: kernels/cpu_float_modes.py), which would
+    change the canonical kernels' bits on this thread only."""
+    return " and ".join(nonstandard_modes() or [])
 
 
-_FLOAT_MODES_HINT = "(torch.set_flush_denormal(True)?): op table 1 keeps subnormals (docs/arithmetic.md section 1)"
+_FLOAT_MODES_HINT = (
+    "(torch.set_flush_denormal(True), fesetround or feenableexcept?): op table 1 rounds to nearest, keeps "
+    "subnormals and masks exceptions (docs/arithmetic.md section 1)"
+)
 
 _NAMES: dict[Any, str] = {}  # overload -> "aten.add.Tensor": str() of an overload formats it anew each time
 

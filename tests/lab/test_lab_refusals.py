@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.cpu_float_modes import X86, flush_modes
+from kernels.cpu_float_modes import X86, nonstandard_modes
 from p2paudit.errors import EXIT_USAGE
 from p2paudit.lab import CanonicalMode, LabOpRefused, LabRun
 from tests.lab import models
@@ -143,7 +145,7 @@ def test_a_step_under_flush_to_zero_is_refused_before_any_op():
             mode(),
         ):
             torch.ones(3) * 2.0
-    assert flush_modes() == (False, False)
+    assert nonstandard_modes() == []
 
 
 def test_flush_to_zero_turned_on_inside_a_step_is_refused_at_the_next_op():
@@ -152,10 +154,29 @@ def test_flush_to_zero_turned_on_inside_a_step_is_refused_at_the_next_op():
         y = x + x  # computed with subnormals kept
         with _flushing_denormals():
             y * 0.5
-    assert flush_modes() == (False, False)
+    assert nonstandard_modes() == []
 
 
-def test_the_mode_reads_the_thread_s_own_flush_modes():
-    assert flush_modes() in ((False, False), None)
+def test_the_mode_reads_the_thread_s_own_float_modes():
+    assert nonstandard_modes() in ([], None)
     with _flushing_denormals():
-        assert flush_modes() == (True, True)
+        assert nonstandard_modes() == ["flush-to-zero", "denormals-are-zero"]
+
+
+def test_another_rounding_turned_on_inside_a_step_is_refused_at_the_next_op():
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    if not X86 or libm.fesetround(0xC00) != 0:  # FE_TOWARDZERO
+        pytest.skip("fesetround's x86 modes are not available here")
+    libm.fesetround(0)
+    x = torch.full((4,), 1.0 / 3.0)
+    try:
+        with (
+            pytest.raises(LabOpRefused, match=r"^aten\.mul\.Tensor refused by op table 1: rounding toward zero"),
+            mode(),
+        ):
+            y = x + x
+            libm.fesetround(0xC00)
+            y * 3.0
+    finally:
+        libm.fesetround(0)
+    assert nonstandard_modes() == []
