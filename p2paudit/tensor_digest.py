@@ -236,10 +236,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_POOL.forget)
 
 
-def _balanced_bins(names: list[str], sizes: dict[str, int], count: int) -> list[list[str]]:
+def _balanced_bins(names: list[str], sizes: Mapping[str, float], count: int) -> list[list[str]]:
     """The names cut into `count` lists of nearly equal total size: largest first, each to the lightest list."""
     bins: list[list[str]] = [[] for _ in range(count)]
-    loads = [0] * count
+    loads = [0.0] * count
     for n in sorted(names, key=lambda n: -sizes[n]):
         lightest = loads.index(min(loads))
         bins[lightest].append(n)
@@ -277,14 +277,7 @@ def digest_state(state: Mapping[str, np.ndarray], lanes: Lanes | None = None) ->
     def hash_list(some: list[str]) -> list[tuple[str, bytes]]:
         return [(n, digest_tensor(n, arrays[n])) for n in some]
 
-    mine, *theirs = _balanced_bins(names, {n: arrays[n].nbytes for n in names}, threads)
-    pool = _POOL.get(len(theirs))
-    futures = [pool.submit(hash_list, some) for some in theirs]
-    got = dict(hash_list(mine))
-    for f in futures:
-        got.update(f.result())
-    tensors = tuple((n, got[n]) for n in names)
-    return StateDigest(combine_tensor_digests(tensors), tensors)
+    return _on_every_thread(names, _balanced_bins(names, {n: arrays[n].nbytes for n in names}, threads), hash_list)
 
 
 def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: Lanes) -> StateDigest:
@@ -309,12 +302,7 @@ def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: L
         lane_bytes -= sizes[by_lanes.pop(0)]  # the largest is more than one lane's share: hashlib's
     lane_set = set(by_lanes)
     cost = {n: sizes[n] / LANE_SPEEDUP if n in lane_set else sizes[n] for n in names}
-    jobs: list[list[str]] = [[] for _ in range(threads)]
-    loads = [0.0] * threads
-    for n in sorted(names, key=lambda n: -cost[n]):
-        lightest = loads.index(min(loads))
-        jobs[lightest].append(n)
-        loads[lightest] += cost[n]
+    jobs = _balanced_bins(names, cost, threads)
 
     def run(job: list[str]) -> list[tuple[str, bytes]]:
         mine = [n for n in job if n in lane_set]
@@ -329,9 +317,17 @@ def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: L
         done = {n for n, _ in got}
         return got + [(n, digest_tensor(n, data[n])) for n in job if n not in done]
 
+    return _on_every_thread(names, jobs, run)
+
+
+def _on_every_thread(
+    names: list[str], jobs: list[list[str]], digest: Callable[[list[str]], list[tuple[str, bytes]]]
+) -> StateDigest:
+    """The state digest of `names` from digest(job) of each job: the first on the calling thread, the others
+    on the kept pool meanwhile; combined in name order."""
     mine, *theirs = jobs
-    futures = [_POOL.get(len(theirs)).submit(run, job) for job in theirs] if theirs else []
-    got = dict(run(mine))
+    futures = [_POOL.get(len(theirs)).submit(digest, job) for job in theirs] if theirs else []
+    got = dict(digest(mine))
     for f in futures:
         got.update(f.result())
     tensors = tuple((n, got[n]) for n in names)
