@@ -102,9 +102,8 @@ class LabRun:
         self.records: list[StepRecord] = []
         self.first_step, self.keep_values = first_step, values
         self.last_mode: CanonicalMode | None = None
-        self.lanes = (
-            kernels.state_lanes()
-        )  # sixteen tensors a vector instruction where that beats hashlib: same digests
+        # SHA-256 of sixteen tensors a vector instruction where that beats hashlib here: the same digests
+        self.lanes = kernels.state_lanes()
         self.initial = digest_state(self.state_arrays(), self.lanes)  # state 0: what a replay starts from
 
     def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
