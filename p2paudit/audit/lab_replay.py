@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import kernels
 from p2paudit.audit.records import INIT, MATCH, MISMATCH, StepAudit
 from p2paudit.errors import InputError
 from p2paudit.lab import ReplayVerdict, replay_step, torch_build
@@ -113,10 +114,12 @@ def lab_audits(
     check_torch_build(view.claims)
     audits: list[StepAudit] = []
     if init:
+        kernels.standard_float_modes()  # what another run's script left on this thread is not this run's fault
         audits.append(_init_audit(view))
         if on_audit is not None:
             on_audit(audits[-1])
     for n in steps:
+        kernels.standard_float_modes()  # the step's own code changing it is refused by the mode
         audits.append(_step_audit(view, n))
         if on_audit is not None:
             on_audit(audits[-1])
