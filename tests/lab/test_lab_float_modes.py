@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
-from kernels.cpu_float_modes import X86, nonstandard_modes
+from kernels.cpu_float_modes import nonstandard_modes
 from p2paudit.audit.lab_replay import lab_audits
 from p2paudit.audit.records import MATCH
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.lab_run import open_lab_run
+from tests.float_modes import flushing_denormals
 from tests.lab.lab_runs import publish_tiny
 
 
@@ -28,11 +28,7 @@ def honest(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_replay_after_another_script_left_flush_to_zero_on_still_matches(honest):
-    if not X86 or not torch.set_flush_denormal(True):
-        pytest.skip("flush-to-zero is x86's MXCSR here")
-    try:
+    with flushing_denormals():
         assert nonstandard_modes() == ["flush-to-zero", "denormals-are-zero"]  # as a script left it
         audits = lab_audits(open_lab_run(honest), True, range(0, 2))
-    finally:
-        torch.set_flush_denormal(False)
     assert [a.verdict for a in audits] == [MATCH, MATCH, MATCH]  # state 0 rebuilt, steps 0 and 1 replayed

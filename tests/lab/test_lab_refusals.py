@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.cpu_float_modes import X86, nonstandard_modes
+from kernels.cpu_float_modes import nonstandard_modes
 from p2paudit.errors import EXIT_USAGE
 from p2paudit.lab import CanonicalMode, LabOpRefused, LabRun
+from tests.float_modes import flushing_denormals, rounding
 from tests.lab import models
 
 
@@ -124,20 +121,10 @@ def test_an_unknown_backend_is_refused_naming_the_three():
         LabRun(model, opt, backend="xpu")
 
 
-@contextlib.contextmanager
-def _flushing_denormals():  # noqa: ANN202
-    if not X86 or not torch.set_flush_denormal(True):
-        pytest.skip("flush-to-zero is x86's MXCSR here")
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
 def test_a_step_under_flush_to_zero_is_refused_before_any_op():
     """torch.set_flush_denormal(True) turns MXCSR's flush-to-zero and denormals-are-zero on for its thread:
     the kernels there would flush subnormals (docs/arithmetic.md 1 keeps them), so nothing is computed."""
-    with _flushing_denormals():
+    with flushing_denormals():
         with (
             pytest.raises(
                 LabOpRefused, match=r"^a step with flush-to-zero and denormals-are-zero on in this thread is refused"
@@ -152,31 +139,21 @@ def test_flush_to_zero_turned_on_inside_a_step_is_refused_at_the_next_op():
     x = torch.full((4,), 1e-39)  # subnormal: flushed to +0.0 under the mode's kernels with it on
     with pytest.raises(LabOpRefused, match=r"^aten\.mul\.Tensor refused by op table 1: flush-to-zero"), mode():
         y = x + x  # computed with subnormals kept
-        with _flushing_denormals():
+        with flushing_denormals():
             y * 0.5
     assert nonstandard_modes() == []
 
 
 def test_the_mode_reads_the_thread_s_own_float_modes():
     assert nonstandard_modes() in ([], None)
-    with _flushing_denormals():
+    with flushing_denormals():
         assert nonstandard_modes() == ["flush-to-zero", "denormals-are-zero"]
 
 
 def test_another_rounding_turned_on_inside_a_step_is_refused_at_the_next_op():
-    libm = ctypes.CDLL(ctypes.util.find_library("m"))
-    if not X86 or libm.fesetround(0xC00) != 0:  # FE_TOWARDZERO
-        pytest.skip("fesetround's x86 modes are not available here")
-    libm.fesetround(0)
     x = torch.full((4,), 1.0 / 3.0)
-    try:
-        with (
-            pytest.raises(LabOpRefused, match=r"^aten\.mul\.Tensor refused by op table 1: rounding toward zero"),
-            mode(),
-        ):
-            y = x + x
-            libm.fesetround(0xC00)
+    with pytest.raises(LabOpRefused, match=r"^aten\.mul\.Tensor refused by op table 1: rounding toward zero"), mode():
+        y = x + x
+        with rounding(0xC00):
             y * 3.0
-    finally:
-        libm.fesetround(0)
     assert nonstandard_modes() == []
