@@ -255,16 +255,20 @@ def _float32_nan(raw: np.ndarray, lo: int, hi: int) -> bool:
 
 
 def sha256_lanes(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bool]) -> tuple[list[bytes], list[bool]]:
-    """SHA-256 of each prefixes[i] || bytes of datas[i], and for checks[i] whether a float32 element of datas[i]
-    is NaN (see the module docstring). Preconditions: datas C-contiguous; checks[i] only for float32 data."""
+    """SHA-256 of each prefixes[i] || the C-order bytes of datas[i] (any layout: a strided array is copied
+    first and the copy held until the kernel has read it), and for checks[i] whether a float32 element of
+    datas[i] is NaN (see the module docstring). Precondition: checks[i] only for float32 data."""
     count = len(prefixes)
     head_off, head_n, mid_addr, mid_n, mid_back, tail_off, tail_n = (np.zeros(count, np.int64) for _ in range(7))
     check = np.zeros(count, np.uint8)
     pieces: list[bytes] = []
     staged = 0
     nan_outside = [False] * count
+    held: list[np.ndarray] = []  # every array whose memory the kernel reads by address, alive until it has
     for i, (prefix, data, chk) in enumerate(zip(prefixes, datas, checks)):
-        raw = data.reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
+        # C-order bytes: a view of a C-contiguous array, else a copy (held below, or its address would dangle)
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8) if data.size else np.empty(0, np.uint8)
+        held.append(raw)
         hl, dl = len(prefix), int(raw.size)
         total = hl + dl
         first_mid = -(-hl // BLOCK)  # the first block wholly in the data
@@ -302,6 +306,7 @@ def sha256_lanes(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bo
     nan = np.zeros(count, np.uint32)
     zeros = stage[staged:]
     _run_lanes(stage, head_off, head_n, mid_addr, mid_n, mid_back, tail_off, tail_n, check, zeros, out, nan)
+    del held  # read: the copies may go
     digests = [row.astype(">u4").tobytes() for row in out]
     return digests, [bool(nan[i]) or nan_outside[i] for i in range(count)]
 

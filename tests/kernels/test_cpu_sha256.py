@@ -97,3 +97,17 @@ def test_the_choice_follows_the_code_generation(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx2,-avx512f,+fma")
     assert lanes_fast() is False
     assert state_lanes() in (None, sha256_lanes)
+
+
+def test_strided_and_fortran_arrays_hash_their_c_order_bytes():
+    """A copy made to get C-order bytes is held until the kernel has read it by address (else its memory,
+    freed and reused by the next message's staging, would be hashed instead)."""
+    rng = np.random.default_rng(7)
+    datas = []
+    for n in range(40):
+        base = rng.standard_normal((64 + n, 48)).astype(np.float32)
+        datas.append(base[:, ::3] if n % 2 else np.asfortranarray(base))
+    prefixes = [bytes([n]) * n for n in range(len(datas))]
+    digests, nan = sha256_lanes(prefixes, datas, [True] * len(datas))
+    assert digests == [hashlib.sha256(p + np.ascontiguousarray(d).tobytes()).digest() for p, d in zip(prefixes, datas)]
+    assert nan == [False] * len(datas)
