@@ -212,7 +212,7 @@ def _key_columns(m, z, j0, t_lo):
     T (a view: row t of it is m[z, t, j0 : j0 + TILE_ROWS], contiguous), the padded copy for the last panel."""
     if j0 + TILE_ROWS <= m.shape[2]:
         return m[z, t_lo:, j0 : j0 + TILE_ROWS]
-    return _columns_k_major(m, z, j0, t_lo)[:, :]
+    return _columns_k_major(m, z, j0, t_lo)
 
 
 @njit(inline="always")
@@ -221,7 +221,7 @@ def _query_columns(m, z, i0, k_end):
     TILE_ROWS rows lie within T, the padded copy for the last panel."""
     if i0 + TILE_ROWS <= m.shape[1]:
         return m[z, i0 : i0 + TILE_ROWS, :k_end].T
-    return _columns_of_rows(m, z, i0, k_end)[:, :]
+    return _columns_of_rows(m, z, i0, k_end)
 
 
 @njit(inline="always")
