@@ -163,6 +163,10 @@ def _worker(rank: int, world_size: int, port: int, queue: Any, fn: Callable[...,
     if device != "cpu":
         torch.cuda.set_device(device)
     init_loopback_group(rank, world_size, port, dist_backend)
+    # Every rank has joined before any runs fn: a rank whose fn returns at once would otherwise leave (and
+    # close its connections) while a peer was still starting the group, failing that peer's start before its
+    # fn ran (seen in CI: rank 1's "Gloo connectFullMesh failed ... closed by peer" instead of its fn's error).
+    dist.barrier()
     try:
         queue.put((rank, fn(rank, world_size, *args)))
     except BaseException as exc:
