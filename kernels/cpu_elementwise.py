@@ -22,36 +22,108 @@ def add_flat(a, b, out):
         out[i] = a[i] + b[i]
 
 
-@njit(parallel=True, cache=True)
-def multiply_flat(a, b, out):
-    """out[i] = a[i] * b[i], rounded once, for 1-d float32 arrays of one length (out may be a or b)."""
-    for i in prange(a.shape[0]):
-        out[i] = a[i] * b[i]
+ADD, SUBTRACT, MULTIPLY, DIVIDE = 0, 1, 2, 3  # binary_rows' operations
+GEOMETRY = 14  # binary_rows' geometry: out's four sizes, x's four strides, y's four, rows and columns a task
+
+
+@njit(inline="always")
+def _combine(op, a, b):
+    """a op b, rounded once to float32 (op a constant where this is inlined: the branch folds away)."""
+    if op == ADD:
+        return a + b
+    if op == SUBTRACT:
+        return a - b
+    if op == MULTIPLY:
+        return a * b
+    return a / b
+
+
+CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, STRIDED = 0, 1, 2, 3  # the strides of a row's columns (1, 1), (1, 0), ...
+
+
+@njit(inline="always")
+def _row(op, case, x, xo, sx, y, yo, sy, dst):
+    """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst); `case` (a constant where this is inlined)
+    names unit and zero strides, walked as plain slices and scalars so that LLVM vectorises them."""
+    n = dst.shape[0]
+    if case == CONTIGUOUS:
+        xs, ys = x[xo : xo + n], y[yo : yo + n]
+        for m in range(n):
+            dst[m] = _combine(op, xs[m], ys[m])
+    elif case == X_RUN_Y_ONE:
+        xs, b = x[xo : xo + n], y[yo]
+        for m in range(n):
+            dst[m] = _combine(op, xs[m], b)
+    elif case == X_ONE_Y_RUN:
+        a, ys = x[xo], y[yo : yo + n]
+        for m in range(n):
+            dst[m] = _combine(op, a, ys[m])
+    else:
+        for m in range(n):
+            dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
+
+
+@njit(inline="always")
+def _rows(op, case, x, y, out, g, r, end, c0, c1):
+    """Rows r .. end-1 of out (its first three axes flattened), columns c0 .. c1-1, of one stride case."""
+    n1, n2, n3 = g[1], g[2], g[3]
+    x0, x1, x2, x3, y0, y1, y2, y3 = g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11]
+    i = r // (n1 * n2)  # row r is (i, j, k); the next rows count on from it (no division per row)
+    j = (r - i * n1 * n2) // n2
+    k = r - (i * n1 + j) * n2
+    while r < end:
+        xo = i * x0 + j * x1 + k * x2 + c0 * x3
+        yo = i * y0 + j * y1 + k * y2 + c0 * y3
+        _row(op, case, x, xo, x3, y, yo, y3, out[r * n3 + c0 : r * n3 + c1])
+        r += 1
+        k += 1
+        if k == n2:
+            k = 0
+            j += 1
+            if j == n1:
+                j = 0
+                i += 1
+
+
+@njit(inline="always")
+def _task(op, x, y, out, g, task):
+    """One task of binary_rows: a run of g[12] rows, g[13] columns; the stride case chosen once for it."""
+    n3, rpt, cpt = g[3], g[12], g[13]
+    rows = g[0] * g[1] * g[2]
+    col_blocks = (n3 + cpt - 1) // cpt
+    rb = task // col_blocks
+    c0 = (task - rb * col_blocks) * cpt
+    c1 = min(n3, c0 + cpt)
+    r, end = rb * rpt, min(rows, rb * rpt + rpt)
+    if g[7] == 1 and g[11] == 1:
+        _rows(op, CONTIGUOUS, x, y, out, g, r, end, c0, c1)
+    elif g[7] == 1 and g[11] == 0:
+        _rows(op, X_RUN_Y_ONE, x, y, out, g, r, end, c0, c1)
+    elif g[7] == 0 and g[11] == 1:
+        _rows(op, X_ONE_Y_RUN, x, y, out, g, r, end, c0, c1)
+    else:
+        _rows(op, STRIDED, x, y, out, g, r, end, c0, c1)
 
 
 @njit(parallel=True, cache=True)
-def binary_4d(x, y, multiply, out, rows_per_task):
-    """out = x * y (multiply) or x + y, rounded once per element, for 4-d float32 arrays of out's shape in any
-    strides (a broadcast's zeros, a slice's steps) and out C-contiguous. A task is up to rows_per_task (>= 1)
-    consecutive rows of the third axis within one (i, j): its index arithmetic is done once, not per row
-    (a rope's halves, (4, 8, 256, 16) with a step of 2: 63 -> 27 us)."""
-    n0, n1, n2, n3 = out.shape
-    blocks = (n2 + rows_per_task - 1) // rows_per_task
-    for task in prange(n0 * n1 * blocks):
-        ij = task // blocks
-        k0 = (task - ij * blocks) * rows_per_task
-        k1 = min(n2, k0 + rows_per_task)
-        i = ij // n1
-        j = ij - i * n1
-        xs, ys, dst = x[i, j], y[i, j], out[i, j]  # (n2, n3) each
-        if multiply:
-            for k in range(k0, k1):
-                for m in range(n3):
-                    dst[k, m] = xs[k, m] * ys[k, m]
+def binary_rows(op, x, y, out, g):
+    """out = x op y (ADD, SUBTRACT, MULTIPLY, DIVIDE), rounded once per element, on every thread.
+
+    out is a flat C-contiguous float32 array of the result, seen as (g[0], g[1], g[2], g[3]); x and y are
+    flat float32 arrays starting at each operand's first element, element (i, j, k, m) of an operand at
+    offset i * s0 + j * s1 + k * s2 + m * s3 (x's strides g[4:8], y's g[8:12], in elements, >= 0: a
+    broadcast axis has stride 0). A task is g[12] consecutive rows (i, j, k) and g[13] consecutive columns m.
+    Each element is its own operation: no split changes a bit."""
+    tasks = ((g[0] * g[1] * g[2] + g[12] - 1) // g[12]) * ((g[3] + g[13] - 1) // g[13])
+    for task in prange(tasks):
+        if op == ADD:
+            _task(ADD, x, y, out, g, task)
+        elif op == SUBTRACT:
+            _task(SUBTRACT, x, y, out, g, task)
+        elif op == MULTIPLY:
+            _task(MULTIPLY, x, y, out, g, task)
         else:
-            for k in range(k0, k1):
-                for m in range(n3):
-                    dst[k, m] = xs[k, m] + ys[k, m]
+            _task(DIVIDE, x, y, out, g, task)
 
 
 @njit(parallel=True, cache=True)

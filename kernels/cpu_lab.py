@@ -14,12 +14,11 @@ its temporaries and kernel launches:
                                    half skipped) and each row's log-sum-exp m + log(s) over j <= t
     adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
                                    kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
-    broadcast_binary(a, b, multiply)
-                                   the same for broadcast or strided operands of up to four dimensions
-    add(a, b), multiply(a, b), scale_in_place(x, c)
-                                   a + b, a * b and x *= c on every thread for float32 arrays from 64K
-                                   elements (numpy's run on one; from 64K numba's were faster, 6 vs 13 us): one rounded product per element, numpy's bits (NaN's pattern aside,
-                                   which the table leaves open, section 1)
+    binary(a, b, op)               a + b, a - b, a * b or a / b with numpy's broadcasting, any strides, on every
+                                   thread for float32 results from 64K elements (numpy's run on one; from 64K
+                                   numba's were faster, 6 vs 13 us): one rounding per element, numpy's bits
+                                   (NaN's pattern aside, which the table leaves open, section 1)
+    scale_in_place(x, c)           x *= c on every thread, the same
     square_sum(x)                  psum(x * x) over all of a large x, the tree's wide levels on every thread
                                    (kernels/cpu_reduce.py square_sum_flat): a gradient's 2-norm
     one_hot(shape, cols, value)    nll_loss_backward's gradient: +0.0 but `value` at (r, cols[r]) where
@@ -37,6 +36,7 @@ import threading
 
 import numba
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from kernels import (
     cpu_compile_notice,  # noqa: F401  (before any kernel is called: a compile is told)
@@ -45,7 +45,11 @@ from kernels import (
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
 from kernels.cpu_attention import attention_rows, attention_rows_backward
-from kernels.cpu_elementwise import adamw_into, add_flat, binary_4d, multiply_flat, one_hot_rows, scale_flat
+from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
+from kernels.cpu_elementwise import DIVIDE as DIVIDE
+from kernels.cpu_elementwise import MULTIPLY as MULTIPLY
+from kernels.cpu_elementwise import SUBTRACT as SUBTRACT
+from kernels.cpu_elementwise import adamw_into, binary_rows, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 from kernels.cpu_reduce import square_sum_flat
 
@@ -145,56 +149,75 @@ def adamw_in_place(
 
 
 PARALLEL_MIN = 1 << 16  # elements from which add, multiply and scale_in_place run on every thread
-TASKS_PER_THREAD = 4  # broadcast_binary's tasks per thread (prange hands each thread an equal run of them)
+TASKS_PER_THREAD = 4  # binary's tasks per thread (prange hands each thread an equal run of them)
 
 
-def parallel_pair(a: np.ndarray, b: np.ndarray) -> bool:
-    """True if a and b are C-contiguous float32 arrays of one shape with at least PARALLEL_MIN elements."""
-    return (
-        a.dtype == F32
-        and b.dtype == F32
-        and a.shape == b.shape
-        and a.size >= PARALLEL_MIN
-        and a.flags.c_contiguous
-        and b.flags.c_contiguous
-    )
+def binary(a: np.ndarray | np.float32, b: np.ndarray | np.float32, op: int) -> np.ndarray | None:
+    """a op b (kernels/cpu_elementwise ADD, SUBTRACT, MULTIPLY or DIVIDE) with numpy's broadcasting, on every
+    thread, for float32 arrays (or float32 scalars) in any non-negative strides whose result has at least
+    PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits.
 
-
-def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a * b into a new array (precondition: parallel_pair(a, b))."""
-    out = np.empty_like(a)
-    multiply_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    The operands' axes are broadcast, axes of size 1 dropped and neighbours that both operands step through
+    as one run merged (a norm's (B, T, C) x (C,) is (B*T, C) with the weight's row stride 0), so the inner
+    loop walks unit or zero strides that LLVM vectorises; more than four axes left: None."""
+    x, y = np.asarray(a), np.asarray(b)
+    if x.dtype != F32 or y.dtype != F32:
+        return None
+    geometry = _broadcast_geometry(x, y)
+    if geometry is None:
+        return None
+    shape, sizes, strides = geometry
+    out = np.empty(shape, F32)
+    rows, cols = sizes[0] * sizes[1] * sizes[2], sizes[3]
+    wanted = TASKS_PER_THREAD * numba.get_num_threads()
+    if rows >= wanted:
+        per_task = (-(-rows // wanted), cols)
+    else:  # few long rows: their columns cut too, in whole vectors of 16
+        blocks = min(-(-wanted // rows), -(-cols // 16))
+        per_task = (1, (cols + 16 * blocks - 1) // (16 * blocks) * 16)
+    g = np.array([*sizes, *strides[0], *strides[1], *per_task], np.int64)
+    binary_rows(op, _flat(x), _flat(y), out.reshape(-1), g)
     return out
 
 
-def broadcast_binary(a: np.ndarray, b: np.ndarray, multiply: bool) -> np.ndarray | None:
-    """a * b (multiply) or a + b with numpy's broadcasting, on every thread, for float32 arrays of up to four
-    dimensions in any strides (a rope's every-other-element halves times a (T, D/2) table) whose result has at
-    least PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits."""
-    if max(a.size, b.size) < PARALLEL_MIN and a.size * b.size < PARALLEL_MIN:
-        return None  # the result cannot be large: decided first, cheaply (most ops are small)
-    if a.dtype != F32 or b.dtype != F32 or max(a.ndim, b.ndim) > 4:
-        return None
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        return None  # numpy's own error, from the caller's fallback
-    if int(np.prod(shape, dtype=np.int64)) < PARALLEL_MIN:
-        return None
-    full = (1,) * (4 - len(shape)) + shape
-    out = np.empty(full, F32)
-    # tasks of whole rows of the third axis, at least TASKS_PER_THREAD per thread where the rows allow
-    tasks_wanted = TASKS_PER_THREAD * numba.get_num_threads()
-    blocks = min(full[2], max(1, -(-tasks_wanted // (full[0] * full[1]))))
-    binary_4d(np.broadcast_to(a, full), np.broadcast_to(b, full), multiply, out, -(-full[2] // blocks))
-    return out.reshape(shape)
+def _flat(x: np.ndarray) -> np.ndarray:
+    """x's memory from its first element to its last as a flat array (x's strides >= 0, in whole elements)."""
+    if x.flags.c_contiguous:
+        return x.reshape(-1)
+    extent = 1 + sum((n - 1) * (s // x.itemsize) for n, s in zip(x.shape, x.strides))
+    return as_strided(x, shape=(extent,), strides=(x.itemsize,))
 
 
-def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a + b into a new array (precondition: parallel_pair(a, b))."""
-    out = np.empty_like(a)
-    add_flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
-    return out
+def _broadcast_geometry(
+    x: np.ndarray, y: np.ndarray
+) -> tuple[tuple[int, ...], list[int], tuple[list[int], list[int]]] | None:
+    """(the result's shape, its four merged sizes, x's and y's strides over them in elements), or None: shapes
+    that do not broadcast (numpy's own error follows), a negative or partial-element stride, fewer than
+    PARALLEL_MIN elements, more than four axes after merging."""
+    nd = max(x.ndim, y.ndim)
+    shapes = [(1,) * (nd - v.ndim) + v.shape for v in (x, y)]
+    strides = [(0,) * (nd - v.ndim) + v.strides for v in (x, y)]
+    shape: list[int] = []
+    axes: list[list[int]] = []  # [size, x's stride, y's stride] of each axis longer than 1
+    for nx, ny, sx, sy in zip(*shapes, *strides):
+        n = nx if ny == 1 else ny
+        if (nx != n and nx != 1) or sx < 0 or sy < 0 or sx % 4 or sy % 4:
+            return None
+        shape.append(n)
+        if n != 1:
+            step = [n, sx // 4 if nx == n else 0, sy // 4 if ny == n else 0]
+            last = axes[-1] if axes else None
+            if last is not None and last[1] == step[1] * n and last[2] == step[2] * n:
+                last[0], last[1], last[2] = last[0] * n, step[1], step[2]  # one run through both operands
+            else:
+                axes.append(step)
+    total = 1
+    for n in shape:
+        total *= n
+    if total < PARALLEL_MIN or len(axes) > 4:
+        return None
+    axes = [[1, 0, 0]] * (4 - len(axes)) + axes
+    return tuple(shape), [v[0] for v in axes], ([v[1] for v in axes], [v[2] for v in axes])
 
 
 def scale_in_place(x: np.ndarray, c: np.float32) -> bool:

@@ -41,22 +41,21 @@ def _min2(a: Any, b: Any) -> Any:
     return np.where(np.isnan(a) | np.isnan(b), F32(np.nan), np.where(b < a, b, a))
 
 
-_THREADED: dict[Any, str] = {
-    np.multiply: "multiply",
-    np.add: "add",
-}  # ufunc -> its threaded kernel in kernels/cpu_lab.py
+_THREADED: dict[Any, int] = {
+    np.add: cpu_lab.ADD,
+    np.subtract: cpu_lab.SUBTRACT,
+    np.multiply: cpu_lab.MULTIPLY,
+    np.divide: cpu_lab.DIVIDE,
+}  # ufunc -> its operation in kernels/cpu_lab.binary (threaded)
 
 
 def _apply(ctx: OpContext, name: str, fn: Binary, a: object, b: object, *, true_div: bool = False) -> np.ndarray:
     x, y = operand(name, a), operand(name, b)
     if true_div or _is_float(x) or _is_float(y):
         x, y = _floatify(name, x), _floatify(name, y)
-    threaded = _THREADED.get(fn) if ctx.cpu else None
-    if threaded is not None and isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and cpu_lab.parallel_pair(x, y):
-        kernel: Callable[[np.ndarray, np.ndarray], np.ndarray] = getattr(cpu_lab, threaded)
-        return kernel(x, y)  # the same rounded sums or products on every thread (numpy's run on one)
-    if threaded is not None and isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-        out = cpu_lab.broadcast_binary(x, y, threaded == "multiply")  # broadcast or strided, threaded
+    op = _THREADED.get(fn) if ctx.cpu else None
+    if op is not None and isinstance(x, (np.ndarray, np.float32)) and isinstance(y, (np.ndarray, np.float32)):
+        out = cpu_lab.binary(x, y, op)  # broadcast or strided, threaded
         if out is not None:
             return out
     return np.asarray(fn(x, y))  # numpy's warnings are off under the mode (CanonicalMode.__enter__)

@@ -47,6 +47,7 @@ FMA = re.compile(r"\bv?f(?:n?m(?:add|sub)|madd|msub)\w*", re.IGNORECASE)
 PACKED_MUL = re.compile(r"\bvmulps\s+[^\n]*%[yz]mm")
 PACKED_ADD = re.compile(r"\bvaddps\s+[^\n]*%[yz]mm")
 REGISTER_ADD = re.compile(r"\bvaddps\s+%[xyz]mm\d+, %[xyz]mm\d+, %[xyz]mm\d+")  # accumulator in a register
+_ROWS_GEOMETRY = np.array([1, 1, 5, 7, 0, 0, 7, 1, 0, 0, 7, 1, 2, 7], np.int64)  # binary_rows over (5, 7)
 
 
 def _attention_outputs():
@@ -89,9 +90,8 @@ def _sample_calls():
         ("max_rows_2d", rd.max_rows_2d, (x,)),
         ("square_sum_flat", rd.square_sum_flat, (flat,)),
         ("add_flat", ew.add_flat, (flat, flat, np.empty_like(flat))),
-        ("multiply_flat", ew.multiply_flat, (flat, flat, np.empty_like(flat))),
         ("scale_flat", ew.scale_flat, (flat, F32(0.5), np.empty_like(flat))),
-        ("binary_4d", ew.binary_4d, (x[None, None], x[None, None], True, np.empty((1, 1, 5, 7), F32), 2)),
+        ("binary_rows", ew.binary_rows, (ew.MULTIPLY, flat, flat, np.empty_like(flat), _ROWS_GEOMETRY)),
         ("one_hot_rows", ew.one_hot_rows, (np.array([2, -1, 0, 6, 1], np.int64), F32(-0.2), np.empty_like(x))),
         ("exp_flat", ew.exp_flat, (flat,)),
         ("log_flat", ew.log_flat, (flat,)),

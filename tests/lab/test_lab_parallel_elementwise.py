@@ -46,15 +46,34 @@ def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize(
-    "op,kernel,fn", [("aten.mul.Tensor", "multiply", np.multiply), ("aten.add.Tensor", "add", np.add)]
-)
+OPS = [
+    ("aten.mul.Tensor", np.multiply),
+    ("aten.add.Tensor", np.add),
+    ("aten.sub.Tensor", np.subtract),
+    ("aten.div.Tensor", np.divide),
+]
+
+
+def _kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Calls of the threaded kernel (kernels/cpu_elementwise.binary_rows) made through cpu_lab.binary."""
+    calls: list[int] = []
+    real = cpu_lab.binary_rows
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(cpu_lab, "binary_rows", counted)
+    return calls
+
+
+@pytest.mark.parametrize("op,fn", OPS)
 @pytest.mark.parametrize("n", [cpu_lab.PARALLEL_MIN, cpu_lab.PARALLEL_MIN - 1, 3 * cpu_lab.PARALLEL_MIN + 5])
-def test_mul_and_add_on_every_thread_are_numpys(monkeypatch, n, op, kernel, fn):
+def test_arithmetic_on_every_thread_is_numpys(monkeypatch, n, op, fn):
     rng = np.random.default_rng(n)
     a, b = _operand(rng, n).reshape(-1, 16 if n % 16 == 0 else 1), _operand(rng, n)
     b = b.reshape(a.shape)
-    calls = _counting(monkeypatch, kernel)
+    calls = _kernel_calls(monkeypatch)
     cpu = OpContext(kernels.get_backend("cpu", 2))
     got = ELEMENTWISE[op](cpu, op, {"self": torch.from_numpy(a), "other": torch.from_numpy(b)})
     assert len(calls) == (1 if n >= cpu_lab.PARALLEL_MIN else 0)  # the threaded kernel from PARALLEL_MIN on
@@ -66,17 +85,22 @@ def test_mul_and_add_on_every_thread_are_numpys(monkeypatch, n, op, kernel, fn):
     assert _same_bits(got.numpy(), again.numpy())
 
 
-def test_a_broadcast_or_strided_product_stays_numpys(monkeypatch):
-    rng = np.random.default_rng(1)
-    a = _operand(rng, 1 << 20).reshape(1024, 1024)
-    calls = _counting(monkeypatch, "multiply")
+@pytest.mark.parametrize("op,fn", OPS)
+def test_a_scalar_operand_on_every_thread_is_numpys(monkeypatch, op, fn):
+    """mul.Scalar and its kin: the Python number rounded to float32 once, then the threaded kernel (a stride
+    0 operand), either side; numpy's bits."""
+    rng = np.random.default_rng(3)
+    a = _operand(rng, 3 * cpu_lab.PARALLEL_MIN).reshape(3, -1)
+    calls = _kernel_calls(monkeypatch)
     cpu = OpContext(kernels.get_backend("cpu", 2))
-    row = torch.from_numpy(_operand(rng, 1024))
-    for other in (row, torch.from_numpy(a).t()):  # a broadcast row; a transposed (strided) view
-        got = ELEMENTWISE["aten.mul.Tensor"](cpu, "aten.mul.Tensor", {"self": torch.from_numpy(a), "other": other})
+    scalar_op = op.replace(".Tensor", ".Scalar")
+    for c in (0.1, -3.0, 1e-40, float("inf")):
+        got = ELEMENTWISE[scalar_op](cpu, scalar_op, {"self": torch.from_numpy(a), "other": c}).numpy()
         with np.errstate(all="ignore"):
-            assert _same_bits(got.numpy(), a * other.numpy())
-    assert calls == []
+            assert _same_bits(got, fn(a, F32(c)))
+        out = cpu_lab.binary(F32(c), a, cpu_lab.MULTIPLY)  # the scalar first
+        assert out is not None and _same_bits(out, a * F32(c))
+    assert len(calls) == 8
 
 
 def test_foreach_mul_scales_in_place_on_every_thread(monkeypatch):
@@ -160,35 +184,67 @@ BROADCASTS = [
     ((1, 1024, 768), (768,)),  # a norm's weight
     ((1, 1024, 768), (1, 1024, 1)),  # a per-row scale
     ((256,), (300, 256)),  # the larger one second
-    ((2, 3, 128, 64), (128, 1)),  # four dimensions
+    ((2, 3, 128, 96), (128, 1)),  # four dimensions
     ((1001, 70), (1001, 1)),  # one (i, j): its rows cut into tasks, the last one short
     ((3, 5, 370, 13), (370, 13)),  # fifteen (i, j), a task each
 ]
 
 
-@pytest.mark.parametrize("op,fn", [("aten.mul.Tensor", np.multiply), ("aten.add.Tensor", np.add)])
+@pytest.mark.parametrize("op,fn", OPS)
 @pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
 def test_broadcast_and_strided_operands_on_every_thread_are_numpys(monkeypatch, op, fn, shapes):
-    """cpu_lab.broadcast_binary (kernels/cpu_elementwise.py binary_4d): numpy's broadcasting, any strides
-    (a rope's every-other-element view), one rounding per element; the reference backend's bits."""
+    """cpu_lab.binary (kernels/cpu_elementwise.py binary_rows): numpy's broadcasting, any strides (a rope's
+    every-other-element view, a transposed one), one rounding per element; the reference backend's bits."""
     rng = np.random.default_rng(len(str(shapes)))
     a, b = (_operand(rng, int(np.prod(s))).reshape(s) for s in shapes)
-    calls = _counting(monkeypatch, "broadcast_binary")
     cpu = OpContext(kernels.get_backend("cpu", 2))
     reference = OpContext(kernels.get_backend("reference", 2))
-    strided = np.repeat(a, 2, axis=-1)[..., ::2]  # the same values through a view with a step
-    for left in (a, strided):
-        args = {"self": torch.from_numpy(left) if left is a else torch.from_numpy(np.repeat(a, 2, axis=-1))[..., ::2]}
-        args["other"] = torch.from_numpy(b)
+    stepped = torch.from_numpy(np.repeat(a, 2, axis=-1))[..., ::2]  # the same values through a view with a step
+    for left in (torch.from_numpy(a), stepped):
+        args = {"self": left, "other": torch.from_numpy(b)}
         got = ELEMENTWISE[op](cpu, op, dict(args)).numpy()
         with np.errstate(all="ignore"):
-            want = fn(left, b)
+            want = fn(a, b)
         assert got.shape == want.shape and _same_bits(got, want)
         assert _same_bits(got, ELEMENTWISE[op](reference, op, dict(args)).numpy())
-    assert len(calls) == 2
-    small = {"self": torch.from_numpy(a.reshape(-1)[:100].copy()), "other": torch.tensor(F32(2.0))}
-    ELEMENTWISE[op](cpu, op, small)
-    assert len(calls) == 3 and cpu_lab.broadcast_binary(small["self"].numpy(), np.float32(2.0), True) is None
+    calls = _kernel_calls(monkeypatch)
+    for x, y in ((a, b), (np.repeat(a, 2, axis=-1)[..., ::2], b), (b, a)):  # the kernel itself: strided in place
+        with np.errstate(all="ignore"):
+            want = fn(x, y)
+        out = cpu_lab.binary(x, y, _KERNEL_OPS[fn])
+        assert out is not None and out.shape == want.shape and _same_bits(out, want)
+    assert len(calls) == 3
+    assert cpu_lab.binary(a.reshape(-1)[:100].copy(), np.float32(2.0), cpu_lab.MULTIPLY) is None  # small
+    assert len(calls) == 3
+
+
+_KERNEL_OPS = {
+    np.multiply: cpu_lab.MULTIPLY,
+    np.add: cpu_lab.ADD,
+    np.subtract: cpu_lab.SUBTRACT,
+    np.divide: cpu_lab.DIVIDE,
+}
+
+
+def test_the_broadcast_geometry_merges_axes_and_declines_what_it_cannot_walk():
+    """Axes both operands step through as one run are merged (so the inner loop is long); None where the
+    kernel would not apply: shapes that do not broadcast (numpy's own error follows), more than four axes
+    left, a negative stride, a non-float32 operand, a small result."""
+    big = np.ones((4, 256, 256), F32)
+    shape, sizes, strides = cpu_lab._broadcast_geometry(big, np.ones(256, F32))
+    assert shape == (4, 256, 256) and sizes == [1, 1, 1024, 256] and strides == ([0, 0, 256, 1], [0, 0, 0, 1])
+    shape, sizes, strides = cpu_lab._broadcast_geometry(big, big)
+    assert sizes == [1, 1, 1, 4 * 256 * 256] and strides == ([0, 0, 0, 1], [0, 0, 0, 1])
+    rope = np.ones((4, 256, 8, 16), F32).transpose(0, 2, 1, 3)
+    shape, sizes, strides = cpu_lab._broadcast_geometry(rope, np.ones((256, 16), F32))
+    assert shape == (4, 8, 256, 16) and sizes == [4, 8, 256, 16]
+    assert strides == ([32768, 16, 128, 1], [0, 0, 16, 1])
+    assert cpu_lab._broadcast_geometry(big, np.ones(255, F32)) is None
+    five = np.ones((2, 3, 4, 5, 6 * 1024), F32)[..., ::2]
+    assert cpu_lab._broadcast_geometry(five, np.ones((2, 1, 4, 1, 3 * 1024), F32)) is None
+    assert cpu_lab.binary(big[:, ::-1], big, cpu_lab.ADD) is None
+    assert cpu_lab.binary(big.astype(np.float64), big, cpu_lab.ADD) is None
+    assert cpu_lab.binary(np.ones(10, F32), np.ones((10, 10), F32), cpu_lab.ADD) is None
 
 
 def test_a_vocabulary_wide_output_is_reused_only_once_nothing_holds_it():
@@ -219,3 +275,48 @@ def test_a_vocabulary_wide_output_is_reused_only_once_nothing_holds_it():
     g_memory = g.ctypes.data
     del g
     assert cpu_lab.log_softmax_backward(d, y).ctypes.data == g_memory
+
+
+def _random_view(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """An array of `shape` whose values are random and whose layout is one of: C order, a permuted
+    (transposed) base, every other element of a wider base, a broadcast of a smaller one."""
+    kind = rng.integers(0, 4)
+    if kind == 1 and len(shape) > 1:
+        order = rng.permutation(len(shape))
+        base = _operand(rng, int(np.prod(shape))).reshape([shape[i] for i in order])
+        return base.transpose(np.argsort(order))
+    if kind == 2:
+        return _operand(rng, 2 * int(np.prod(shape))).reshape(*shape[:-1], 2 * shape[-1])[..., ::2]
+    if kind == 3:
+        small = _operand(rng, int(np.prod(shape))).reshape(shape)[
+            tuple(slice(0, 1) if rng.random() < 0.5 else slice(None) for _ in shape)
+        ]
+        # a writeable broadcast, as torch's expand gives (numpy's broadcast_to is read-only: another compile)
+        return np.lib.stride_tricks.as_strided(
+            small, shape, [0 if m == 1 else s for m, s in zip(small.shape, small.strides)]
+        )
+    return _operand(rng, int(np.prod(shape))).reshape(shape)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_layouts_and_broadcasts_are_numpys(seed):
+    """cpu_lab.binary on random shapes of one to five axes, each operand in a random layout and either one
+    broadcast over the other's axes: numpy's bits for every op, or None where numpy alone applies."""
+    rng = np.random.default_rng(seed)
+    nd = int(rng.integers(1, 6))
+    shape = [int(rng.integers(1, 9)) for _ in range(nd)]
+    long = int(rng.integers(0, nd))
+    shape[long] = int(rng.integers(1 << 16, 1 << 17)) // (int(np.prod(shape)) // shape[long]) + 1  # >= 64K
+    x = _random_view(rng, tuple(shape))
+    y_shape = tuple(n if rng.random() < 0.6 else 1 for n in shape)[int(rng.integers(0, nd)) :]
+    y = _random_view(rng, y_shape) if y_shape else np.asarray(_operand(rng, 1)[0])
+    for fn, op in _KERNEL_OPS.items():
+        for a, b in ((x, y), (y, x)):
+            out = cpu_lab.binary(a, b, op)
+            with np.errstate(all="ignore"):
+                want = fn(a, b)
+            assert want.size >= cpu_lab.PARALLEL_MIN
+            if out is None:  # only where more than four axes are left after merging
+                assert nd == 5 and cpu_lab._broadcast_geometry(np.asarray(a), np.asarray(b)) is None
+            else:
+                assert out.shape == want.shape and _same_bits(out, want)
