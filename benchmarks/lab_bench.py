@@ -4,7 +4,7 @@ The model is tests/lab/models.TinyLlama at a chosen size (hand-written RMSNorm, 
 SwiGLU, untied head; cross_entropy, clip_grad_norm_, AdamW(fused=True)). One warm-up step per side
 (numba compiles on its first call), then `--repeats` timed steps, the sides taking turns so that a
 change in machine load hits both; min and median and their ratio. The mode's time is split into the
-ops it ran: `--profile` prints the ten entries that took longest (Python overhead included).
+ops it ran: `--profile` prints the `--top` (10) entries that took longest (Python overhead included).
 
     python benchmarks/lab_bench.py --size 11m --tokens 1024 --repeats 3
     python benchmarks/lab_bench.py --size 125m --tokens 1024 --repeats 1
@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=None, help="T, the sequence length (default: the size's)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--top", type=int, default=10, help="entries listed by --profile")
     ap.add_argument("--arithmetic", type=int, choices=(1, 2), default=None, help="default: kernels.ARITHMETIC_VERSION")
     args = ap.parse_args()
     vocab, c, heads, layers, seq = SIZES[args.size]
@@ -150,7 +151,7 @@ def main() -> None:
     if times is not None:
         total = sum(sum(v) for v in times.values())
         print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")
-        for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:10]:
+        for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
             print(f"    {name:70s} {sum(v):7.3f} s  {len(v):5d} calls")
 
 

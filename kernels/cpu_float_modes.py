@@ -70,7 +70,14 @@ def _ldmxcsr(typingctx, bits):
 
 @njit(cache=True)
 def _mxcsr():
+    """The calling thread's whole MXCSR (control bits and status flags)."""
     return _stmxcsr()
+
+
+@njit(cache=True)
+def _control():
+    """The calling thread's MXCSR control bits (the status flags cleared): a non-negative int."""
+    return _stmxcsr() & ~STATUS_FLAGS & 0xFFFF
 
 
 @njit(cache=True)
@@ -98,7 +105,8 @@ def nonstandard_modes() -> list[str] | None:
     processor that is not x86-64."""
     if not X86:
         return None
-    return describe(int(np.uint32(np.int32(_mxcsr()))))
+    bits = _control()  # the lab mode asks before every op: the common answer without numpy's conversions
+    return [] if bits == STANDARD_CONTROL else describe(bits)
 
 
 def standard_modes() -> list[str] | None:
