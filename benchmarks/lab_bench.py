@@ -151,7 +151,7 @@ def main() -> None:
     if times is not None:
         total = sum(sum(v) for v in times.values())
         print(f"  table entries: {total:.3f} s over {len(data) - 1} timed steps")
-        for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
+        for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
             print(f"    {name:70s} {sum(v):7.3f} s  {len(v):5d} calls")
 
 
