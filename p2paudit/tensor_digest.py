@@ -145,6 +145,12 @@ def _canonical_nans(a: np.ndarray) -> np.ndarray:
 
 def _checked_data(name: str, array: np.ndarray) -> np.ndarray:
     """The array's C-order little-endian data, or InputError for what the format does not digest."""
+    _check_kind(name, array)
+    return _little_endian_c_order(array)
+
+
+def _check_kind(name: str, array: np.ndarray) -> None:
+    """InputError unless the format digests the array's dtype (float32, float64, integers, bools)."""
     if (
         not isinstance(array, np.ndarray)
         or array.dtype.kind not in _ALLOWED_KINDS
@@ -153,7 +159,6 @@ def _checked_data(name: str, array: np.ndarray) -> np.ndarray:
         raise InputError(
             f"tensor {name!r}: cannot digest {type(array).__name__} of dtype {getattr(array, 'dtype', '?')}"
         )
-    return _little_endian_c_order(array)
 
 
 def _header(name: str, data: np.ndarray) -> bytes:
@@ -289,11 +294,11 @@ def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: L
     (a NaN check of their own) and any tensor in which the lanes saw a NaN (written canonically by
     digest_tensor) go to hashlib. Every processor gets a share of both kinds, balanced by their expected time.
     """
-    data = {n: _checked_data(n, arrays[n]) for n in names}
-    sizes = {n: data[n].nbytes for n in names}
-    by_lanes = sorted(
-        (n for n in names if data[n].dtype != np.float64 and sizes[n] >= LANE_MIN_BYTES), key=lambda n: -sizes[n]
-    )
+    for n in names:
+        _check_kind(n, arrays[n])  # every tensor's dtype before any is hashed; its bytes converted by its job
+    sizes = {n: arrays[n].nbytes for n in names}
+    wide = {n for n in names if arrays[n].dtype.kind == "f" and arrays[n].dtype.itemsize == 8}  # float64, either order
+    by_lanes = sorted((n for n in names if n not in wide and sizes[n] >= LANE_MIN_BYTES), key=lambda n: -sizes[n])
     threads = max(1, min(_hash_threads(), len(names)))
     if sum(sizes.values()) < PARALLEL_HASH_BYTES:
         threads = 1
@@ -305,6 +310,9 @@ def _digest_with_lanes(names: list[str], arrays: dict[str, np.ndarray], lanes: L
     jobs = _balanced_bins(names, cost, threads)
 
     def run(job: list[str]) -> list[tuple[str, bytes]]:
+        # C-order little-endian bytes made here, on the job's thread, and dropped with the job: a state of
+        # strided or big-endian tensors is not held twice over while it is hashed
+        data = {n: _little_endian_c_order(arrays[n]) for n in job}
         mine = [n for n in job if n in lane_set]
         got = []
         if mine:

@@ -8,6 +8,8 @@ wrapped to show which did.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -104,3 +106,36 @@ def test_a_large_states_digest_in_run_goes_through_the_kernels_lanes(monkeypatch
     small = dict(list(large.items())[:3])
     assert run_digest.digest_state(small) == digest_state(small)
     assert sum(called) == len(large)  # not called again
+
+
+def test_each_job_converts_its_own_tensors_and_a_bad_one_stops_all_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strided or big-endian tensor's C-order little-endian copy is made by the job that hashes it, on that
+    job's thread, not all of them up front on the caller's (the state is never held twice over); a tensor the
+    format cannot digest is refused before any is hashed."""
+    monkeypatch.setattr(tensor_digest, "PARALLEL_HASH_BYTES", 1)
+    monkeypatch.setattr(tensor_digest, "LANE_MIN_BYTES", 0)
+    monkeypatch.setattr(tensor_digest, "_hash_threads", lambda: 2)
+    converted: list[tuple[str, int]] = []
+    real = tensor_digest._little_endian_c_order
+
+    def converting(array: np.ndarray) -> np.ndarray:
+        converted.append((array.dtype.str, threading.get_ident()))
+        return real(array)
+
+    monkeypatch.setattr(tensor_digest, "_little_endian_c_order", converting)
+    state = _state()
+    hashed: list[int] = []
+
+    def lanes(prefixes: list[bytes], datas: list[np.ndarray], checks: list[bool]):  # noqa: ANN202
+        hashed.append(len(prefixes))
+        return sha256_lanes(prefixes, datas, checks)
+
+    got = digest_state(state, lanes)
+    assert dict(got.tensors) == {n: digest_tensor(n, a) for n, a in state.items()}
+    assert len({thread for _, thread in converted}) == 2  # both jobs' threads converted their own
+    state["opt/v/complex"] = np.zeros(3, np.complex64)
+    converted.clear()
+    hashed.clear()
+    with pytest.raises(tensor_digest.InputError, match="opt/v/complex"):
+        digest_state(state, lanes)
+    assert converted == [] and hashed == []
