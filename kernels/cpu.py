@@ -33,7 +33,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import HostArray, Scalar
-from kernels.cpu_attention import attention_rows, attention_rows_backward
+from kernels.cpu_attention import attention_backward_checked, attention_rows
 from kernels.cpu_elementwise import adamw_into, add_flat, exp_flat, log_flat, silu_backward_flat, silu_flat
 from kernels.cpu_matmul import masked_zeros, matmul_batched
 from kernels.cpu_nn import (
@@ -202,10 +202,7 @@ def attention_backward(
     diagonal is never read, dS is +0.0 there, and P's masked entries are
     checked to be zeros before they are skipped (p is the caller's).
     """
-    validate.check_attention_backward(q, k, v, p, do)
-    finite = [bool(np.isfinite(x).all()) for x in (k, do, q)]
-    full = (not finite[0], not (finite[1] and masked_zeros(p)), not finite[2])  # dq's, dv's, dk's fold
-    return attention_rows_backward(q, k, v, p, do, full, fused)
+    return attention_backward_checked(q, k, v, p, do, fused, lambda: bool(masked_zeros(p)))
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: Scalar) -> tuple[np.ndarray, np.ndarray]:

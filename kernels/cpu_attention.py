@@ -35,10 +35,13 @@ contiguous run of tasks holds cheap and dear rows alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit, prange
 
 from kernels import constants as K
+from kernels import validate
 from kernels.cpu_nn import causal_softmax_backward_row, causal_softmax_row
 from kernels.cpu_scalar import bits_from_f32, log_f32, mac_f32, next_pow2
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile_into
@@ -238,6 +241,24 @@ def _columns_of_rows(m, z, i0, k_end):
             for j in range(k_end):
                 a[j, i] = F32(0.0)
     return a
+
+
+def attention_backward_checked(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    p: np.ndarray,
+    do: np.ndarray,
+    fused: bool,
+    masked_are_zeros: Callable[[], bool],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """attention_rows_backward after validate's checks, each fold full where a term left out could matter:
+    dq's where k is not finite, dv's where do is not or `masked_are_zeros()` (asked only then) is False,
+    dk's where q is not."""
+    validate.check_attention_backward(q, k, v, p, do)
+    finite = [bool(np.isfinite(x).all()) for x in (k, do, q)]
+    full = (not finite[0], not (finite[1] and masked_are_zeros()), not finite[2])  # dq's, dv's, dk's fold
+    return attention_rows_backward(q, k, v, p, do, full, fused)
 
 
 def attention_rows_backward(

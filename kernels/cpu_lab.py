@@ -44,7 +44,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_attention import attention_rows, attention_rows_backward
+from kernels.cpu_attention import attention_backward_checked, attention_rows
 from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
 from kernels.cpu_elementwise import DIVIDE as DIVIDE
 from kernels.cpu_elementwise import MULTIPLY as MULTIPLY
@@ -124,9 +124,7 @@ def attention_backward_of_own_p(
     layer) to know that its entries are +0.0 before it leaves their terms out; the lab keeps the p of
     its own forward (OpContext.save_attention, out of the script's reach), whose masked entries the
     softmax wrote +0.0 (cpu_nn.causal_softmax_row), so only the inputs' finiteness decides."""
-    validate.check_attention_backward(q, k, v, p, do)
-    finite = [bool(np.isfinite(x).all()) for x in (k, do, q)]
-    return attention_rows_backward(q, k, v, p, do, (not finite[0], not finite[1], not finite[2]), fused)
+    return attention_backward_checked(q, k, v, p, do, fused, lambda: True)
 
 
 def adamw_in_place(
