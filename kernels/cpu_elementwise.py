@@ -1,7 +1,8 @@
 """Elementwise kernels of the `cpu` backend: a sum, exp, log, SiLU and its backward, AdamW (new arrays or in place),
-and the rows of a one-hot gradient.
+the rows of a one-hot gradient, and + - * / of broadcast or strided operands (binary_rows, for the lab mode).
 
-All take flat (1-d, C-contiguous) float32 arrays; kernels/cpu.py reshapes.
+All take flat (1-d, C-contiguous) float32 arrays (binary_rows with its operands' strides beside them);
+kernels/cpu.py and kernels/cpu_lab.py reshape.
 Each output element depends on its own inputs only, so prange splits the
 index range between threads and LLVM vectorises each chunk; the bits cannot
 depend on either split.
@@ -23,7 +24,6 @@ def add_flat(a, b, out):
 
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE = 0, 1, 2, 3  # binary_rows' operations
-GEOMETRY = 14  # binary_rows' geometry: out's four sizes, x's four strides, y's four, rows and columns a task
 
 
 @njit(inline="always")

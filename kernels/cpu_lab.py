@@ -146,7 +146,7 @@ def adamw_in_place(
     adamw_into(*flat, k.b1, k.omb1, k.b2, k.omb2, k.ss, k.sbc2, k.decay, k.eps, flat[0], flat[2], flat[3])
 
 
-PARALLEL_MIN = 1 << 16  # elements from which add, multiply and scale_in_place run on every thread
+PARALLEL_MIN = 1 << 16  # elements from which binary, scale_in_place and square_sum run on every thread
 TASKS_PER_THREAD = 4  # binary's tasks per thread (prange hands each thread an equal run of them)
 
 
