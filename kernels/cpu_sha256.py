@@ -88,21 +88,34 @@ def _transpose_masks() -> list[tuple[int, list[int], list[int]]]:
     return stages
 
 
+def _compress_signature(state, addrs, steps, checks, check_steps, nan, count):  # noqa: ANN001, ANN202
+    """The compressions' numba signature (state 2-d; addrs, steps, checks, check_steps, nan 1-d; an integer
+    count), or None for other argument types."""
+    arrays = ((state, 2), (addrs, 1), (steps, 1), (checks, 1), (check_steps, 1), (nan, 1))
+    if not all(isinstance(a, types.Array) and a.ndim == n for a, n in arrays) or not isinstance(count, types.Integer):
+        return None
+    return types.void(state, addrs, steps, checks, check_steps, nan, count)
+
+
+def _compress_arguments(context, builder, signature, args):  # noqa: ANN001, ANN202
+    """A compression's six arrays (numba array structs) and its block count as an intp."""
+    arrays = zip(signature.args[:6], args[:6])
+    st, ad, sp, ck, cs, nn = (context.make_array(t)(context, builder, a) for t, a in arrays)
+    return st, ad, sp, ck, cs, nn, context.cast(builder, args[6], signature.args[6], types.intp)
+
+
 @intrinsic
 def _compress16(typingctx, state, addrs, steps, checks, check_steps, nan, count):
     """`count` blocks per lane: lane l's blocks at addrs[l], addrs[l] + steps[l], ... (steps 64, or 0 for an
     idle lane that keeps compressing its zero block), compressed into state[:, l] (state (8, 16) uint32);
     nan[l] |= 1 where one of the 16 little-endian words at checks[l] + r * check_steps[l] is a float32 NaN.
     The state, the addresses and the NaN flags stay in registers for the whole run."""
-    arrays = ((state, 2), (addrs, 1), (steps, 1), (checks, 1), (check_steps, 1), (nan, 1))
-    if not all(isinstance(a, types.Array) and a.ndim == n for a, n in arrays) or not isinstance(count, types.Integer):
+    sig = _compress_signature(state, addrs, steps, checks, check_steps, nan, count)
+    if sig is None:
         return None
-    sig = types.void(state, addrs, steps, checks, check_steps, nan, count)
 
     def codegen(context, builder, signature, args):
-        arrays = zip(signature.args[:6], args[:6])
-        st, ad, sp, ck, cs, nn = (context.make_array(t)(context, builder, a) for t, a in arrays)
-        run = context.cast(builder, args[6], signature.args[6], types.intp)
+        st, ad, sp, ck, cs, nn, run = _compress_arguments(context, builder, signature, args)
         i32, i64 = ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(i32, LANES)
         vec64 = ir.VectorType(i64, LANES)
@@ -192,15 +205,12 @@ def _compress_ni(typingctx, state, addrs, steps, checks, check_steps, nan, count
     """_compress16's contract for STREAMS messages with the SHA-NI instructions (sha256rnds2, sha256msg1,
     sha256msg2): each message's state in two <4 x i32> (ABEF and CDGH, as the instructions want them), the
     streams' rounds interleaved so that one's latency hides behind the other's; state (8, STREAMS)."""
-    arrays = ((state, 2), (addrs, 1), (steps, 1), (checks, 1), (check_steps, 1), (nan, 1))
-    if not all(isinstance(a, types.Array) and a.ndim == n for a, n in arrays) or not isinstance(count, types.Integer):
+    sig = _compress_signature(state, addrs, steps, checks, check_steps, nan, count)
+    if sig is None:
         return None
-    sig = types.void(state, addrs, steps, checks, check_steps, nan, count)
 
     def codegen(context, builder, signature, args):
-        arrays = zip(signature.args[:6], args[:6])
-        st, ad, sp, ck, cs, nn = (context.make_array(t)(context, builder, a) for t, a in arrays)
-        run = context.cast(builder, args[6], signature.args[6], types.intp)
+        st, ad, sp, ck, cs, nn, run = _compress_arguments(context, builder, signature, args)
         i32, i64 = ir.IntType(32), ir.IntType(64)
         v4 = ir.VectorType(i32, 4)
         module = builder.module
