@@ -38,13 +38,15 @@ def _combine(op, a, b):
     return a / b
 
 
-CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, STRIDED = 0, 1, 2, 3  # the strides of a row's columns (1, 1), (1, 0), ...
+# the strides of a row's columns: (1, 1), (1, 0), (0, 1), (2, 1) (RoPE's x[..., ::2] times a table), any
+CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, X_PAIRS_Y_RUN, STRIDED = 0, 1, 2, 3, 4
 
 
 @njit(inline="always")
 def _row(op, case, x, xo, sx, y, yo, sy, dst):
     """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst); `case` (a constant where this is inlined)
-    names unit and zero strides, walked as plain slices and scalars so that LLVM vectorises them."""
+    names unit and zero strides (and x's stride 2: RoPE's interleaved halves), walked as plain slices and
+    scalars so that LLVM vectorises them."""
     n = dst.shape[0]
     if case == CONTIGUOUS:
         xs, ys = x[xo : xo + n], y[yo : yo + n]
@@ -58,6 +60,10 @@ def _row(op, case, x, xo, sx, y, yo, sy, dst):
         a, ys = x[xo], y[yo : yo + n]
         for m in range(n):
             dst[m] = _combine(op, a, ys[m])
+    elif case == X_PAIRS_Y_RUN:  # a literal stride 2: LLVM loads two vectors and keeps every other lane
+        xs, ys = x[xo : xo + 2 * n], y[yo : yo + n]
+        for m in range(n):
+            dst[m] = _combine(op, xs[2 * m], ys[m])
     else:
         for m in range(n):
             dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
@@ -101,6 +107,8 @@ def _task(op, x, y, out, g, task):
         _rows(op, X_RUN_Y_ONE, x, y, out, g, r, end, c0, c1)
     elif g[7] == 0 and g[11] == 1:
         _rows(op, X_ONE_Y_RUN, x, y, out, g, r, end, c0, c1)
+    elif g[7] == 2 and g[11] == 1:
+        _rows(op, X_PAIRS_Y_RUN, x, y, out, g, r, end, c0, c1)
     else:
         _rows(op, STRIDED, x, y, out, g, r, end, c0, c1)
 

@@ -161,21 +161,44 @@ def binary(a: np.ndarray | np.float32, b: np.ndarray | np.float32, op: int) -> n
     x, y = np.asarray(a), np.asarray(b)
     if x.dtype != F32 or y.dtype != F32:
         return None
+    threads = numba.get_num_threads()
+    key = (x.shape, x.strides, y.shape, y.strides, threads)
+    try:
+        plan = _PLANS[key]
+    except KeyError:
+        plan = _plan(x, y, threads)
+        if len(_PLANS) >= _PLANS_KEPT:  # a bound: a script of ever new shapes does not grow it without end
+            _PLANS.clear()
+        _PLANS[key] = plan
+    if plan is None:
+        return None
+    shape, g = plan
+    out = np.empty(shape, F32)
+    binary_rows(op, _flat(x), _flat(y), out.reshape(-1), g)
+    return out
+
+
+_PLANS: dict[tuple[object, ...], tuple[tuple[int, ...], np.ndarray] | None] = {}  # binary's plan per layout
+_PLANS_KEPT = 4096
+
+
+def _plan(x: np.ndarray, y: np.ndarray, threads: int) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """(the result's shape, binary_rows' geometry g) for operands of x's and y's shapes and strides, or None
+    where binary computes nothing (_broadcast_geometry's refusals)."""
     geometry = _broadcast_geometry(x, y)
     if geometry is None:
         return None
     shape, sizes, strides = geometry
-    out = np.empty(shape, F32)
     rows, cols = sizes[0] * sizes[1] * sizes[2], sizes[3]
-    wanted = TASKS_PER_THREAD * numba.get_num_threads()
+    wanted = TASKS_PER_THREAD * threads
     if rows >= wanted:
         per_task = (-(-rows // wanted), cols)
     else:  # few long rows: their columns cut too, in whole vectors of 16
         blocks = min(-(-wanted // rows), -(-cols // 16))
         per_task = (1, (cols + 16 * blocks - 1) // (16 * blocks) * 16)
     g = np.array([*sizes, *strides[0], *strides[1], *per_task], np.int64)
-    binary_rows(op, _flat(x), _flat(y), out.reshape(-1), g)
-    return out
+    g.flags.writeable = False  # shared by every call of this layout
+    return shape, g
 
 
 def _flat(x: np.ndarray) -> np.ndarray:

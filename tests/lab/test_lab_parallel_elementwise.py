@@ -4,6 +4,7 @@ bits (which NaN pattern is left open by docs/arithmetic.md section 1, and digest
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -320,3 +321,55 @@ def test_random_layouts_and_broadcasts_are_numpys(seed):
                 assert nd == 5 and cpu_lab._broadcast_geometry(np.asarray(a), np.asarray(b)) is None
             else:
                 assert out.shape == want.shape and _same_bits(out, want)
+
+
+@pytest.mark.parametrize("fn", list(_KERNEL_OPS), ids=lambda f: f.__name__)
+def test_a_ropes_interleaved_halves_times_its_table_are_numpys(fn):
+    """RoPE's x[..., ::2] and x[..., 1::2] of a (B, H, T, D) view of a fused qkv product, times a (T, D/2)
+    table: the stride-2 case of binary_rows (two vectors loaded, every other lane kept), the half that ends
+    at the buffer's last element included; numpy's bits, the table on either side."""
+    rng = np.random.default_rng(7)
+    b, t, h, d = 2, 256, 8, 32
+    qkv = _operand(rng, b * t * 3 * h * d).reshape(b, t, 3 * h * d)
+    v = qkv[..., 2 * h * d :].reshape(b, t, h, d).transpose(0, 2, 1, 3)  # ends at qkv's last element
+    table = _operand(rng, t * d // 2).reshape(t, d // 2)
+    for half in (v[..., ::2], v[..., 1::2]):
+        assert half.strides[-1] == 8
+        for x, y in ((half, table), (table, half)):
+            out = cpu_lab.binary(x, y, _KERNEL_OPS[fn])
+            with np.errstate(all="ignore"):
+                want = fn(x, y)
+            assert out is not None and out.shape == want.shape and _same_bits(out, want)
+
+
+def test_binary_keeps_one_plan_per_layout_and_thread_count(monkeypatch):
+    """cpu_lab.binary plans a layout (shapes, strides, threads) once: the geometry is not worked out again for
+    the next call of that layout, a new layout or thread count gets its own plan, and the bits are the same."""
+    monkeypatch.setattr(cpu_lab, "_PLANS", {})
+    planned: list[int] = []
+    real = cpu_lab._broadcast_geometry
+
+    def counted(x, y):
+        planned.append(1)
+        return real(x, y)
+
+    monkeypatch.setattr(cpu_lab, "_broadcast_geometry", counted)
+    rng = np.random.default_rng(3)
+    a, w = _operand(rng, 4 * 256 * 256).reshape(4, 256, 256), _operand(rng, 256)
+    first = cpu_lab.binary(a, w, cpu_lab.MULTIPLY)
+    again = cpu_lab.binary(a.copy(), w.copy(), cpu_lab.MULTIPLY)
+    assert len(planned) == 1 and first is not None and again is not None
+    assert first.view(np.uint32).tobytes() == again.view(np.uint32).tobytes()
+    assert cpu_lab.binary(a[:, ::2], w, cpu_lab.MULTIPLY) is not None and len(planned) == 2  # another layout
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one = cpu_lab.binary(a, w, cpu_lab.MULTIPLY)  # one thread: its own tasks
+    finally:
+        numba.set_num_threads(threads)
+    assert one is not None and one.view(np.uint32).tobytes() == first.view(np.uint32).tobytes()
+    assert len(planned) == (3 if threads > 1 else 2)
+    planned.clear()
+    small = np.ones(10, F32)
+    assert cpu_lab.binary(small, small, cpu_lab.ADD) is None and cpu_lab.binary(small, small, cpu_lab.ADD) is None
+    assert len(planned) == 1  # a refusal is planned once too
