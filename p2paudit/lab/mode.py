@@ -100,6 +100,7 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.calls: dict[str, int] = {}
         self._gc_was_enabled = False
         self._quiet: list[Any] = []
+        self._op = ""  # the op being dispatched (named by _check_input's refusals)
 
     def __enter__(self) -> CanonicalMode:
         modes = float_modes_on()
@@ -136,9 +137,8 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         entry = TABLE.get(name)
         if entry is None and name not in EXACT:
             raise not_in_table(name, reason_for(name))
-        check_tensors(name, args, "as input")
-        if kwargs:
-            check_tensors(name, kwargs, "as input")
+        self._op = name
+        seen = self.tracer.inputs(args, kwargs, self._check_input)  # every input tensor checked, then labelled
         if entry is not None:
             modes = float_modes_on()  # 1 us: the step's own code may have turned one on since the last op
             if modes:
@@ -151,6 +151,11 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             out = func(*args, **kwargs)
             check_tensors(name, out, "as output")
         self.calls[name] = self.calls.get(name, 0) + 1
-        self.tracer.record(name, args, kwargs, out)
+        self.tracer.record(name, seen, args, out)
         gc.collect(0)  # the cycles this op left (and the frames they hold) go now, before autograd counts references
         return out
+
+    def _check_input(self, t: torch.Tensor) -> None:
+        """check_tensors of one input tensor of the op now dispatched."""
+        if t.dtype not in VALUE_DTYPES or not t.is_cpu:
+            check_tensors(self._op, t, "as input")

@@ -23,6 +23,7 @@ import hashlib
 import json
 import struct
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,34 +70,92 @@ def _json(x: object) -> str:
 _OUTPUTS: dict[tuple[torch.Size, torch.dtype], str] = {}  # (shape, dtype) -> its encoded [shape, dtype]
 
 
-def _output(o: torch.Tensor) -> str:
+def _output(key: tuple[torch.Size, torch.dtype]) -> str:
     """An output's [shape, dtype], encoded (formatted once per shape and dtype)."""
-    key = (o.shape, o.dtype)
     text = _OUTPUTS.get(key)
     if text is None:
         if len(_OUTPUTS) > 100_000:  # a bound: a script of ever new shapes does not grow it without end
             _OUTPUTS.clear()
-        text = _OUTPUTS[key] = "[[" + ",".join(map(str, o.shape)) + "]," + _encode_str(str(o.dtype)) + "]"
+        shape, dtype = key
+        text = _OUTPUTS[key] = "[[" + ",".join(map(str, shape)) + "]," + _encode_str(str(dtype)) + "]"
     return text
+
+
+class _Text(str):
+    """A constant already encoded (a keyword's name): written as it is."""
+
+
+# What an op's record holds until the trace is read: its name, its inputs' labels (encoded text, or (i, j) for
+# output j of op i), its constants (an int, a tuple of ints, encoded _Text, or _constant's JSON value) and its
+# outputs' (shape, dtype). Formatting them waits: done op by op, between the step's kernels, each record cost
+# three to four times what it costs in one pass at the end (the interpreter's data out of cache by then).
+_Pending = tuple[str, list[str | tuple[int, int]], list[object], list[tuple[torch.Size, torch.dtype]]]
+
+
+TensorCheck = Callable[[torch.Tensor], None]  # raises for a tensor the op may not take
+Inputs = tuple[list[str | tuple[int, int]], list[object]]  # an op's input labels and constants (Tracer.inputs)
+
+
+def _check_nested(x: object, check: TensorCheck) -> None:
+    """check() every tensor inside nested lists, tuples and dicts."""
+    if isinstance(x, torch.Tensor):
+        check(x)
+    elif isinstance(x, (list, tuple)):
+        for i in x:
+            _check_nested(i, check)
+    elif isinstance(x, dict):
+        for i in x.values():
+            _check_nested(i, check)
+
+
+def _encode_constant(c: object) -> str:
+    if type(c) is int:
+        return int.__repr__(c)
+    if type(c) is tuple:
+        return "[" + ",".join(map(int.__repr__, c)) + "]"
+    if type(c) is _Text:
+        return c
+    return _json(c)
+
+
+def _encode_label(label: str | tuple[int, int]) -> str:
+    if isinstance(label, str):
+        return label
+    return f'["op",{label[0]},{label[1]}]'
 
 
 @dataclass
 class Tracer:
     """Labels tensors as the step's ops make them and keeps each op's canonical record.
 
-    A label is kept with its JSON text, so a record is joined from ready pieces.
+    A named or external label is kept as its JSON text, an op's output as (op, output); `records` formats
+    the ops recorded since it was last read.
     """
 
-    records: list[bytes] = field(default_factory=list)
     values: list[tuple[str, bytes]] | None = None  # with a list: (op name, digest of its outputs) per op
-    _labels: dict[int, tuple[weakref.ref[torch.Tensor], str]] = field(default_factory=dict)
+    _records: list[bytes] = field(default_factory=list)
+    _pending: list[_Pending] = field(default_factory=list)
+    _labels: dict[int, tuple[weakref.ref[torch.Tensor], str | tuple[int, int]]] = field(default_factory=dict)
     _external: int = 0
+
+    @property
+    def records(self) -> list[bytes]:
+        """Every op's record so far, in order (canonical JSON bytes)."""
+        if self._pending:
+            for name, inputs, constants, outs in self._pending:
+                body = (
+                    f"[{_encode_str(name)},[{','.join(map(_encode_label, inputs))}],"
+                    f"[{','.join(map(_output, outs))}],[{','.join(map(_encode_constant, constants))}]]"
+                )
+                self._records.append(body.encode("ascii"))
+            self._pending.clear()
+        return self._records
 
     def name(self, t: torch.Tensor, name: str) -> None:
         """Label `t` (a parameter, gradient or optimizer tensor) by its name."""
         self._labels[id(t)] = (weakref.ref(t), _json(["named", name]))
 
-    def _label_of(self, t: torch.Tensor) -> str:
+    def _label_of(self, t: torch.Tensor) -> str | tuple[int, int]:
         known = self._labels.get(id(t))
         if known is not None and known[0]() is t:
             return known[1]
@@ -105,36 +164,46 @@ class Tracer:
         self._labels[id(t)] = (weakref.ref(t), label)
         return label
 
-    def _walk(self, x: object, inputs: list[str], constants: list[str]) -> None:
+    def _walk(
+        self, x: object, inputs: list[str | tuple[int, int]], constants: list[object], check: TensorCheck
+    ) -> None:
         if isinstance(x, torch.Tensor):
+            check(x)
             inputs.append(self._label_of(x))
-        elif type(x) is int:  # the most common constants first: an int, a list of ints (as _json writes them)
-            constants.append(int.__repr__(x))
+        elif type(x) is int:  # the most common constants first: an int, a list of ints (kept as a tuple)
+            constants.append(x)
         elif type(x) is list and all(type(i) is int for i in x):
-            constants.append("[" + ",".join(map(int.__repr__, x)) + "]")
+            constants.append(tuple(x))
         elif isinstance(x, (list, tuple)) and any(isinstance(i, torch.Tensor) for i in x):
             for i in x:
-                self._walk(i, inputs, constants)
+                self._walk(i, inputs, constants, check)
         else:
-            constants.append(_json(_constant(x)))
+            if isinstance(x, (list, tuple, dict)):
+                _check_nested(x, check)  # a tensor deeper in (no aten op takes one): checked, recorded as a type
+            constants.append(_constant(x))
 
-    def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: object) -> None:
-        """Append the record of op `name` and label its outputs (in-place ops relabel their targets)."""
-        inputs: list[str] = []
-        constants: list[str] = []
+    def inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], check: TensorCheck) -> Inputs:
+        """An op's inputs as its record will hold them (each tensor passed to `check` first, which may raise),
+        taken before the op runs: its in-place outputs are relabelled only by `record`."""
+        inputs: list[str | tuple[int, int]] = []
+        constants: list[object] = []
         for x in args:
-            self._walk(x, inputs, constants)
+            self._walk(x, inputs, constants, check)
         for key in sorted(kwargs):
-            constants.append(_encode_str(key))
-            self._walk(kwargs[key], inputs, constants)
+            constants.append(_Text(_encode_str(key)))
+            self._walk(kwargs[key], inputs, constants, check)
+        return inputs, constants
+
+    def record(self, name: str, seen: Inputs, args: tuple[Any, ...], out: object) -> None:
+        """Append the record of op `name` (its `inputs` taken before it ran) and label its outputs (in-place
+        ops relabel their targets)."""
         outs = [out] if type(out) is torch.Tensor else [o for o in _flatten(out) if isinstance(o, torch.Tensor)]
         if not outs and name.endswith("_"):  # in-place list ops return nothing: their targets changed
             outs = [t for t in _flatten(args[0]) if isinstance(t, torch.Tensor)] if args else []
-        index = len(self.records)
+        index = len(self._records) + len(self._pending)
         for j, o in enumerate(outs):
-            self._labels[id(o)] = (weakref.ref(o), f'["op",{index},{j}]')
-        body = f"[{_encode_str(name)},[{','.join(inputs)}],[{','.join(map(_output, outs))}],[{','.join(constants)}]]"
-        self.records.append(body.encode("ascii"))
+            self._labels[id(o)] = (weakref.ref(o), (index, j))
+        self._pending.append((name, seen[0], seen[1], [(o.shape, o.dtype) for o in outs]))
         if self.values is not None:
             h = hashlib.sha256()
             for j, o in enumerate(outs):
