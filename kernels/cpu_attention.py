@@ -43,6 +43,7 @@ from numba import njit, prange
 from kernels import constants as K
 from kernels import validate
 from kernels.cpu_nn import causal_softmax_backward_row, causal_softmax_row
+from kernels.cpu_pack import pack_k_major, pack_transposed
 from kernels.cpu_scalar import bits_from_f32, log_f32, mac_f32, next_pow2
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile_into
 
@@ -68,9 +69,8 @@ def attention_rows(
     p = np.empty((bh, t, t), F32)  # numpy's allocation: huge pages for a head-sized array
     lse = np.empty(bh * t, F32)
     kp = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # K's panels of keys
-    vp = np.empty((bh, -(-d // TILE_COLS), t, TILE_COLS), F32)  # V's panels of columns
     pack_keys(k, kp)
-    pack_columns(v, vp)
+    vp = columns(v)  # V's panels of columns
     (_attention_rows_fused if fused else _attention_rows)(q, attention_scale(d), full, o, p, lse, kp, vp)
     return o, p, lse
 
@@ -117,28 +117,36 @@ def _zigzag(r, n):
 
 @njit(parallel=True, cache=True)
 def pack_keys(x, dst):
-    """dst[z, g, kk, c] = x[z, g * TILE_COLS + c, kk], +0.0 past T: x (BH, T, D) as panels of keys (D, TC)."""
+    """dst[z, g, kk, c] = x[z, g * TILE_COLS + c, kk], +0.0 past T: x (BH, T, D) as panels of keys (D, TC).
+
+    The matmul's packing of a transposed B (cpu_pack.pack_transposed: 32 x 16 blocks through the registers)."""
     bh, t_count, d = x.shape
     n = dst.shape[1]
     for task in prange(bh * n):
-        z, g = task // n, task % n
-        for c in range(TILE_COLS):
-            j = g * TILE_COLS + c
-            for kk in range(d):
-                dst[z, g, kk, c] = x[z, j, kk] if j < t_count else F32(0.0)
+        pack_transposed(x, task // n, t_count, 0, d, task % n, dst)
 
 
 @njit(parallel=True, cache=True)
 def pack_columns(x, dst):
-    """dst[z, g, j, c] = x[z, j, g * TILE_COLS + c], +0.0 past D: x (BH, T, D) as panels of columns (T, TC)."""
+    """dst[z, g, j, c] = x[z, j, g * TILE_COLS + c], +0.0 past D: x (BH, T, D) as panels of columns (T, TC).
+
+    The matmul's packing of a B read along its rows (cpu_pack.pack_k_major: whole panels as vector copies)."""
     bh, t_count, d = x.shape
     n = dst.shape[1]
     for task in prange(bh * n):
         z, g = task // n, task % n
-        for j in range(t_count):
-            for c in range(TILE_COLS):
-                col = g * TILE_COLS + c
-                dst[z, g, j, c] = x[z, j, col] if col < d else F32(0.0)
+        pack_k_major(x, z, d, 0, t_count, g, g + 1, dst)
+
+
+def columns(x: np.ndarray) -> np.ndarray:
+    """x (BH, T, D) as panels of columns (BH, ceil(D / TC), T, TC): pack_columns' values; a view of x itself
+    where D is TILE_COLS and x is C-contiguous (its rows are the one panel already)."""
+    bh, t, d = x.shape
+    if d == TILE_COLS and x.flags.c_contiguous:
+        return x.reshape(bh, 1, t, d)
+    dst = np.empty((bh, -(-d // TILE_COLS), t, TILE_COLS), F32)
+    pack_columns(x, dst)
+    return dst
 
 
 @njit(inline="always")
@@ -280,13 +288,9 @@ def attention_rows_backward(
     q, k, v, p, do = (np.ascontiguousarray(x) for x in (q, k, v, p, do))
     dq, dk, dv = (np.empty((bh, t, d), F32) for _ in range(3))
     ds = np.empty((bh, t, t), F32)
-    cols = -(-d // TILE_COLS)
     vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
-    kc, dc, qc = (np.empty((bh, cols, t, TILE_COLS), F32) for _ in range(3))  # k's, do's, q's column panels
     pack_keys(v, vk)
-    pack_columns(k, kc)
-    pack_columns(do, dc)
-    pack_columns(q, qc)
+    kc, dc, qc = columns(k), columns(do), columns(q)  # k's, do's, q's panels of columns
     kernel = _attention_backward_fused if fused else _attention_backward
     kernel(do, p, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
     return dq, dk, dv

@@ -5,6 +5,7 @@ import pytest
 
 import kernels
 import kernels.cpu_matmul as mm
+from kernels import cpu_attention as ca
 
 REF = kernels.get_backend("reference")
 CPU = kernels.get_backend("cpu")
@@ -28,6 +29,20 @@ def test_attention_and_its_backward_equal_the_reference(t):
     o, p = CPU.attention(q, k, v)
     assert _same((o, p), REF.attention(q, k, v))
     assert _same(CPU.attention_backward(q, k, v, p, do), REF.attention_backward(q, k, v, p, do))
+
+
+@pytest.mark.parametrize("d", [32, 40, 64, 65])
+def test_heads_of_one_column_panel_and_of_several_equal_the_reference(d):
+    """D = 32 is one panel of columns (cpu_attention.columns reads q, k, v and do in place); 40, 64 and 65 are
+    two or three (packed, the last padded with +0.0)."""
+    q, k, v, do = _inputs(3, 70, d, d)
+    o, p = CPU.attention(q, k, v)
+    assert _same((o, p), REF.attention(q, k, v))
+    assert _same(CPU.attention_backward(q, k, v, p, do), REF.attention_backward(q, k, v, p, do))
+    x = q.reshape(-1)[: 3 * 70 * d].reshape(3, 70, d)
+    assert (ca.columns(x).base is not None) == (d == 32)  # a view exactly where D is one panel
+    packed = ca.columns(np.ascontiguousarray(q[:, :, ::-1]))
+    assert packed.shape == (3, -(-d // 32), 70, 32) and not packed[:, -1, :, d % 32 or 32 :].any()
 
 
 @pytest.mark.parametrize("where", ["q", "k", "v", "do"])
