@@ -23,12 +23,15 @@ def add_flat(a, b, out):
         out[i] = a[i] + b[i]
 
 
-ADD, SUBTRACT, MULTIPLY, DIVIDE = 0, 1, 2, 3  # binary_rows' operations
+ADD, SUBTRACT, MULTIPLY, DIVIDE, NEGATE = 0, 1, 2, 3, 4  # binary_rows' operations (NEGATE: -x, y unread)
 
 
 @njit(inline="always")
 def _combine(op, a, b):
-    """a op b, rounded once to float32 (op a constant where this is inlined: the branch folds away)."""
+    """a op b, rounded once to float32 (op a constant where this is inlined: the branch folds away); NEGATE
+    is -a, its sign bit flipped (NaN's too, as numpy's negative), b not used."""
+    if op == NEGATE:
+        return -a
     if op == ADD:
         return a + b
     if op == SUBTRACT:
@@ -38,8 +41,9 @@ def _combine(op, a, b):
     return a / b
 
 
-# the strides of a row's columns: (1, 1), (1, 0), (0, 1), (2, 1) (RoPE's x[..., ::2] times a table), any
-CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, X_PAIRS_Y_RUN, STRIDED = 0, 1, 2, 3, 4
+# the strides of a row's columns: (1, 1), (1, 0), (0, 1), (2, 1) (RoPE's x[..., ::2] times a table), (0, 0) (a
+# broadcast value, as a mean's backward divides), any
+CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, X_PAIRS_Y_RUN, X_ONE_Y_ONE, STRIDED = 0, 1, 2, 3, 4, 5
 
 
 @njit(inline="always")
@@ -64,6 +68,10 @@ def _row(op, case, x, xo, sx, y, yo, sy, dst):
         xs, ys = x[xo : xo + 2 * n], y[yo : yo + n]
         for m in range(n):
             dst[m] = _combine(op, xs[2 * m], ys[m])
+    elif case == X_ONE_Y_ONE:  # one value for the whole row, written n times
+        c = _combine(op, x[xo], y[yo])
+        for m in range(n):
+            dst[m] = c
     else:
         for m in range(n):
             dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
@@ -109,13 +117,15 @@ def _task(op, x, y, out, g, task):
         _rows(op, X_ONE_Y_RUN, x, y, out, g, r, end, c0, c1)
     elif g[7] == 2 and g[11] == 1:
         _rows(op, X_PAIRS_Y_RUN, x, y, out, g, r, end, c0, c1)
+    elif g[7] == 0 and g[11] == 0:
+        _rows(op, X_ONE_Y_ONE, x, y, out, g, r, end, c0, c1)
     else:
         _rows(op, STRIDED, x, y, out, g, r, end, c0, c1)
 
 
 @njit(parallel=True, cache=True)
 def binary_rows(op, x, y, out, g):
-    """out = x op y (ADD, SUBTRACT, MULTIPLY, DIVIDE), rounded once per element, on every thread.
+    """out = x op y (ADD, SUBTRACT, MULTIPLY, DIVIDE; NEGATE: -x), rounded once per element, on every thread.
 
     out is a flat C-contiguous float32 array of the result, seen as (g[0], g[1], g[2], g[3]); x and y are
     flat float32 arrays starting at each operand's first element, element (i, j, k, m) of an operand at
@@ -130,8 +140,10 @@ def binary_rows(op, x, y, out, g):
             _task(SUBTRACT, x, y, out, g, task)
         elif op == MULTIPLY:
             _task(MULTIPLY, x, y, out, g, task)
-        else:
+        elif op == DIVIDE:
             _task(DIVIDE, x, y, out, g, task)
+        else:
+            _task(NEGATE, x, y, out, g, task)
 
 
 @njit(parallel=True, cache=True)

@@ -48,6 +48,7 @@ from kernels.cpu_attention import attention_backward_checked, attention_rows
 from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
 from kernels.cpu_elementwise import DIVIDE as DIVIDE
 from kernels.cpu_elementwise import MULTIPLY as MULTIPLY
+from kernels.cpu_elementwise import NEGATE as NEGATE
 from kernels.cpu_elementwise import SUBTRACT as SUBTRACT
 from kernels.cpu_elementwise import adamw_into, binary_rows, one_hot_rows, scale_flat
 from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
@@ -151,7 +152,8 @@ TASKS_PER_THREAD = 4  # binary's tasks per thread (prange hands each thread an e
 
 
 def binary(a: np.ndarray | np.float32, b: np.ndarray | np.float32, op: int) -> np.ndarray | None:
-    """a op b (kernels/cpu_elementwise ADD, SUBTRACT, MULTIPLY or DIVIDE) with numpy's broadcasting, on every
+    """a op b (kernels/cpu_elementwise ADD, SUBTRACT, MULTIPLY, DIVIDE; NEGATE: -a, b a float32 scalar not read)
+    with numpy's broadcasting, on every
     thread, for float32 arrays (or float32 scalars) in any non-negative strides whose result has at least
     PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits.
 
@@ -199,6 +201,17 @@ def _plan(x: np.ndarray, y: np.ndarray, threads: int) -> tuple[tuple[int, ...], 
     g = np.array([*sizes, *strides[0], *strides[1], *per_task], np.int64)
     g.flags.writeable = False  # shared by every call of this layout
     return shape, g
+
+
+def power(x: np.ndarray, e: int) -> np.ndarray | None:
+    """x ** e for an integer e >= 2 as the left fold of products x * x * ... * x (one rounding each), on every
+    thread through binary; None (nothing computed) where binary declines x."""
+    y = binary(x, x, MULTIPLY)
+    for _ in range(e - 2):
+        if y is None:
+            break
+        y = binary(y, x, MULTIPLY)
+    return y
 
 
 def _flat(x: np.ndarray) -> np.ndarray:

@@ -135,9 +135,14 @@ def sigmoid_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
 
 def pow_tensor_scalar(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """x ** e for e in {0, 1, 0.5, -0.5, -1} or an integer 2..8 (a left fold of products)."""
-    x, e = host(a["self"]), a["exponent"]
-    if x.dtype != np.float32:
-        raise refused(name, f"a {x.dtype} base")
+    e = a["exponent"]
+    if view(a["self"]).dtype != np.float32:
+        raise refused(name, f"a {view(a['self']).dtype} base")
+    if ctx.cpu and isinstance(e, (int, float)) and float(e).is_integer() and 2 <= e <= 8:
+        y = cpu_lab.power(view(a["self"]), int(e))  # on every thread, a strided x read in place
+        if y is not None:
+            return wrap(y)
+    x = host(a["self"])
     with np.errstate(all="ignore"):
         if e == 0:
             return wrap(np.ones_like(x))
@@ -155,6 +160,18 @@ def pow_tensor_scalar(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
                 y = y * x
             return wrap(y)
     raise refused(name, f"exponent {e!r} (the table has 0, 1, 0.5, -0.5, -1 and the integers 2..8)")
+
+
+def negative(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
+    """-x, exact (the sign bit flipped); on cpu a large or strided x on every thread, read in place."""
+    if ctx.cpu:
+        x = view(a["self"])
+        if x.dtype != np.float32:
+            raise refused(name, f"a {x.dtype} input (this entry computes on float32)")
+        y = cpu_lab.binary(x, F32(0.0), cpu_lab.NEGATE)
+        if y is not None:
+            return wrap(y)
+    return unary(np.negative)(ctx, name, a)
 
 
 def pow_scalar(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
@@ -202,7 +219,7 @@ ELEMENTWISE: dict[str, Handler] = {
     "aten.div_.Scalar": binary(DIV, true_div=True, inplace=True),
     "aten.maximum.default": binary(_max2),
     "aten.minimum.default": binary(_min2),
-    "aten.neg.default": unary(np.negative),
+    "aten.neg.default": negative,
     "aten.sqrt.default": unary(np.sqrt),
     "aten.rsqrt.default": lab_unary("rsqrt"),
     "aten.reciprocal.default": lab_unary("reciprocal"),

@@ -373,3 +373,40 @@ def test_binary_keeps_one_plan_per_layout_and_thread_count(monkeypatch):
     small = np.ones(10, F32)
     assert cpu_lab.binary(small, small, cpu_lab.ADD) is None and cpu_lab.binary(small, small, cpu_lab.ADD) is None
     assert len(planned) == 1  # a refusal is planned once too
+
+
+def test_a_broadcast_value_divided_fills_each_row_on_every_thread(monkeypatch):
+    """A mean's backward: g (B, T, 1) expanded over C (stride 0) divided by a count. Every row is one value
+    written C times (the both-strides-zero case of binary_rows); numpy's bits, on the threaded kernel."""
+    rng = np.random.default_rng(11)
+    g = _operand(rng, 4 * 256).reshape(4, 256, 1)
+    wide = np.broadcast_to(g, (4, 256, 256))
+    calls = _kernel_calls(monkeypatch)
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    got = ELEMENTWISE["aten.div.Scalar"](cpu, "aten.div.Scalar", {"self": torch.from_numpy(wide), "other": 256})
+    with np.errstate(all="ignore"):
+        want = wide / F32(256)
+    assert len(calls) == 1 and _same_bits(got.numpy(), want)
+
+
+def test_neg_and_integer_powers_run_on_every_thread_with_numpys_bits(monkeypatch):
+    """neg flips the sign bit (of zeros and NaNs too, as numpy's negative) and x ** e for e = 2..8 is the left
+    fold x * x * ... * x: on the threaded kernel for a large x, read in place where it is strided (RoPE's
+    x[..., 1::2]); a small x goes to numpy; the same bits either way."""
+    rng = np.random.default_rng(12)
+    base = _operand(rng, 4 * 8 * 256 * 32).reshape(4, 8, 256, 32)
+    base.reshape(-1)[:4] = [0.0, -0.0, np.nan, -np.nan]
+    cpu = OpContext(kernels.get_backend("cpu", 2))
+    calls = _kernel_calls(monkeypatch)
+    for x in (base, base[..., 1::2], base[:1, :1, :2, :3]):
+        got = ELEMENTWISE["aten.neg.default"](cpu, "aten.neg.default", {"self": torch.from_numpy(x)}).numpy()
+        assert got.view(np.uint32).tobytes() == np.negative(x).view(np.uint32).tobytes()  # NaN signs too
+        for e in range(2, 9):
+            a = {"self": torch.from_numpy(x), "exponent": e}
+            got = ELEMENTWISE["aten.pow.Tensor_Scalar"](cpu, "aten.pow.Tensor_Scalar", a).numpy()
+            with np.errstate(all="ignore"):
+                want = x * x
+                for _ in range(e - 2):
+                    want = want * x
+            assert _same_bits(got, want)
+    assert len(calls) == 2 * (1 + sum(e - 1 for e in range(2, 9)))  # the two large ones threaded, not the small
