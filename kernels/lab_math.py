@@ -7,8 +7,9 @@ built from the rounded primitives of section 1 and the `exp`/`log` of
 section 3. Every function takes a float32 numpy array of any shape and
 returns a new float32 array of that shape; each is a chain of numpy float32
 ufuncs (one rounding each, never contracted), so the same code is the
-reference and the cpu backends' definition alike. The triton backend's
-are kernels/triton_lab.py (Triton kernels of the same operations in the
+reference backend's code and the definition. The cpu backend's are
+kernels/cpu_lab_math.py (the same operations compiled: tests/lab/test_cpu_lab_math.py), the triton backend's
+kernels/triton_lab.py (Triton kernels of the same operations in the
 same order), held bitwise to these by tests/lab/test_lab_triton.py;
 `for_backend` names the module for a backend. Bad input raises KernelInputError.
 """
@@ -125,7 +126,7 @@ def _tanh(x: np.ndarray) -> np.ndarray:
     a = np.abs(x)
     z = a * a
     small = a + (a * z) * _horner(z, TANH_C)
-    big = K.ONE - K.TWO / (reference.exp(np.ascontiguousarray(a * K.TWO)) + K.ONE)
+    big = K.ONE - K.TWO / (reference.exp(np.asarray(a * K.TWO, dtype=F32)) + K.ONE)  # 0-d stays 0-d
     y: np.ndarray = np.copysign(np.where(a < TANH_SPLIT, small, big), x)
     return np.where(np.isnan(x), x, y).astype(F32, copy=False)
 
@@ -174,7 +175,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)), the same s as silu_backward's (section 3.3)."""
     validate.check_elementwise(x)
     with np.errstate(all="ignore"):
-        return np.asarray(K.ONE / (K.ONE + reference.exp(-x)), dtype=F32)
+        return np.asarray(K.ONE / (K.ONE + reference.exp(np.asarray(-x, dtype=F32))), dtype=F32)  # 0-d: an array
 
 
 def pow_scalar_base(base: np.float32, x: np.ndarray) -> np.ndarray:
@@ -187,9 +188,13 @@ def pow_scalar_base(base: np.float32, x: np.ndarray) -> np.ndarray:
         return reference.exp(np.asarray(x * log_base, dtype=F32))
 
 
+_MODULES = {"reference": __name__, "cpu": "kernels.cpu_lab_math", "triton": "kernels.triton_lab"}
+
+
 def for_backend(name: str) -> types.ModuleType:
-    """The module with these functions for backend `name`: this one for reference and cpu (numpy), kernels.triton_lab
-    for triton (the same names and bits, computed by Triton kernels; importing it needs CUDA or TRITON_INTERPRET=1)."""
-    if name not in ("reference", "cpu", "triton"):
+    """The module with these functions for backend `name`, the same names and bits: this one for reference (numpy),
+    kernels.cpu_lab_math for cpu (compiled, on every thread), kernels.triton_lab for triton (Triton kernels;
+    importing it needs CUDA or TRITON_INTERPRET=1)."""
+    if name not in _MODULES:
         raise KernelInputError(f"unknown backend {name!r}, want one of reference, cpu, triton")
-    return importlib.import_module("kernels.triton_lab" if name == "triton" else __name__)
+    return importlib.import_module(_MODULES[name])

@@ -36,6 +36,7 @@ import pytest
 
 from kernels import cpu_attention as ca
 from kernels import cpu_elementwise as ew
+from kernels import cpu_lab_math as lm
 from kernels import cpu_matmul as mm
 from kernels import cpu_nn as nn
 from kernels import cpu_pack as pk
@@ -94,6 +95,9 @@ def _sample_calls():
         ("binary_rows", ew.binary_rows, (ew.MULTIPLY, flat, flat, np.empty_like(flat), _ROWS_GEOMETRY)),
         ("one_hot_rows", ew.one_hot_rows, (np.array([2, -1, 0, 6, 1], np.int64), F32(-0.2), np.empty_like(x))),
         ("exp_flat", ew.exp_flat, (flat,)),
+        ("unary_flat", lm.unary_flat, (lm.SIN, flat, np.empty_like(flat))),  # every function: op is a runtime value
+        ("gelu_tanh_backward_flat", lm.gelu_tanh_backward_flat, (flat, flat, np.empty_like(flat))),
+        ("exp_scaled_flat", lm.exp_scaled_flat, (flat, F32(0.5), np.empty_like(flat))),
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
         ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
@@ -183,7 +187,7 @@ VERDICTS = VerdictCache("cpu-no-fma")
 
 @functools.cache
 def _machine_code_key() -> dict[str, str]:
-    kernel_modules = [Path(module.__file__) for module in (ca, ew, mm, nn, pk, rd)]
+    kernel_modules = [Path(module.__file__) for module in (ca, ew, lm, mm, nn, pk, rd)]
     return machine_code_key(import_closure(kernel_modules, REPO / "kernels") + [Path(__file__)], {})
 
 
