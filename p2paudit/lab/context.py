@@ -43,7 +43,8 @@ class OpContext:
     """The backend (kernels.get_backend(name, arithmetic)), its lab functions and each attention output's p.
 
     `math` is the backend's module of kernels/lab_math.py's functions
-    (lab_math.for_backend: lab_math itself on reference and cpu, kernels.triton_lab on triton).
+    (lab_math.for_backend: lab_math itself on reference, kernels.cpu_lab_math on cpu, kernels.triton_lab on
+    triton).
 
     `cpu` (with `fused`, its arithmetic version 2): the backend is kernels.cpu,
     so the entries with a fused kernel in kernels/cpu_lab.py call it: one pass
