@@ -98,6 +98,10 @@ def _sample_calls():
         ("unary_flat", lm.unary_flat, (lm.SIN, flat, np.empty_like(flat))),  # every function: op is a runtime value
         ("gelu_tanh_backward_flat", lm.gelu_tanh_backward_flat, (flat, flat, np.empty_like(flat))),
         ("exp_scaled_flat", lm.exp_scaled_flat, (flat, F32(0.5), np.empty_like(flat))),
+        ("_unary_serial", lm._unary_serial, (lm.SIN, flat, np.empty_like(flat))),
+        ("_gelu_backward_serial", lm._gelu_backward_serial, (flat, flat, np.empty_like(flat))),
+        ("_exp_scaled_serial", lm._exp_scaled_serial, (flat, F32(0.5), np.empty_like(flat))),
+        ("_log_one", lm._log_one, (F32(2.0),)),
         ("log_flat", ew.log_flat, (flat,)),
         ("silu_flat", ew.silu_flat, (flat,)),
         ("silu_backward_flat", ew.silu_backward_flat, (flat, flat)),
@@ -244,7 +248,7 @@ def test_every_kernel_is_checked():
     checked = {c[0] for c in CALLS + FUSED_CALLS} | FOLDED_BY_THE_AUDITED_MICRO_KERNEL
     kernels = {
         name
-        for module in (ca, ew, mm, nn, pk, rd)
+        for module in (ca, ew, lm, mm, nn, pk, rd)
         for name, obj in vars(module).items()
         if isinstance(obj, numba.core.registry.CPUDispatcher)
         and obj.py_func.__module__ == module.__name__
