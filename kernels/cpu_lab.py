@@ -153,9 +153,9 @@ TASKS_PER_THREAD = 4  # binary's tasks per thread (prange hands each thread an e
 
 def binary(a: np.ndarray | np.float32, b: np.ndarray | np.float32, op: int) -> np.ndarray | None:
     """a op b (kernels/cpu_elementwise ADD, SUBTRACT, MULTIPLY, DIVIDE; NEGATE: -a, b a float32 scalar not read)
-    with numpy's broadcasting, on every
-    thread, for float32 arrays (or float32 scalars) in any non-negative strides whose result has at least
-    PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding per element: numpy's bits.
+    with numpy's broadcasting, on every thread, for float32 arrays (or float32 scalars) in any non-negative
+    strides whose result has at least PARALLEL_MIN elements; None (nothing computed) otherwise. One rounding
+    per element: numpy's bits. The geometry is planned once per layout (shapes, strides, threads).
 
     The operands' axes are broadcast, axes of size 1 dropped and neighbours that both operands step through
     as one run merged (a norm's (B, T, C) x (C,) is (B*T, C) with the weight's row stride 0), so the inner
