@@ -155,7 +155,7 @@ class CanonicalMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         gc.collect(0)  # the cycles this op left (and the frames they hold) go now, before autograd counts references
         return out
 
-    def _check_input(self, t: torch.Tensor) -> None:
-        """check_tensors of one input tensor of the op now dispatched."""
-        if t.dtype not in VALUE_DTYPES or not t.is_cpu:
-            check_tensors(self._op, t, "as input")
+    def _check_input(self, x: object) -> None:
+        """check_tensors of one input of the op now dispatched (a tensor, or a container of them)."""
+        if not isinstance(x, torch.Tensor) or x.dtype not in VALUE_DTYPES or not x.is_cpu:
+            check_tensors(self._op, x, "as input")

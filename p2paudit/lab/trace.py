@@ -92,20 +92,8 @@ class _Text(str):
 _Pending = tuple[str, list[str | tuple[int, int]], list[object], list[tuple[torch.Size, torch.dtype]]]
 
 
-TensorCheck = Callable[[torch.Tensor], None]  # raises for a tensor the op may not take
+TensorCheck = Callable[[object], None]  # raises for a tensor (or a list, tuple or dict holding one) the op may not take
 Inputs = tuple[list[str | tuple[int, int]], list[object]]  # an op's input labels and constants (Tracer.inputs)
-
-
-def _check_nested(x: object, check: TensorCheck) -> None:
-    """check() every tensor inside nested lists, tuples and dicts."""
-    if isinstance(x, torch.Tensor):
-        check(x)
-    elif isinstance(x, (list, tuple)):
-        for i in x:
-            _check_nested(i, check)
-    elif isinstance(x, dict):
-        for i in x.values():
-            _check_nested(i, check)
 
 
 def _encode_constant(c: object) -> str:
@@ -179,7 +167,7 @@ class Tracer:
                 self._walk(i, inputs, constants, check)
         else:
             if isinstance(x, (list, tuple, dict)):
-                _check_nested(x, check)  # a tensor deeper in (no aten op takes one): checked, recorded as a type
+                check(x)  # a tensor deeper in (no aten op takes one): checked, recorded as a type
             constants.append(_constant(x))
 
     def inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], check: TensorCheck) -> Inputs:

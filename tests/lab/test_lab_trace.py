@@ -91,3 +91,26 @@ def test_records_are_written_as_json_dumps_writes_them():
     values = [None, True, False, 0, -7, 2**70, "aten.add.Tensor", 'a "q" \\ \n é ☃', [], [[1, [2, "x"]], None]]
     for v in values + [values]:
         assert _json(v) == json.dumps(v, separators=(",", ":"), ensure_ascii=True)
+
+
+def test_every_input_tensor_is_checked_before_the_op_even_one_nested_deeper_than_a_list():
+    """Tracer.inputs hands each tensor argument (and any list, tuple or dict that holds one deeper down, which
+    no aten op takes) to the check before labelling it; the mode's check refuses a float64 one by name."""
+    import kernels
+    from p2paudit.lab.mode import CanonicalMode
+    from p2paudit.lab.refusal import LabOpRefused
+    from p2paudit.lab.trace import Tracer
+
+    seen: list[object] = []
+    t = torch.ones(2)
+    nested = [[t]]
+    inputs, constants = Tracer().inputs((t, nested, 3), {"k": {"x": t}}, seen.append)
+    assert seen[0] is t and seen[1] is nested and seen[2] == {"x": t} and len(seen) == 3
+    assert len(inputs) == 1 and len(constants) == 4  # the nested ones recorded as constants (their types)
+    mode = CanonicalMode(kernels.get_backend("cpu", 2))
+    mode._op = "aten.fake.default"
+    mode._check_input(nested)  # float32 inside: accepted
+    with pytest.raises(LabOpRefused, match=r"aten\.fake\.default .*a float64 tensor as input"):
+        mode._check_input([[torch.ones(2, dtype=torch.float64)]])
+    with pytest.raises(LabOpRefused, match=r"a float64 tensor as input"):
+        mode._check_input({"x": torch.ones(2, dtype=torch.float64)})
