@@ -9,9 +9,9 @@ activation ran on one thread. Here each element goes through the same
 float32 operations (one rounding each, never contracted, the no-FMA audit
 holds that) in one compiled loop on every thread; exp is kernels/cpu_scalar's
 exp_f32 and log_f32, the same bits as the reference's (sections 3.1, 3.2); arrays below PARALLEL_MIN
-elements stay on the calling thread. Inputs of any shape
-and strides (read as a C-contiguous copy where they are strided), a new
-float32 array out; bad input is refused with lab_math's own messages.
+elements stay on the calling thread. Inputs are C-contiguous float32 arrays
+of any shape, as lab_math's (a strided one is refused, with lab_math's own
+message, as all bad input is); a new float32 array out.
 tests/lab/test_cpu_lab_math.py holds every function bitwise to lab_math.
 """
 
@@ -171,7 +171,8 @@ def _log_one(x):
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x).reshape(-1)
+    """x's values as one row: a view (validate has checked that x is C-contiguous)."""
+    return x.reshape(-1)
 
 
 def _unary(x: np.ndarray, op: int) -> np.ndarray:
