@@ -18,7 +18,17 @@ to choose everything else:
   would). A is packed once per call into a buffer kept per thread between
   calls (_Scratch: a fresh one of hundreds of MB, the head's products, is a
   page fault per page on every call).
-- matmul_streamed (every product with causal = FULL whose B panels keep
+- matmul_rows (causal = FULL and B at most ROWS_PANELS_B panels wide, N <=
+  256: a model's products into its width): a task is one run of C's rows,
+  at most ROWS_CHUNK of them, with every column, in one batch element; per
+  k block its thread packs its own rows of A and the whole of B's block into
+  buffers of its own (both stay in L2) and folds them. A is read once, by
+  the thread that needs it, and never written out packed: against
+  matmul_streamed (each thread's run of B columns over all of A's panels,
+  packed first) the N = 256 products of a model of width 256 took 3-15%
+  less (docs/benchmarks.md); where B is wider each thread packing all of it
+  costs more than it saves.
+- matmul_streamed (every other product with causal = FULL whose B panels keep
   every thread busy): a task is one run of at most CHUNK_PANELS_B B panels
   over all of C's rows, in one batch element; its thread packs the run into
   a buffer of its own, which stays in L2 while the task's row chunks
@@ -56,6 +66,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels.cpu_pack import (
+    K_BLOCK,
     PACK_K,
     a_panels_shape,
     pack_k_major,
@@ -68,6 +79,8 @@ from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile, fold_tile_into
 
 CHUNK_PANELS_A = 16  # A panels (of TILE_ROWS rows) per task: 192 rows
 CHUNK_PANELS_B = 12  # B panels (of TILE_COLS columns) per task: 384 columns
+ROWS_PANELS_B = 8  # B panels up to which a product cuts C by rows only (matmul_rows): N <= 256
+ROWS_CHUNK = 1024  # C's rows per matmul_rows task at most (768-1,536 measured alike on M = 8,192)
 NEG_ZERO_BITS = -(2**31)  # -0.0 as an int32
 
 
@@ -281,6 +294,86 @@ def _matmul_streamed(ap, b, b_transposed, c, col_chunks, row_chunks, local, fuse
             _store_edges(c, z, acc[:, : (p_hi - p_lo) * TILE_ROWS], p_lo * TILE_ROWS, x0)
 
 
+@njit(parallel=True, cache=True)
+def matmul_rows(a, a_transposed, b, b_transposed, c, row_chunks, local_a, local_b):
+    """_matmul_rows in arithmetic version 1: acc + (a * b) per k."""
+    _matmul_rows(a, a_transposed, b, b_transposed, c, row_chunks, local_a, local_b, False)
+
+
+@njit(parallel=True, cache=True)
+def matmul_rows_fused(a, a_transposed, b, b_transposed, c, row_chunks, local_a, local_b):
+    """_matmul_rows in arithmetic version 2: fma(a, b, acc) per k."""
+    _matmul_rows(a, a_transposed, b, b_transposed, c, row_chunks, local_a, local_b, True)
+
+
+@njit(inline="always")
+def _matmul_rows(a, a_transposed, b, b_transposed, c, row_chunks, local_a, local_b, fused):
+    """C (BH, M, N) into c from A (BH, M, K) (or aᵀ (BH, K, M)) and B (BH, K, N) (or bᵀ (BH, N, K)) as given.
+
+    A task is one run of C's rows (row_chunks runs of A panels per batch
+    element, cut evenly) and all of its columns. For each k block (KL =
+    min(K, K_BLOCK) values, at least one) the task's thread packs its rows
+    of A into local_a[thread] and every B panel into local_b[thread], then
+    folds each (B panel, A panel) tile through _visit: the first block
+    starts at +0.0, the last ends in C. The same folds in the same k order
+    as _matmul_streamed. Preconditions: 1 <= row_chunks <= ceil(M /
+    TILE_ROWS); local_a (threads, >= the panels of a run, >= KL, TILE_ROWS),
+    local_b (threads, >= ceil(N / TILE_COLS), >= KL, TILE_COLS).
+    """
+    bh, m, n = c.shape[0], c.shape[1], c.shape[2]
+    k_count = b.shape[2] if b_transposed else b.shape[1]
+    kl = max(1, min(k_count, K_BLOCK))
+    n_kb = max(1, (k_count + kl - 1) // kl)  # K = 0: one empty block, which stores +0.0
+    mp = (m + TILE_ROWS - 1) // TILE_ROWS
+    nq = (n + TILE_COLS - 1) // TILE_COLS
+    for task in prange(bh * row_chunks):
+        z = task // row_chunks
+        p_lo, p_hi = _chunk_bounds(task - z * row_chunks, row_chunks, mp)
+        me = numba.get_thread_id()
+        a_panels = local_a[me : me + 1]  # (1, run, KL, TR): this thread's
+        b_panels = local_b[me : me + 1]  # (1, NQ, KL, TC)
+        acc = np.empty((nq, (p_hi - p_lo) * TILE_ROWS, TILE_COLS), np.float32)
+        for kb in range(n_kb):
+            k0 = kb * kl
+            k1 = min(k_count, k0 + kl)
+            _pack_run(a, not a_transposed, z, p_lo * TILE_ROWS, m, k0, k1, p_hi - p_lo, a_panels)  # k0.. as rows 0..
+            _pack_run(b, b_transposed, z, 0, n, k0, k1, nq, b_panels)
+            for q in range(nq):
+                strip = b_panels[0, q, : k1 - k0]
+                for p in range(p_lo, p_hi):
+                    _visit(
+                        a_panels[0, p - p_lo, : k1 - k0],
+                        strip,
+                        acc[q],
+                        (p - p_lo) * TILE_ROWS,
+                        c,
+                        z,
+                        p * TILE_ROWS,
+                        q * TILE_COLS,
+                        k1 - k0,
+                        kb == 0,
+                        kb == n_kb - 1,
+                        fused,
+                    )
+        _store_edges(c, z, acc, p_lo * TILE_ROWS, 0)
+
+
+def row_grid(bh: int, m: int, n: int, threads: int) -> int:
+    """How many runs of rows matmul_rows cuts each batch element's C into (0: not matmul_rows' product).
+
+    As few as keep a run within ROWS_CHUNK rows, then (where one more run per
+    batch element does it) bh * runs a multiple of `threads`. 0 where B is
+    wider than ROWS_PANELS_B panels or the row panels cannot keep every thread busy.
+    """
+    mp = -(-m // TILE_ROWS)
+    if -(-n // TILE_COLS) > ROWS_PANELS_B or bh * mp < threads or m == 0 or n == 0:
+        return 0
+    runs = min(mp, max(1, -(-m // ROWS_CHUNK)))
+    while (bh * runs) % threads and runs < mp:
+        runs += 1
+    return runs
+
+
 @njit(inline="always")
 def _visit(apanel, strip, tiles, i0, c, z, ci, cj, kw, first, last, fused):
     """Fold one k block (kw values) into the tile at (i0, 0) of `tiles`, which is C's tile at (ci, cj).
@@ -455,20 +548,28 @@ def matmul_batched(
     """
     bh, m, k_count = (a.shape[0], a.shape[2], a.shape[1]) if a_transposed else a.shape
     threads = numba.get_num_threads()
+    threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
     nq = -(-n // TILE_COLS)
+    # numpy's allocation: huge pages (numba's own faulted a head-sized C in 4 KiB at a time)
+    out = np.empty((bh, m, n), np.float32)  # (BH, M, N)
+    row_runs = row_grid(bh, m, n, threads) if causal == FULL else 0
+    if row_runs:  # C cut by rows; A and B packed a k block at a time by the task's own thread (_matmul_rows)
+        kl = max(1, min(k_count, K_BLOCK))
+        longest = ((m + TILE_ROWS - 1) // TILE_ROWS + row_runs - 1) // row_runs  # A panels of the longest run
+        local_a = _SCRATCH.take("a_run", (threads_max, longest, kl, TILE_ROWS))
+        local_b = _SCRATCH.take("b_block", (threads_max, nq, kl, TILE_COLS))
+        (matmul_rows_fused if fused else matmul_rows)(a, a_transposed, b, b_transposed, out, row_runs, local_a, local_b)
+        return out
     ap = _SCRATCH.take("a", a_panels_shape(bh, m, k_count))  # (BH, KB, MP, KL, TR)
     mp = ap.shape[2]
     k_chunks = max(1, -(-k_count // PACK_K))
     a_tasks = pack_task_count(bh, mp, a_transposed, k_chunks)
-    # numpy's allocation: huge pages (numba's own faulted a head-sized C in 4 KiB at a time)
-    out = np.empty((bh, m, n), np.float32)  # (BH, M, N)
     runs = stream_grid(bh, nq, threads) if causal == FULL else 0
     if runs:  # B packed task by task, in cache (_matmul_streamed)
         pack_operands(a, a_transposed, b, b_transposed, ap, _NO_PANELS, a_tasks, 0)
         run_panels = -(-nq // runs)
         row_chunks = stream_rows(mp, run_panels)
         k_rows = k_count if row_chunks > 1 else ap.shape[3]
-        threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         local = _SCRATCH.take("b_run", (threads_max, run_panels, k_rows, TILE_COLS))
         (matmul_streamed_fused if fused else matmul_streamed)(ap, b, b_transposed, out, runs, row_chunks, local)
         return out

@@ -165,3 +165,57 @@ def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused, k):
         got = np.full((2, m, n), np.nan, F32)
         packed(ap, bp, got, mm.FULL, rows, cols)
         assert describe_difference(got, want) is None, f"packed, {rows} x {cols} tasks"
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("layout", sorted(FUNCS))
+@pytest.mark.parametrize(
+    "m,k,n", [(2 * TILE_ROWS + 5, K_BLOCK + 2 * BLOCK_K + 3, 3 * TILE_COLS + 7), (TILE_ROWS + 1, 3, 1)]
+)
+def test_every_row_cut_gives_the_reference_bits(layout, fused, m, k, n):
+    # matmul_rows cuts C by rows only, each task packing its own rows of A and all of B a k block at a time:
+    # one run, a run per A panel and the cuts between must all give the reference's bits, the scratch's
+    # padding never read (NaN there would show).
+    rng = np.random.default_rng(11)
+    a, b = _operands(rng, m, k, n, layout, batch=2)
+    want = getattr(reference, FUNCS[layout])(a, b, fused=fused)  # (2, M, N)
+    a_t, b_t = layout == "tn", layout == "nt"
+    rows = mm.matmul_rows_fused if fused else mm.matmul_rows
+    mp, nq, kl = -(-m // TILE_ROWS), -(-n // TILE_COLS), min(k, K_BLOCK)
+    for runs in sorted({1, 2, mp - 1, mp} - {0}):
+        local_a = np.full((numba.config.NUMBA_NUM_THREADS, -(-mp // runs), kl, TILE_ROWS), np.nan, F32)
+        local_b = np.full((numba.config.NUMBA_NUM_THREADS, nq, kl, TILE_COLS), np.nan, F32)
+        got = np.full((2, m, n), np.nan, F32)
+        rows(a, a_t, b, b_t, got, runs, local_a, local_b)
+        assert describe_difference(got, want) is None, f"{runs} runs of rows"
+
+
+@pytest.mark.parametrize(
+    "bh,m,n,threads,want",
+    [
+        (1, 1024, 256, 2, 2),  # one run a thread
+        (1, 8192, 256, 2, 8),  # runs of ROWS_CHUNK rows at most
+        (1, 1000, 256, 3, 3),  # a multiple of the threads where one more run does it
+        (2, 1024, 256, 2, 1),  # two batch elements: one run each
+        (1, 1024, 257, 2, 0),  # B wider than ROWS_PANELS_B panels: another kernel's
+        (1, TILE_ROWS, 32, 2, 0),  # one row panel cannot keep two threads busy
+        (1, 0, 32, 2, 0),
+    ],
+)
+def test_row_grid(bh, m, n, threads, want):
+    assert mm.ROWS_PANELS_B * TILE_COLS == 256 and mm.ROWS_CHUNK == 1024  # the cases above assume these
+    assert mm.row_grid(bh, m, n, threads) == want
+
+
+def test_products_into_a_narrow_b_take_the_row_kernel(monkeypatch):
+    # matmul_batched hands a FULL product with N <= 256 to matmul_rows (and a causal one never)
+    seen = []
+    for name in ("matmul_rows", "matmul_rows_fused"):
+        kernel = getattr(mm, name)
+        monkeypatch.setattr(mm, name, lambda *args, kernel=kernel, name=name: seen.append(name) or kernel(*args))
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, 100, 40, 256, "nn")
+    assert describe_difference(cpu.matmul(a, b, fused=True), reference.matmul(a, b, fused=True)) is None
+    assert seen == ["matmul_rows_fused"]
+    cpu.matmul(a, np.ascontiguousarray(np.concatenate([b, b[:, :1]], axis=1)))
+    assert seen == ["matmul_rows_fused"]  # N = 257: not the row kernel

@@ -84,6 +84,11 @@ def _sample_calls():
             mm.matmul_streamed,
             (ap, np.ones((1, 5, 7), F32), True, np.empty((1, 5, 5), F32), 1, 1, run),
         ),
+        (
+            "matmul_rows",
+            mm.matmul_rows,
+            (a3, False, np.ones((1, 5, 7), F32), True, np.empty((1, 5, 5), F32), 1, ap[:, 0], run),
+        ),
         ("masked_zeros", mm.masked_zeros, (a3,)),
         ("sum_rows_2d", rd.sum_rows_2d, (x,)),
         ("_sum_cols_registers", rd._sum_cols_registers, (np.ones((20, 32), F32),)),
@@ -211,6 +216,7 @@ def test_kernel_has_no_fma(name, dispatcher, args):
 FUSED_CALLS = [
     ("matmul_packed_fused", mm.matmul_packed_fused, CALLS[1][2]),
     ("matmul_streamed_fused", mm.matmul_streamed_fused, CALLS[2][2]),
+    ("matmul_rows_fused", mm.matmul_rows_fused, CALLS[3][2]),
 ]
 # Version 2's attention kernels and per-task functions fold with the same micro-kernel (kernels/cpu_tile.py
 # fold_tile_into, the `fused` literal) as matmul_packed_fused, audited above, among the softmax's own
