@@ -18,7 +18,11 @@ panels at once. The backward reads p and dS the same way: its dq products
 through transposed views of the query panel's rows, its dv and dk products
 through views of the key panel's columns (row t of such a view is
 TILE_ROWS contiguous values); in the step, the copies these replaced cost
-the backward a third of its time (11m: 5.7 -> 3.9 ms a layer). The three passes wrote
+the backward a third of its time (11m: 5.7 -> 3.9 ms a layer). Where the heads
+keep the threads evenly busy (by_heads) a backward task is a whole head: its
+query panels write its dS into the thread's own buffer and its key panels
+read it back from cache (a task per panel wrote every head's dS to memory
+first). The three passes wrote
 S to memory, read it twice and packed P again: at 12 heads of T = 1,024 the
 forward took 34 ms against torch's 10.
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -187,14 +192,15 @@ def _store_rows(out, z, i0, dst, scale, scaled, a_rows, panels, k_end, fused):
     """dst[z, i0 + i, c] = out[i, c] (times scale if `scaled`) for the rows below T and c < D.
 
     Version 2 with k_end < T: an output that ends -0.0 is first carried through the terms left out, in order
-    (a_rows[z, t, j] times panels[c // TC, j, c % TC] for j >= k_end: +0.0 times a finite value)."""
+    (a_rows[t, j] times panels[c // TC, j, c % TC] for j >= k_end: +0.0 times a finite value); a_rows (T, T)
+    are batch element z's."""
     t_count, d = dst.shape[1], dst.shape[2]
     for i in range(min(TILE_ROWS, t_count - i0)):
         for c in range(d):
             x = out[i, c]
             if fused and k_end < t_count and bits_from_f32(x) == NEG_ZERO_BITS:
                 for j in range(k_end, t_count):
-                    x = mac_f32(x, a_rows[z, i0 + i, j], panels[c // TILE_COLS, j, c % TILE_COLS], True)
+                    x = mac_f32(x, a_rows[i0 + i, j], panels[c // TILE_COLS, j, c % TILE_COLS], True)
             dst[z, i0 + i, c] = x * scale if scaled else x
 
 
@@ -214,7 +220,7 @@ def _panel(q, z, i0, scale, full, o, p, lse, kp, vp, fused):
         m, total = causal_softmax_row(row, p[z, t], buf, t)
         lse[z * t_count + t] = m + log_f32(total)
     out = _fold_panels(_query_columns(p, z, i0, k_end), vp[z], 0, k_end, fused)
-    _store_rows(out, z, i0, o, scale, False, p, vp[z], k_end, fused)
+    _store_rows(out, z, i0, o, scale, False, p[z], vp[z], k_end, fused)
 
 
 @njit(inline="always")
@@ -283,17 +289,38 @@ def attention_rows_backward(
     dP = do vᵀ and dS (the softmax's backward) a panel of query rows at a time, dq = dS k * scale folded at
     once; then per panel of keys dv = Pᵀ do and dk = dSᵀ q * scale. `full` = (dq, dv, dk): fold every term
     of that product (its other operand is not finite, or P's masked entries are not zeros) instead of
-    leaving out the masked ones. Precondition: kernels/validate.check_attention_backward."""
+    leaving out the masked ones. A task is one panel (of query rows, then of keys) of one head, or, where
+    by_heads says so, one whole head, its dS in the thread's own buffer: the same folds either way.
+    Precondition: kernels/validate.check_attention_backward."""
     bh, t, d = q.shape
     q, k, v, p, do = (np.ascontiguousarray(x) for x in (q, k, v, p, do))
     dq, dk, dv = (np.empty((bh, t, d), F32) for _ in range(3))
-    ds = np.empty((bh, t, t), F32)
     vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
     pack_keys(v, vk)
     kc, dc, qc = columns(k), columns(do), columns(q)  # k's, do's, q's panels of columns
-    kernel = _attention_backward_fused if fused else _attention_backward
+    if by_heads(bh, t, numba.get_num_threads()):  # dS a head at a time, in a buffer of the thread's own
+        threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+        ds = np.empty((threads_max, t, t), F32)
+        kernel = _attention_backward_heads_fused if fused else _attention_backward_heads
+    else:
+        ds = np.empty((bh, t, t), F32)
+        kernel = _attention_backward_fused if fused else _attention_backward
     kernel(do, p, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
     return dq, dk, dv
+
+
+HEADS_MAX_T = 1024  # by_heads' longest sequence: a thread's dS of one head is T * T floats (4 MiB at 1,024)
+
+
+def by_heads(bh: int, t: int, threads: int) -> bool:
+    """Whether the backward runs a task per head (_attention_backward_heads) rather than per panel of rows.
+
+    A head's dS then stays in its thread's buffer (in L2 at T = 256) between its query panels, which write
+    it, and its key panels, which read it, and P is read while still in cache: against the panel tasks, which
+    write every head's dS to memory and read it back, an 11m layer's backward (32 heads of 256 x 32) took
+    12-13% less (docs/benchmarks.md). Taken where the heads keep every thread equally busy (a multiple of the
+    threads, or at least four a thread) and T is at most HEADS_MAX_T."""
+    return t <= HEADS_MAX_T and bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
 
 
 @njit(parallel=True, cache=True)
@@ -303,11 +330,11 @@ def _attention_backward(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
     for task in prange(bh * n_pan):
         z = task // n_pan
-        _query_panel_v1(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, vk, kc, dq)
+        _query_panel_v1(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
     for task in prange(bh * n_pan):
         z = task // n_pan
         j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        _key_panel_v1(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+        _key_panel_v1(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(parallel=True, cache=True)
@@ -317,60 +344,86 @@ def _attention_backward_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, 
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
     for task in prange(bh * n_pan):
         z = task // n_pan
-        _query_panel_v2(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, vk, kc, dq)
+        _query_panel_v2(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
     for task in prange(bh * n_pan):
         z = task // n_pan
         j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        _key_panel_v2(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+        _key_panel_v2(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+
+
+@njit(parallel=True, cache=True)
+def _attention_backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """The backward a head at a time in arithmetic version 1: ds (threads, T, T) holds a thread's head's dS."""
+    bh, t_count = do.shape[0], do.shape[1]
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    for z in prange(bh):
+        me = numba.get_thread_id()
+        for r in range(n_pan):
+            _query_panel_v1(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
+        for r in range(n_pan):
+            _key_panel_v1(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
+
+
+@njit(parallel=True, cache=True)
+def _attention_backward_heads_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """The backward a head at a time in arithmetic version 2."""
+    bh, t_count = do.shape[0], do.shape[1]
+    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    for z in prange(bh):
+        me = numba.get_thread_id()
+        for r in range(n_pan):
+            _query_panel_v2(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
+        for r in range(n_pan):
+            _key_panel_v2(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(cache=True)
-def _query_panel_v1(do, p, z, i0, scale, full_q, ds, vk, kc, dq):
+def _query_panel_v1(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq):
     """_query_panel in arithmetic version 1."""
-    _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, False)
+    _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, False)
 
 
 @njit(cache=True)
-def _query_panel_v2(do, p, z, i0, scale, full_q, ds, vk, kc, dq):
+def _query_panel_v2(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq):
     """_query_panel in arithmetic version 2."""
-    _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, True)
+    _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, True)
 
 
 @njit(cache=True)
-def _key_panel_v1(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv):
+def _key_panel_v1(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv):
     """_key_panel in arithmetic version 1."""
-    _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, False)
+    _key_panel(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv, False)
 
 
 @njit(cache=True)
-def _key_panel_v2(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv):
+def _key_panel_v2(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv):
     """_key_panel in arithmetic version 2."""
-    _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, True)
+    _key_panel(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv, True)
 
 
 @njit(inline="always")
-def _query_panel(do, p, z, i0, scale, full_q, ds, vk, kc, dq, fused):
+def _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, fused):
     """Query rows i0 .. i0 + TILE_ROWS - 1 of batch element z: dP = do vᵀ (columns up to the panel's last
-    row), dS row by row into ds, dq = dS k * scale."""
+    row), dS row by row into ds[zs] (z's rows), dq = dS k * scale."""
     t_count, d = do.shape[1], do.shape[2]
     i1 = min(t_count, i0 + TILE_ROWS)
     dp = _fold_panels(_rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
     buf = np.empty(next_pow2(t_count), F32)
     for i in range(i1 - i0):
-        causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[z, i0 + i], buf, i0 + i)
+        causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[zs, i0 + i], buf, i0 + i)
     k_end = t_count if full_q else i1
-    out = _fold_panels(_query_columns(ds, z, i0, k_end), kc[z], 0, k_end, fused)
-    _store_rows(out, z, i0, dq, scale, True, ds, kc[z], k_end, fused)
+    out = _fold_panels(_query_columns(ds, zs, i0, k_end), kc[z], 0, k_end, fused)
+    _store_rows(out, z, i0, dq, scale, True, ds[zs], kc[z], k_end, fused)
 
 
 @njit(inline="always")
-def _key_panel(p, ds, z, j0, scale, full_v, full_k, dc, qc, dk, dv, fused):
-    """Keys j0 .. j0 + TILE_ROWS - 1 of batch element z: dv = Pᵀ do, dk = dSᵀ q * scale (leading terms left
-    out where allowed: no -0.0 to carry)."""
+def _key_panel(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv, fused):
+    """Keys j0 .. j0 + TILE_ROWS - 1 of batch element z (its dS rows: ds[zs]): dv = Pᵀ do, dk = dSᵀ q * scale
+    (leading terms left out where allowed: no -0.0 to carry)."""
     t_count = p.shape[1]
     lo = 0 if full_v else j0
     out = _fold_panels(_key_columns(p, z, j0, lo), dc[z], lo, t_count, fused)
-    _store_rows(out, z, j0, dv, scale, False, p, dc[z], t_count, fused)
+    _store_rows(out, z, j0, dv, scale, False, p[z], dc[z], t_count, fused)
     lo = 0 if full_k else j0
-    out = _fold_panels(_key_columns(ds, z, j0, lo), qc[z], lo, t_count, fused)
-    _store_rows(out, z, j0, dk, scale, True, ds, qc[z], t_count, fused)
+    out = _fold_panels(_key_columns(ds, zs, j0, lo), qc[z], lo, t_count, fused)
+    _store_rows(out, z, j0, dk, scale, True, ds[zs], qc[z], t_count, fused)

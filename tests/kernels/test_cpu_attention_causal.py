@@ -47,7 +47,7 @@ def test_heads_of_one_column_panel_and_of_several_equal_the_reference(d):
 
 @pytest.mark.parametrize("where", ["q", "k", "v", "do"])
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
-def test_a_non_finite_operand_takes_the_full_fold(where, bad):
+def test_a_non_finite_operand_takes_the_full_fold(where, bad, backward_tasks):
     q, k, v, do = _inputs(2, 70, 8, 5)
     named = {"q": q, "k": k, "v": v, "do": do}
     named[where][1, 69, 3] = bad  # the last position: a masked row for every earlier one
@@ -151,9 +151,17 @@ def test_the_attention_kernel_is_the_reference_for_every_panel_and_head_size(ver
     assert _same(cpu.attention(q, k, v), ref.attention(q, k, v))
 
 
+@pytest.fixture(params=["panels", "heads"])
+def backward_tasks(request, monkeypatch):
+    """Run the test with the backward's tasks cut per panel of rows, then per head (cpu_attention.by_heads
+    decides which in use; both must give the reference's bits)."""
+    monkeypatch.setattr(ca, "by_heads", lambda bh, t, threads: request.param == "heads")
+    return request.param
+
+
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 13, 40), (1, 100, 33), (2, 45, 64), (5, 7, 96)])
-def test_the_attention_backward_kernel_is_the_reference(version, shape):
+def test_the_attention_backward_kernel_is_the_reference(version, shape, backward_tasks):
     """The backward kernel's dq, dk, dv against the reference's composition, with every fold leaving out
     its masked terms, then with each operand that forces a full fold made non-finite in turn."""
     rng = np.random.default_rng(sum(shape) * 3 + version)
@@ -170,7 +178,7 @@ def test_the_attention_backward_kernel_is_the_reference(version, shape):
 
 
 @pytest.mark.parametrize("tail_sign", [1.0, -1.0])
-def test_the_attention_backward_kernel_carries_dqs_negative_zero(tail_sign):
+def test_the_attention_backward_kernel_carries_dqs_negative_zero(tail_sign, backward_tasks):
     """dq = dS k folds a query panel's j only up to its last row. With p[t, j] = 1/(t+1), v = (1, 0, ...),
     do = 2^-100 and k = (-2^-60, 2^-60 x 11, tail_sign x 2^-60 ...), every product of row 11's fold rounds
     to -0.0 in version 2; the masked terms past j = 11 (+0.0 x tail_sign) end it +0.0 or keep it -0.0 in the
@@ -187,3 +195,19 @@ def test_the_attention_backward_kernel_carries_dqs_negative_zero(tail_sign):
     dq = cpu2.attention_backward(q, k, v, p, do)[0]
     assert _same(cpu2.attention_backward(q, k, v, p, do), REF2.attention_backward(q, k, v, p, do))
     assert dq[0, 11, 0] == 0 and np.signbit(dq[0, 11, 0]) == (tail_sign < 0)
+
+
+@pytest.mark.parametrize(
+    "bh,t,threads,want",
+    [
+        (32, 256, 2, True),  # the 11m step's 4 x 8 heads
+        (12, 1024, 2, True),  # the 125m shape's heads at its longest T
+        (12, 1025, 2, False),  # past HEADS_MAX_T: a thread's dS of one head would pass 4 MiB
+        (3, 256, 2, False),  # three heads on two threads: one thread would take two
+        (9, 256, 2, True),  # at least four a thread: the odd one out is a small share
+        (1, 256, 2, False),
+    ],
+)
+def test_which_backward_tasks(bh, t, threads, want):
+    assert ca.HEADS_MAX_T == 1024
+    assert ca.by_heads(bh, t, threads) == want
