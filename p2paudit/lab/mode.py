@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._C._dynamo import eval_frame  # Dynamo's frame strategies (_unwrap_dispatch)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernels import lab_math
@@ -172,13 +173,10 @@ def _unwrap_dispatch() -> bool:
     step still runs eagerly through the table (tests/lab/test_lab_refusals.py). A torch without that API
     keeps its wrapper (False)."""
     raw = getattr(CanonicalMode.__dict__["__torch_dispatch__"], "__wrapped__", None)
-    try:
-        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-    except ImportError:
+    if raw is None or not hasattr(eval_frame, "set_code_exec_strategy"):
         return False
-    if raw is None:
-        return False
-    set_code_exec_strategy(raw.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    skip = eval_frame._FrameExecStrategy(eval_frame._FrameAction.SKIP, eval_frame._FrameAction.SKIP)
+    eval_frame.set_code_exec_strategy(raw.__code__, skip)
     CanonicalMode.__torch_dispatch__ = raw  # type: ignore[method-assign]
     return True
 
