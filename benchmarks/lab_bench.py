@@ -115,7 +115,7 @@ def main() -> None:
     run = LabRun(lab_model, lab_opt, backend="cpu", arithmetic=args.arithmetic)
     print(f"lab mode: cpu backend, arithmetic {run.arithmetic}")
     times = profile_entries() if args.profile else None
-    lab_t, stock_t, lab_cpu, stock_cpu = [], [], [], []
+    lab_t, stock_t, lab_cpu, stock_cpu, lab_exit = [], [], [], [], []
     lab_faults: list[int] = []
     stock_faults: list[int] = []
     load_before = os.getloadavg()
@@ -123,11 +123,13 @@ def main() -> None:
         f0, t0, c0 = _faults(), time.perf_counter(), time.process_time()
         with run.step(i):
             models.train_step(lab_model, lab_opt, tokens)
+            body_end = time.perf_counter()
         f1, t1, c1 = _faults(), time.perf_counter(), time.process_time()
         models.train_step(stock_model, stock_opt, tokens)
         f2, t2, c2 = _faults(), time.perf_counter(), time.process_time()
         if i:  # step 0 is the warm-up
             lab_t.append(t1 - t0)
+            lab_exit.append(t1 - body_end)  # the step's exit: its state digest and record
             stock_t.append(t2 - t1)
             lab_cpu.append(c1 - c0)
             stock_cpu.append(c2 - c1)
@@ -140,6 +142,9 @@ def main() -> None:
     print(f"model {args.size}: {count(lab_model) / 1e6:.1f}M params, B={b} T={t} ({b * t} tokens/step)")
     for label, ts in (("lab mode", lab_t), ("stock torch", stock_t)):
         print(f"  {label:12s} min {min(ts):.3f} s  median {statistics.median(ts):.3f} s")
+    print(
+        f"  of the lab step, its exit (the state digest and the step's record): median {statistics.median(lab_exit):.3f} s"
+    )
     print(f"  ratio (lab / stock): min {min(lab_t) / min(stock_t):.2f}x  median "
           f"{statistics.median(lab_t) / statistics.median(stock_t):.2f}x")  # fmt: skip
     # CPU seconds (all threads of the process) move less with the other users' load than wall time does
