@@ -170,7 +170,12 @@ def test_every_cut_of_the_work_gives_the_reference_bits(layout, fused, k):
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("layout", sorted(FUNCS))
 @pytest.mark.parametrize(
-    "m,k,n", [(2 * TILE_ROWS + 5, K_BLOCK + 2 * BLOCK_K + 3, 3 * TILE_COLS + 7), (TILE_ROWS + 1, 3, 1)]
+    "m,k,n",
+    [
+        (2 * TILE_ROWS + 5, K_BLOCK + 2 * BLOCK_K + 3, 3 * TILE_COLS + 7),
+        (TILE_ROWS + 1, 3, 1),
+        (2 * TILE_ROWS + 1, 0, 40),  # K = 0: one empty k block, which stores +0.0 everywhere
+    ],
 )
 def test_every_row_cut_gives_the_reference_bits(layout, fused, m, k, n):
     # matmul_rows cuts C by rows only, each task packing its own rows of A and all of B a k block at a time:
@@ -181,7 +186,7 @@ def test_every_row_cut_gives_the_reference_bits(layout, fused, m, k, n):
     want = getattr(reference, FUNCS[layout])(a, b, fused=fused)  # (2, M, N)
     a_t, b_t = layout == "tn", layout == "nt"
     rows = mm.matmul_rows_fused if fused else mm.matmul_rows
-    mp, nq, kl = -(-m // TILE_ROWS), -(-n // TILE_COLS), min(k, K_BLOCK)
+    mp, nq, kl = -(-m // TILE_ROWS), -(-n // TILE_COLS), max(1, min(k, K_BLOCK))
     for runs in sorted({1, 2, mp - 1, mp} - {0}):
         local_a = np.full((numba.config.NUMBA_NUM_THREADS, -(-mp // runs), kl, TILE_ROWS), np.nan, F32)
         local_b = np.full((numba.config.NUMBA_NUM_THREADS, nq, kl, TILE_COLS), np.nan, F32)
