@@ -41,6 +41,7 @@ compile_kernels() {
   .venv/bin/python - <<'EOF'
 import numpy as np
 
+import kernels
 from p2paudit.engine.backends import single_process_step
 from p2paudit.engine.config import train_config
 from p2paudit.engine.state import init_state
@@ -49,6 +50,13 @@ cfg = train_config("tiny")
 tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
 for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul_packed_fused)
     single_process_step(cfg, "cpu", arithmetic)(init_state(cfg), tokens.astype(np.int64))
+    # what the tiny step does not reach (its products all fit matmul_rows, its attention's backward runs a
+    # head a task): a product wider than 256 columns (matmul_streamed) and one head's backward (panel tasks),
+    # 15-20 s of compiling each per worker otherwise
+    be = kernels.get_backend("cpu", arithmetic)
+    be.matmul(np.ones((40, 16), np.float32), np.ones((16, 300), np.float32))
+    q = np.ones((1, 20, 8), np.float32)
+    be.attention_backward(q, q, q, be.attention(q, q, q)[1], q)
 EOF
 }
 compile_kernels & host_compile=$!
