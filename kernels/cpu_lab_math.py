@@ -18,9 +18,12 @@ tests/lab/test_cpu_lab_math.py holds every function bitwise to lab_math.
 from __future__ import annotations
 
 import math
+import types
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from kernels import KernelInputError, validate
 from kernels import constants as K
@@ -94,22 +97,32 @@ def _gelu(x):
     return (HALF * x) * (ONE + t)
 
 
-@njit(inline="always")
 def _function(op, x):
-    """lab_math's function `op` of one float32 (op a constant where this is inlined)."""
-    if op == SIN:
-        return _trig(x, 0)
-    if op == COS:
-        return _trig(x, 1)
-    if op == TANH:
-        return _tanh(x)
-    if op == GELU:
-        return _gelu(x)
-    if op == RSQRT:
-        return ONE / np.sqrt(x)
-    if op == RECIPROCAL:
-        return ONE / x
-    return ONE / (ONE + exp_f32(-x))  # SIGMOID
+    """lab_math's function `op` of one float32. Compiled for a literal op only (numba types a constant
+    argument as a literal): just that function's code is generated where it is inlined, not all seven (seven
+    copies of all seven made unary_flat take 20 s to compile)."""
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(_function, inline="always", prefer_literal=True)
+def _function_literal(op, x):
+    """_function's code for the literal op."""
+    which = getattr(op, "literal_value", None)
+    if which == SIN:
+        return lambda op, x: _trig(x, 0)
+    if which == COS:
+        return lambda op, x: _trig(x, 1)
+    if which == TANH:
+        return lambda op, x: _tanh(x)
+    if which == GELU:
+        return lambda op, x: _gelu(x)
+    if which == RSQRT:
+        return lambda op, x: ONE / np.sqrt(x)
+    if which == RECIPROCAL:
+        return lambda op, x: ONE / x
+    if which == SIGMOID:
+        return lambda op, x: ONE / (ONE + exp_f32(-x))
+    return None
 
 
 @njit(inline="always")
@@ -159,9 +172,24 @@ def exp_scaled_flat(x, c, out):
 # The same loops on the calling thread alone, for arrays below PARALLEL_MIN elements: waking the other threads
 # cost more than a RoPE table's few thousand elements (cos of (256, 16): 32 us a call in an 11m step).
 PARALLEL_MIN = 1 << 15
-_unary_serial = njit(cache=True, error_model="numpy")(unary_flat.py_func)  # IEEE division, as the loops'
-_gelu_backward_serial = njit(cache=True, error_model="numpy")(gelu_tanh_backward_flat.py_func)
-_exp_scaled_serial = njit(cache=True, error_model="numpy")(exp_scaled_flat.py_func)
+
+
+def serial_twin(kernel: Any, name: str) -> Any:
+    """kernel's Python function compiled again to run on the calling thread alone (prange as range; IEEE
+    division, as in the parallel loops), cached under its own `name`: numba's disk cache knows a function by
+    its module, qualified name and first line, not by its options, so a plain twin of the same function
+    loaded whichever of the two had compiled first (the lab's large arrays then ran on one thread, or its
+    small ones paid for waking the others)."""
+    py = kernel.py_func
+    twin = types.FunctionType(py.__code__, py.__globals__, name, py.__defaults__, py.__closure__)
+    twin.__qualname__ = name
+    twin.__doc__ = py.__doc__
+    return njit(cache=True, error_model="numpy")(twin)
+
+
+_unary_serial = serial_twin(unary_flat, "_unary_serial")
+_gelu_backward_serial = serial_twin(gelu_tanh_backward_flat, "_gelu_backward_serial")
+_exp_scaled_serial = serial_twin(exp_scaled_flat, "_exp_scaled_serial")
 
 
 @njit(cache=True)

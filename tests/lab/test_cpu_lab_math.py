@@ -4,6 +4,10 @@ random bit patterns and each function's range, in any shape; the same refusals, 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -84,3 +88,28 @@ def _message(fn) -> str:
 def test_refusals_are_lab_maths_word_for_word(call):
     want = _message(lambda: call(lab_math))
     assert want != "no KernelInputError" and _message(lambda: call(cpu_lab_math)) == want
+
+
+_TWINS = """
+import numpy as np
+from kernels import cpu_lab_math as lm
+x = np.ones(8, np.float32)
+pairs = [(lm._unary_serial, lm.unary_flat, (lm.SIN, x, x.copy())),
+         (lm._gelu_backward_serial, lm.gelu_tanh_backward_flat, (x, x, x.copy())),
+         (lm._exp_scaled_serial, lm.exp_scaled_flat, (x, np.float32(0.5), x.copy()))]
+for serial, parallel, args in pairs:
+    serial(*args)  # compiled first, and written to the (empty) cache
+    parallel(*args)
+    print(serial.py_func.__name__, sum(parallel.stats.cache_hits.values()), sum(parallel.stats.cache_misses.values()))
+"""
+
+
+@pytest.mark.slow  # 10 s: six compiles into an empty cache
+def test_each_serial_twin_has_its_own_cache_entry(tmp_path):
+    """A serial twin compiled first must not be what its parallel kernel loads from numba's disk cache (a
+    twin of the same Python function once was: whichever compiled first ran for both)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _TWINS], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")[:3]
+    assert lines == [f"{name} 0 1" for name in ("_unary_serial", "_gelu_backward_serial", "_exp_scaled_serial")]
