@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from kernels.cpu_scalar import ONE, exp_f32, log_f32
 
@@ -26,19 +27,28 @@ def add_flat(a, b, out):
 ADD, SUBTRACT, MULTIPLY, DIVIDE, NEGATE = 0, 1, 2, 3, 4  # binary_rows' operations (NEGATE: -x, y unread)
 
 
-@njit(inline="always")
 def _combine(op, a, b):
-    """a op b, rounded once to float32 (op a constant where this is inlined: the branch folds away); NEGATE
-    is -a, its sign bit flipped (NaN's too, as numpy's negative), b not used."""
-    if op == NEGATE:
-        return -a
-    if op == ADD:
-        return a + b
-    if op == SUBTRACT:
-        return a - b
-    if op == MULTIPLY:
-        return a * b
-    return a / b
+    """a op b, rounded once to float32; NEGATE is -a, its sign bit flipped (NaN's too, as numpy's negative),
+    b not used. Compiled for a literal op only (numba types a constant argument as a literal): just that
+    operation's code is generated."""
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(_combine, inline="always", prefer_literal=True)
+def _combine_literal(op, a, b):
+    """_combine's code for the literal op."""
+    which = getattr(op, "literal_value", None)
+    if which == NEGATE:
+        return lambda op, a, b: -a
+    if which == ADD:
+        return lambda op, a, b: a + b
+    if which == SUBTRACT:
+        return lambda op, a, b: a - b
+    if which == MULTIPLY:
+        return lambda op, a, b: a * b
+    if which == DIVIDE:
+        return lambda op, a, b: a / b
+    return None
 
 
 # the strides of a row's columns: (1, 1), (1, 0), (0, 1), (2, 1) (RoPE's x[..., ::2] times a table), (0, 0) (a
@@ -46,35 +56,69 @@ def _combine(op, a, b):
 CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, X_PAIRS_Y_RUN, X_ONE_Y_ONE, STRIDED = 0, 1, 2, 3, 4, 5
 
 
-@njit(inline="always")
 def _row(op, case, x, xo, sx, y, yo, sy, dst):
-    """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst); `case` (a constant where this is inlined)
+    """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst). Compiled for a literal `case` only, which
     names unit and zero strides (and x's stride 2: RoPE's interleaved halves), walked as plain slices and
     scalars so that LLVM vectorises them."""
-    n = dst.shape[0]
-    if case == CONTIGUOUS:
-        xs, ys = x[xo : xo + n], y[yo : yo + n]
-        for m in range(n):
-            dst[m] = _combine(op, xs[m], ys[m])
-    elif case == X_RUN_Y_ONE:
-        xs, b = x[xo : xo + n], y[yo]
-        for m in range(n):
-            dst[m] = _combine(op, xs[m], b)
-    elif case == X_ONE_Y_RUN:
-        a, ys = x[xo], y[yo : yo + n]
-        for m in range(n):
-            dst[m] = _combine(op, a, ys[m])
-    elif case == X_PAIRS_Y_RUN:  # a literal stride 2: LLVM loads two vectors and keeps every other lane
-        xs, ys = x[xo : xo + 2 * n], y[yo : yo + n]
-        for m in range(n):
-            dst[m] = _combine(op, xs[2 * m], ys[m])
-    elif case == X_ONE_Y_ONE:  # one value for the whole row, written n times
-        c = _combine(op, x[xo], y[yo])
-        for m in range(n):
-            dst[m] = c
-    else:
-        for m in range(n):
-            dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(_row, inline="always", prefer_literal=True)
+def _row_literal(op, case, x, xo, sx, y, yo, sy, dst):
+    """_row's loop for the literal case."""
+    which = getattr(case, "literal_value", None)
+    if which == CONTIGUOUS:
+
+        def contiguous(op, case, x, xo, sx, y, yo, sy, dst):
+            n = dst.shape[0]
+            xs, ys = x[xo : xo + n], y[yo : yo + n]
+            for m in range(n):
+                dst[m] = _combine(op, xs[m], ys[m])
+
+        return contiguous
+    if which == X_RUN_Y_ONE:
+
+        def x_run_y_one(op, case, x, xo, sx, y, yo, sy, dst):
+            n = dst.shape[0]
+            xs, b = x[xo : xo + n], y[yo]
+            for m in range(n):
+                dst[m] = _combine(op, xs[m], b)
+
+        return x_run_y_one
+    if which == X_ONE_Y_RUN:
+
+        def x_one_y_run(op, case, x, xo, sx, y, yo, sy, dst):
+            n = dst.shape[0]
+            a, ys = x[xo], y[yo : yo + n]
+            for m in range(n):
+                dst[m] = _combine(op, a, ys[m])
+
+        return x_one_y_run
+    if which == X_PAIRS_Y_RUN:  # a literal stride 2: LLVM loads two vectors and keeps every other lane
+
+        def x_pairs_y_run(op, case, x, xo, sx, y, yo, sy, dst):
+            n = dst.shape[0]
+            xs, ys = x[xo : xo + 2 * n], y[yo : yo + n]
+            for m in range(n):
+                dst[m] = _combine(op, xs[2 * m], ys[m])
+
+        return x_pairs_y_run
+    if which == X_ONE_Y_ONE:  # one value for the whole row, written n times
+
+        def x_one_y_one(op, case, x, xo, sx, y, yo, sy, dst):
+            c = _combine(op, x[xo], y[yo])
+            for m in range(dst.shape[0]):
+                dst[m] = c
+
+        return x_one_y_one
+    if which == STRIDED:
+
+        def strided(op, case, x, xo, sx, y, yo, sy, dst):
+            for m in range(dst.shape[0]):
+                dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
+
+        return strided
+    return None
 
 
 @njit(inline="always")
