@@ -39,12 +39,15 @@ fi
 # NUMBA_CPU_NAME=generic, the generic CPU's into its own cache (tests/generic_isa.py says why its own).
 compile_kernels() {
   .venv/bin/python - <<'EOF'
+from pathlib import Path
+
 import numpy as np
 
 import kernels
 from p2paudit.engine.backends import single_process_step
 from p2paudit.engine.config import train_config
 from p2paudit.engine.state import init_state
+from p2paudit.lab import load_script, train_script
 
 cfg = train_config("tiny")
 tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
@@ -57,6 +60,9 @@ for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul
     be.matmul(np.ones((40, 16), np.float32), np.ones((16, 300), np.float32))
     q = np.ones((1, 20, 8), np.float32)
     be.attention_backward(q, q, q, be.attention(q, q, q)[1], q)
+    # the lab mode's kernels (binary_rows alone compiled in 83-97 s before it was cut to 33): a step of each example
+    for example in ("lab_gpt2", "lab_llama"):
+        train_script(load_script(Path("examples") / f"{example}.py"), 1, arithmetic=arithmetic)
 EOF
 }
 compile_kernels & host_compile=$!
@@ -74,6 +80,7 @@ trap - EXIT
 if [ -n "${CI:-}" ]; then rm -rf .pytest_cache/verdicts; fi
 if [ "$fast" = 1 ]; then only="not slow and "; else only=""; fi
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "${only}not serial" tests || status=$?
+# --durations: the longest tests, named in every run, to keep the whole suite within its 20 minutes on 2 cores
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --durations=25 -m "${only}not serial" tests || status=$?
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "${only}serial" tests || status=$?
 exit "$status"

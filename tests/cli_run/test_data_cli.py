@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import time
 
 import numpy as np
 import pytest
@@ -80,9 +79,7 @@ def test_125m_shape_trains_and_replays_at_a_small_token_count(tmp_path):
     model = dataclasses.replace(CONFIGS["125m"], name="125m-seq64", seq_len=64)
     cfg = _config_file(tmp_path, model, batch_size=1, micro_batches=1)
     run = tmp_path / "run"
-    began = time.perf_counter()
     trained = _invoke(["train", str(run), "--config", str(cfg), "--steps", "2", "--ckpt-every", "2"], tmp_path)
     assert trained.exit_code == 0, trained.output
     check = _invoke(["verify-range", "0-1", "--run", str(run)], tmp_path)
     assert check.exit_code == 0 and "3 match, 0 mismatch" in check.output, check.output
-    assert time.perf_counter() - began < 600
