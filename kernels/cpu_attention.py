@@ -44,6 +44,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from kernels import constants as K
 from kernels import validate
@@ -82,24 +83,45 @@ def attention_rows(
 
 # Each task's work is a function compiled on its own (per version), called from the prange loop: inlined
 # there, numba's parfor passes went through every helper's code, and each kernel took 13-17 s to compile.
+# Each version's kernel is its own dispatcher (the no-FMA audit reads version 1's machine code alone); their
+# loops are one inline body, whose `fused` (a literal) picks the task functions of that version only
+# (_of_version: an overload on the literal, so the other version's functions are never referenced).
 @njit(parallel=True, cache=True)
 def _attention_rows(q, scale, full, o, p, lse, kp, vp):
     """Every (batch element, row panel) task in arithmetic version 1: acc + (a * b) per step of each fold."""
-    bh, t_count = q.shape[0], q.shape[1]
-    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    for task in prange(bh * n_pan):
-        z = task // n_pan
-        _panel_v1(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+    _rows_tasks(q, scale, full, o, p, lse, kp, vp, False)
 
 
 @njit(parallel=True, cache=True)
 def _attention_rows_fused(q, scale, full, o, p, lse, kp, vp):
     """Every (batch element, row panel) task in arithmetic version 2: fma(a, b, acc) per step of each fold."""
+    _rows_tasks(q, scale, full, o, p, lse, kp, vp, True)
+
+
+@njit(inline="always")
+def _rows_tasks(q, scale, full, o, p, lse, kp, vp, fused):
     bh, t_count = q.shape[0], q.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    panel = _of_version(fused, _panel_v1, _panel_v2)
     for task in prange(bh * n_pan):
         z = task // n_pan
-        _panel_v2(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+        panel(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+
+
+def _of_version(fused, v1, v2):
+    """v2 where `fused`, else v1: compiled for a literal `fused` only."""
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(_of_version, inline="always", prefer_literal=True)
+def _of_version_literal(fused, v1, v2):
+    """_of_version for the literal `fused`: the chosen function, the other one never referenced."""
+    which = getattr(fused, "literal_value", None)
+    if which is True:
+        return lambda fused, v1, v2: v2
+    if which is False:
+        return lambda fused, v1, v2: v1
+    return None
 
 
 @njit(cache=True)
@@ -326,55 +348,56 @@ def by_heads(bh: int, t: int, threads: int) -> bool:
 @njit(parallel=True, cache=True)
 def _attention_backward(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
     """The backward's tasks in arithmetic version 1: query panels (dP, dS, dq), then key panels (dv, dk)."""
-    bh, t_count = do.shape[0], do.shape[1]
-    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    for task in prange(bh * n_pan):
-        z = task // n_pan
-        _query_panel_v1(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
-    for task in prange(bh * n_pan):
-        z = task // n_pan
-        j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        _key_panel_v1(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+    _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
 
 
 @njit(parallel=True, cache=True)
 def _attention_backward_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
     """The backward's tasks in arithmetic version 2."""
+    _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+
+
+@njit(inline="always")
+def _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, fused):
+    """A task per panel: every head's query panels, then every head's key panels (ds (BH, T, T))."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    query_panel = _of_version(fused, _query_panel_v1, _query_panel_v2)
+    key_panel = _of_version(fused, _key_panel_v1, _key_panel_v2)
     for task in prange(bh * n_pan):
         z = task // n_pan
-        _query_panel_v2(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
+        query_panel(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
     for task in prange(bh * n_pan):
         z = task // n_pan
         j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
-        _key_panel_v2(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
+        key_panel(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(parallel=True, cache=True)
 def _attention_backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
     """The backward a head at a time in arithmetic version 1: ds (threads, T, T) holds a thread's head's dS."""
-    bh, t_count = do.shape[0], do.shape[1]
-    n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    for z in prange(bh):
-        me = numba.get_thread_id()
-        for r in range(n_pan):
-            _query_panel_v1(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
-        for r in range(n_pan):
-            _key_panel_v1(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
+    _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
 
 
 @njit(parallel=True, cache=True)
 def _attention_backward_heads_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
     """The backward a head at a time in arithmetic version 2."""
+    _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+
+
+@njit(inline="always")
+def _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, fused):
+    """A task per head: its query panels write its dS into ds[the thread], its key panels read it back."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
+    query_panel = _of_version(fused, _query_panel_v1, _query_panel_v2)
+    key_panel = _of_version(fused, _key_panel_v1, _key_panel_v2)
     for z in prange(bh):
         me = numba.get_thread_id()
         for r in range(n_pan):
-            _query_panel_v2(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
+            query_panel(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
         for r in range(n_pan):
-            _key_panel_v2(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
+            key_panel(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(cache=True)
