@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 
 import kernels
+from kernels import cpu_lab, cpu_lab_math
+from kernels.cpu_elementwise import MULTIPLY
 from p2paudit.engine.backends import single_process_step
 from p2paudit.engine.config import train_config
 from p2paudit.engine.state import init_state
@@ -60,9 +62,14 @@ for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul
     be.matmul(np.ones((40, 16), np.float32), np.ones((16, 300), np.float32))
     q = np.ones((1, 20, 8), np.float32)
     be.attention_backward(q, q, q, be.attention(q, q, q)[1], q)
-    # the lab mode's kernels (binary_rows alone compiled in 83-97 s before it was cut to 33): a step of each example
+    # the lab mode's kernels: a step of each example
     for example in ("lab_gpt2", "lab_llama"):
         train_script(load_script(Path("examples") / f"{example}.py"), 1, arithmetic=arithmetic)
+# and its threaded elementwise kernels, which the examples' small arrays do not reach (binary_rows: 33 s of
+# compiling, which three workers did at once, and the no-FMA audit again)
+big = np.ones(cpu_lab.PARALLEL_MIN, np.float32)
+cpu_lab.binary(big, big, MULTIPLY), cpu_lab.scale_in_place(big.copy(), np.float32(0.5)), cpu_lab.square_sum(big)
+cpu_lab_math.sin(big), cpu_lab_math.gelu_tanh_backward(big, big), cpu_lab_math.pow_scalar_base(np.float32(2), big)
 EOF
 }
 compile_kernels & host_compile=$!

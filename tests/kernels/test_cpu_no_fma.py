@@ -49,6 +49,7 @@ PACKED_MUL = re.compile(r"\bvmulps\s+[^\n]*%[yz]mm")
 PACKED_ADD = re.compile(r"\bvaddps\s+[^\n]*%[yz]mm")
 REGISTER_ADD = re.compile(r"\bvaddps\s+%[xyz]mm\d+, %[xyz]mm\d+, %[xyz]mm\d+")  # accumulator in a register
 _ROWS_GEOMETRY = np.array([1, 1, 5, 7, 0, 0, 7, 1, 0, 0, 7, 1, 2, 7], np.int64)  # binary_rows over (5, 7)
+_ROWS_GEOMETRY.flags.writeable = False  # as kernels/cpu_lab.py's plans: the signature that runs, which is cached
 
 
 def _attention_outputs():
