@@ -81,8 +81,9 @@ def fused_fold(at: HostArray, b: HostArray) -> HostArray:
     acc = np.zeros(shape, F32)  # the accumulators, rounded to float32 after every step
     if k == 0 or acc.size == 0:
         return acc
-    a64 = np.moveaxis(at, -2, 0).astype(F64)[..., :, None]  # (K, .., M, 1), exact
-    b64 = np.moveaxis(b, -2, 0).astype(F64)[..., None, :]  # (K, .., 1, N), exact
+    with np.errstate(invalid="ignore"):  # a signalling NaN is quietened: NaN either way (which NaN is open)
+        a64 = np.moveaxis(at, -2, 0).astype(F64)[..., :, None]  # (K, .., M, 1), exact
+        b64 = np.moveaxis(b, -2, 0).astype(F64)[..., None, :]  # (K, .., 1, N), exact
     check_tiny = _smallest_product(at, b) < 2.0**-130
     s = np.empty(shape, F64)
     bits, scratch = s.view(np.uint64), np.empty(shape, np.uint64)

@@ -93,6 +93,9 @@ def test_the_default_adamw_ops_are_refused_inside_the_mode_too():
         models.train_step(model, opt, tokens)
 
 
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)  # torch.compile's own import
 def test_a_compiled_model_is_refused():
     model, opt = models.make()
     compiled = torch.compile(model)
@@ -107,6 +110,9 @@ def test_steps_run_in_order():
         pass
 
 
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)  # torch.compile's own import
 def test_a_compiled_function_called_inside_the_mode_runs_through_the_table():
     # Dynamo does not compile under an active TorchDispatchMode (torch 2.13): the function runs eagerly,
     # and every op it calls reaches the table, none a compiled kernel. Nor does Dynamo trace the mode's own
