@@ -109,8 +109,8 @@ def _rows_tasks(q, scale, full, o, p, lse, kp, vp, fused):
 
 
 def _of_version(fused, v1, v2):
-    """v2 where `fused`, else v1: compiled for a literal `fused` only."""
-    raise NotImplementedError("only in compiled code")
+    """v2 where `fused`, else v1 (compiled: for a literal `fused` only, by the overload below)."""
+    return v2 if fused else v1
 
 
 @overload(_of_version, inline="always", prefer_literal=True)
@@ -320,14 +320,14 @@ def attention_rows_backward(
     vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
     pack_keys(v, vk)
     kc, dc, qc = columns(k), columns(do), columns(q)  # k's, do's, q's panels of columns
-    if by_heads(bh, t, numba.get_num_threads()):  # dS a head at a time, in a buffer of the thread's own
+    heads = by_heads(bh, t, numba.get_num_threads())
+    if heads:  # dS a head at a time, in a buffer of the thread's own
         threads_max: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         ds = np.empty((threads_max, t, t), F32)
-        kernel = _attention_backward_heads_fused if fused else _attention_backward_heads
     else:
         ds = np.empty((bh, t, t), F32)
-        kernel = _attention_backward_fused if fused else _attention_backward
-    kernel(do, p, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
+    kernel = _attention_backward_fused if fused else _attention_backward
+    kernel(heads, do, p, attention_scale(d), full[0], full[1], full[2], ds, vk, kc, dc, qc, dq, dk, dv)
     return dq, dk, dv
 
 
@@ -335,7 +335,7 @@ HEADS_MAX_T = 1024  # by_heads' longest sequence: a thread's dS of one head is T
 
 
 def by_heads(bh: int, t: int, threads: int) -> bool:
-    """Whether the backward runs a task per head (_attention_backward_heads) rather than per panel of rows.
+    """Whether the backward runs a task per head (_backward_heads) rather than per panel of rows.
 
     A head's dS then stays in its thread's buffer (in L2 at T = 256) between its query panels, which write
     it, and its key panels, which read it, and P is read while still in cache: against the panel tasks, which
@@ -346,15 +346,22 @@ def by_heads(bh: int, t: int, threads: int) -> bool:
 
 
 @njit(parallel=True, cache=True)
-def _attention_backward(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
-    """The backward's tasks in arithmetic version 1: query panels (dP, dS, dq), then key panels (dv, dk)."""
-    _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
+def _attention_backward(heads, do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+    """The backward's tasks in arithmetic version 1: a task per head where `heads` (by_heads; ds (threads, T,
+    T)), else query panels (dP, dS, dq), then key panels (dv, dk) (ds (BH, T, T))."""
+    if heads:
+        _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
+    else:
+        _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
 
 
 @njit(parallel=True, cache=True)
-def _attention_backward_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
+def _attention_backward_fused(heads, do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
     """The backward's tasks in arithmetic version 2."""
-    _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+    if heads:
+        _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
+    else:
+        _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
 
 
 @njit(inline="always")
@@ -371,18 +378,6 @@ def _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, d
         z = task // n_pan
         j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
         key_panel(p, ds, z, z, j0, scale, full_v, full_k, dc, qc, dk, dv)
-
-
-@njit(parallel=True, cache=True)
-def _attention_backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
-    """The backward a head at a time in arithmetic version 1: ds (threads, T, T) holds a thread's head's dS."""
-    _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, False)
-
-
-@njit(parallel=True, cache=True)
-def _attention_backward_heads_fused(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv):
-    """The backward a head at a time in arithmetic version 2."""
-    _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq, dk, dv, True)
 
 
 @njit(inline="always")

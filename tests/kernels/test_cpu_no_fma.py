@@ -65,11 +65,6 @@ def _grads():
     return (np.empty((2, 5, 5), F32), *panels, *(np.empty((2, 5, 5), F32) for _ in range(3)))
 
 
-def _head_scratch():
-    """The backward's dS of one (5, 5) head per thread (_attention_backward_heads)."""
-    return np.empty((numba.config.NUMBA_NUM_THREADS, 5, 5), F32)
-
-
 def _sample_calls():
     """(name, dispatcher, args) for every numba kernel of the backend, on tiny inputs."""
     rng = np.random.default_rng(3)
@@ -135,11 +130,10 @@ def _sample_calls():
         ("pack_columns", ca.pack_columns, (s, np.empty((2, 1, 5, 32), F32))),
         ("_attention_rows", ca._attention_rows, (s, F32(0.5), False, *_attention_outputs())),
         ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, *_attention_outputs())),
-        ("_attention_backward", ca._attention_backward, (s, np.abs(s), F32(0.5), False, False, False, *_grads())),
         (
-            "_attention_backward_heads",
-            ca._attention_backward_heads,
-            (s, np.abs(s), F32(0.5), False, False, False, _head_scratch(), *_grads()[1:]),
+            "_attention_backward",
+            ca._attention_backward,
+            (False, s, np.abs(s), F32(0.5), False, False, False, *_grads()),
         ),
         (
             "_query_panel_v1",
@@ -239,7 +233,6 @@ FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
     "_attention_rows_fused",
     "_panel_v2",
     "_attention_backward_fused",
-    "_attention_backward_heads_fused",
     "_query_panel_v2",
     "_key_panel_v2",
 }
