@@ -29,9 +29,17 @@ ADD, SUBTRACT, MULTIPLY, DIVIDE, NEGATE = 0, 1, 2, 3, 4  # binary_rows' operatio
 
 def _combine(op, a, b):
     """a op b, rounded once to float32; NEGATE is -a, its sign bit flipped (NaN's too, as numpy's negative),
-    b not used. Compiled for a literal op only (numba types a constant argument as a literal): just that
-    operation's code is generated."""
-    raise NotImplementedError("only in compiled code")
+    b not used. Compiled, the overload below generates the code of a literal op alone (numba types a
+    constant argument as a literal), not every branch in every inlined copy."""
+    if op == NEGATE:
+        return -a
+    if op == ADD:
+        return a + b
+    if op == SUBTRACT:
+        return a - b
+    if op == MULTIPLY:
+        return a * b
+    return a / b
 
 
 @overload(_combine, inline="always", prefer_literal=True)
@@ -57,10 +65,12 @@ CONTIGUOUS, X_RUN_Y_ONE, X_ONE_Y_RUN, X_PAIRS_Y_RUN, X_ONE_Y_ONE, STRIDED = 0, 1
 
 
 def _row(op, case, x, xo, sx, y, yo, sy, dst):
-    """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst). Compiled for a literal `case` only, which
-    names unit and zero strides (and x's stride 2: RoPE's interleaved halves), walked as plain slices and
-    scalars so that LLVM vectorises them."""
-    raise NotImplementedError("only in compiled code")
+    """dst[m] = x[xo + m * sx] op y[yo + m * sy] for m < len(dst). Compiled, the overload below generates
+    the loop of a literal `case` alone, which names unit and zero strides (and x's stride 2: RoPE's
+    interleaved halves), walked as plain slices and scalars so that LLVM vectorises them: the same
+    elements as this loop."""
+    for m in range(dst.shape[0]):
+        dst[m] = _combine(op, x[xo + m * sx], y[yo + m * sy])
 
 
 @overload(_row, inline="always", prefer_literal=True)

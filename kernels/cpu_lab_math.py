@@ -98,10 +98,22 @@ def _gelu(x):
 
 
 def _function(op, x):
-    """lab_math's function `op` of one float32. Compiled for a literal op only (numba types a constant
-    argument as a literal): just that function's code is generated where it is inlined, not all seven (seven
+    """lab_math's function `op` of one float32. Compiled, the overload below generates the code of a literal
+    op alone (numba types a constant argument as a literal) where this is inlined, not all seven (seven
     copies of all seven made unary_flat take 20 s to compile)."""
-    raise NotImplementedError("only in compiled code")
+    if op == SIN:
+        return _trig(x, 0)
+    if op == COS:
+        return _trig(x, 1)
+    if op == TANH:
+        return _tanh(x)
+    if op == GELU:
+        return _gelu(x)
+    if op == RSQRT:
+        return ONE / np.sqrt(x)
+    if op == RECIPROCAL:
+        return ONE / x
+    return ONE / (ONE + exp_f32(-x))  # SIGMOID
 
 
 @overload(_function, inline="always", prefer_literal=True)
