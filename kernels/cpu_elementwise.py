@@ -27,36 +27,30 @@ def add_flat(a, b, out):
 ADD, SUBTRACT, MULTIPLY, DIVIDE, NEGATE = 0, 1, 2, 3, 4  # binary_rows' operations (NEGATE: -x, y unread)
 
 
+# binary_rows' operations, each a op b rounded once to float32; NEGATE is -a, its sign bit flipped (NaN's too,
+# as numpy's negative), b not used. The one statement of each: _combine runs them in Python, its overload
+# compiles the literal op's alone.
+_OPERATIONS = {
+    NEGATE: lambda a, b: -a,
+    ADD: lambda a, b: a + b,
+    SUBTRACT: lambda a, b: a - b,
+    MULTIPLY: lambda a, b: a * b,
+    DIVIDE: lambda a, b: a / b,
+}
+_COMPILED_OPERATIONS = {op: njit(inline="always")(f) for op, f in _OPERATIONS.items()}
+
+
 def _combine(op, a, b):
-    """a op b, rounded once to float32; NEGATE is -a, its sign bit flipped (NaN's too, as numpy's negative),
-    b not used. Compiled, the overload below generates the code of a literal op alone (numba types a
-    constant argument as a literal), not every branch in every inlined copy."""
-    if op == NEGATE:
-        return -a
-    if op == ADD:
-        return a + b
-    if op == SUBTRACT:
-        return a - b
-    if op == MULTIPLY:
-        return a * b
-    return a / b
+    """a op b (_OPERATIONS). Compiled, the overload below generates the code of a literal op alone (numba
+    types a constant argument as a literal), not every branch in every inlined copy."""
+    return _OPERATIONS[op](a, b)
 
 
 @overload(_combine, inline="always", prefer_literal=True)
 def _combine_literal(op, a, b):
     """_combine's code for the literal op."""
-    which = getattr(op, "literal_value", None)
-    if which == NEGATE:
-        return lambda op, a, b: -a
-    if which == ADD:
-        return lambda op, a, b: a + b
-    if which == SUBTRACT:
-        return lambda op, a, b: a - b
-    if which == MULTIPLY:
-        return lambda op, a, b: a * b
-    if which == DIVIDE:
-        return lambda op, a, b: a / b
-    return None
+    f = _COMPILED_OPERATIONS.get(getattr(op, "literal_value", None))
+    return None if f is None else lambda op, a, b: f(a, b)
 
 
 # the strides of a row's columns: (1, 1), (1, 0), (0, 1), (2, 1) (RoPE's x[..., ::2] times a table), (0, 0) (a

@@ -97,44 +97,32 @@ def _gelu(x):
     return (HALF * x) * (ONE + t)
 
 
+# unary_flat's functions: lab_math's of one float32, the one statement of each (_function runs them in Python,
+# its overload compiles the literal op's alone)
+_FUNCTIONS = {
+    SIN: lambda x: _trig(x, 0),
+    COS: lambda x: _trig(x, 1),
+    TANH: lambda x: _tanh(x),
+    GELU: lambda x: _gelu(x),
+    RSQRT: lambda x: ONE / np.sqrt(x),
+    RECIPROCAL: lambda x: ONE / x,
+    SIGMOID: lambda x: ONE / (ONE + exp_f32(-x)),
+}
+_COMPILED_FUNCTIONS = {op: njit(inline="always")(f) for op, f in _FUNCTIONS.items()}
+
+
 def _function(op, x):
-    """lab_math's function `op` of one float32. Compiled, the overload below generates the code of a literal
-    op alone (numba types a constant argument as a literal) where this is inlined, not all seven (seven
-    copies of all seven made unary_flat take 20 s to compile)."""
-    if op == SIN:
-        return _trig(x, 0)
-    if op == COS:
-        return _trig(x, 1)
-    if op == TANH:
-        return _tanh(x)
-    if op == GELU:
-        return _gelu(x)
-    if op == RSQRT:
-        return ONE / np.sqrt(x)
-    if op == RECIPROCAL:
-        return ONE / x
-    return ONE / (ONE + exp_f32(-x))  # SIGMOID
+    """lab_math's function `op` of one float32 (_FUNCTIONS). Compiled, the overload below generates the code
+    of a literal op alone (numba types a constant argument as a literal) where this is inlined, not all
+    seven (seven copies of all seven made unary_flat take 20 s to compile)."""
+    return _FUNCTIONS[op](x)
 
 
 @overload(_function, inline="always", prefer_literal=True)
 def _function_literal(op, x):
     """_function's code for the literal op."""
-    which = getattr(op, "literal_value", None)
-    if which == SIN:
-        return lambda op, x: _trig(x, 0)
-    if which == COS:
-        return lambda op, x: _trig(x, 1)
-    if which == TANH:
-        return lambda op, x: _tanh(x)
-    if which == GELU:
-        return lambda op, x: _gelu(x)
-    if which == RSQRT:
-        return lambda op, x: ONE / np.sqrt(x)
-    if which == RECIPROCAL:
-        return lambda op, x: ONE / x
-    if which == SIGMOID:
-        return lambda op, x: ONE / (ONE + exp_f32(-x))
-    return None
+    f = _COMPILED_FUNCTIONS.get(getattr(op, "literal_value", None))
+    return None if f is None else lambda op, x: f(x)
 
 
 @njit(inline="always")
