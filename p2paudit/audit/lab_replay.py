@@ -27,25 +27,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import kernels
+from p2paudit.audit.lab_isolation import ChildOutput, replay_in_child
 from p2paudit.audit.records import INIT, MATCH, MISMATCH, StepAudit
 from p2paudit.errors import InputError
-from p2paudit.lab import ReplayVerdict, replay_step, torch_build
-from p2paudit.lab.script import check_build, check_torch_build, rebuild_initial
-from p2paudit.run.lab_run import LabManifest, LabRunView, load_lab_state, read_lab_run
+from p2paudit.lab import ReplayVerdict, judge_replay, torch_build
+from p2paudit.lab.script import check_build, check_torch_build
+from p2paudit.run.lab_run import LabManifest, LabRunView, open_lab_run
 
 NO_LOSS = 0.0  # a lab run claims no loss: both sides of a lab audit's loss pair
 
 
 def verify_lab_steps(run_dir: Path, first: int, last: int) -> tuple[bytes, list[ReplayVerdict]]:
-    """(the publisher's public key, the verdicts of steps first..last), each replayed from its checkpoint."""
-    script, claims, public_key = read_lab_run(run_dir)
-    if not 0 <= first <= last < len(claims.states):
-        raise InputError(f"steps {first}..{last} are not in the run (it has steps 0..{len(claims.states) - 1})")
+    """(the publisher's public key, the verdicts of steps first..last), each replayed from its checkpoint in a
+    child process (audit.lab_isolation) and judged here."""
+    view = open_lab_run(run_dir)
+    if not 0 <= first <= last < view.num_steps:
+        raise InputError(f"steps {first}..{last} are not in the run (it has steps 0..{view.num_steps - 1})")
+    check_torch_build(view.claims)
     verdicts = []
-    for n in range(first, last + 1):
-        verdicts.append(replay_step(script, claims, load_lab_state(run_dir, claims, n), n))
-    return public_key, verdicts
+    for n, out in replay_in_child(view, False, range(first, last + 1)):
+        if n is not None:
+            verdicts.append(judge_replay(view.claims, n, out.state, out.ops, out.values))
+    return view.public_key, verdicts
 
 
 def check_lab_build(view: LabRunView) -> None:
@@ -65,25 +68,23 @@ def lab_engine_version(view: LabRunView) -> str:
     return f"p2paudit-lab op-table {view.claims.op_table_version} {torch_build()}"[:64]
 
 
-def _init_audit(view: LabRunView) -> StepAudit:
-    began = time.perf_counter()
+def _init_audit(view: LabRunView, out: ChildOutput, seconds: float) -> StepAudit:
     claimed = view.claims.initial.digest
-    observed = rebuild_initial(view.script, view.claims).digest
+    observed = out.state.digest
     same = observed == claimed
     return StepAudit(
         run_id=view.run_id, step=0, input_digest=None, claimed_data=None, observed_data=None,
         claimed_digest=claimed, observed_digest=observed, claimed_loss=None, observed_loss=None,
         findings=() if same else ("init",), verdict=MATCH if same else MISMATCH, backend="lab-recipe",
-        seconds=time.perf_counter() - began,
+        seconds=seconds,
         note="" if same else "the claimed state 0 is not what the script's build() makes",
         engine_version=lab_engine_version(view), arithmetic_version=view.claims.arithmetic_version, subject=INIT,
     )  # fmt: skip
 
 
-def _step_audit(view: LabRunView, n: int) -> StepAudit:
-    began = time.perf_counter()
+def _step_audit(view: LabRunView, n: int, out: ChildOutput, seconds: float) -> StepAudit:
     claims = view.claims
-    verdict = replay_step(view.script, claims, load_lab_state(view.run_dir, claims, n), n)
+    verdict = judge_replay(claims, n, out.state, out.ops, out.values)
     findings = (() if verdict.trace_matches else ("data",)) + (() if verdict.state_matches else ("state",))
     before = claims.initial if n == 0 else claims.states[n - 1]
     return StepAudit(
@@ -92,7 +93,7 @@ def _step_audit(view: LabRunView, n: int) -> StepAudit:
         claimed_digest=claims.states[n].digest, observed_digest=verdict.observed_state,
         claimed_loss=NO_LOSS, observed_loss=NO_LOSS, findings=findings,
         verdict=MISMATCH if findings else MATCH, backend=f"lab-{claims.backend}",
-        seconds=time.perf_counter() - began, note="; ".join(verdict.findings),
+        seconds=seconds, note="; ".join(verdict.findings),
         engine_version=lab_engine_version(view), arithmetic_version=claims.arithmetic_version,
     )  # fmt: skip
 
@@ -113,14 +114,11 @@ def lab_audits(
         raise InputError(f"step {untraced[0]}'s trace was not read with the run (this view holds steps {view.traced})")
     check_torch_build(view.claims)
     audits: list[StepAudit] = []
-    if init:
-        kernels.standard_float_modes()  # what another run's script left on this thread is not this run's fault
-        audits.append(_init_audit(view))
+    began = time.perf_counter()
+    for n, out in replay_in_child(view, init, steps):
+        seconds = time.perf_counter() - began
+        audits.append(_init_audit(view, out, seconds) if n is None else _step_audit(view, n, out, seconds))
         if on_audit is not None:
             on_audit(audits[-1])
-    for n in steps:
-        kernels.standard_float_modes()  # the step's own code changing it is refused by the mode
-        audits.append(_step_audit(view, n))
-        if on_audit is not None:
-            on_audit(audits[-1])
+        began = time.perf_counter()
     return tuple(audits)

@@ -33,7 +33,7 @@ import torch
 from p2paudit.errors import InputError
 from p2paudit.lab.refusal import OP_TABLE_VERSION
 from p2paudit.lab.session import LabRun
-from p2paudit.lab.trace import first_departure, first_value_departure
+from p2paudit.lab.trace import digest_records, first_departure, first_value_departure
 from p2paudit.tensor_digest import StateDigest
 
 INTERFACE = ("build", "batch", "train_step")
@@ -70,6 +70,14 @@ class _CheckedSource(importlib.abc.SourceLoader):
 
     def get_data(self, path: str) -> bytes:
         return self._source
+
+
+def check_script_bytes(path: Path, expected_digest: bytes) -> None:
+    """InputError unless the file at `path` is a regular file whose SHA-256 is `expected_digest` (nothing run)."""
+    if not path.is_file():
+        raise InputError(f"lab script {path}: not a regular file")
+    if hashlib.sha256(path.read_bytes()).digest() != expected_digest:
+        raise InputError(f"{path}: its SHA-256 is not the manifest's (the script was not run)")
 
 
 def load_script(path: Path, expected_digest: bytes | None = None) -> LabScript:
@@ -196,16 +204,29 @@ def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np
     with run.step(step):
         script.train_step(model, opt, script.batch(step))
     ours = run.records[0]
+    return judge_replay(claims, step, ours.state, list(ours.ops), None if ours.values is None else list(ours.values))
+
+
+def judge_replay(
+    claims: LabClaims,
+    step: int,
+    state: StateDigest,
+    ops: list[bytes],
+    values: list[tuple[str, bytes]] | None,
+) -> ReplayVerdict:
+    """The verdict on step `step` from what its replay produced: the state after it (digested by the caller
+    from the replay's tensors), its trace records and, where kept, its value trace."""
+    trace = digest_records(ops)
     findings = []
-    trace_ok = ours.trace == claims.traces[step]
+    trace_ok = trace == claims.traces[step]
     if not trace_ok:
-        findings.append(first_departure(list(ours.ops), list(claims.trace_ops[step])) or "the op sequence differs")
-    state_ok = ours.state.digest == claims.states[step].digest
+        findings.append(first_departure(ops, list(claims.trace_ops[step])) or "the op sequence differs")
+    state_ok = state.digest == claims.states[step].digest
     if not state_ok:
         theirs = claims.states[step].tensor_map()
-        differing = [n for n, d in ours.state.tensors if theirs.get(n) != d]
+        differing = [n for n, d in state.tensors if theirs.get(n) != d]
         findings.append(f"state after step {step} differs in {len(differing)} tensors: {', '.join(differing[:4])}")
-        if trace_ok and ours.values is not None and claims.values[step] is not None:
-            departure = first_value_departure(list(ours.values), list(claims.values[step] or ()))
+        if trace_ok and values is not None and claims.values[step] is not None:
+            departure = first_value_departure(values, list(claims.values[step] or ()))
             findings.append(departure or "every op's outputs match: the claimed state is not what they computed")
-    return ReplayVerdict(step, state_ok, trace_ok, tuple(findings), ours.trace, ours.state.digest)
+    return ReplayVerdict(step, state_ok, trace_ok, tuple(findings), trace, state.digest)

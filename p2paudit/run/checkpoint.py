@@ -247,7 +247,7 @@ class CheckpointReader:
 def open_checkpoint(
     run_dir: Path,
     step: int,
-    expected: StateDigest,
+    expected: StateDigest | None,
     names: list[str],
     shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None,
     check_reads: bool = False,
@@ -255,8 +255,9 @@ def open_checkpoint(
     """Open the checkpoint of `step` and check everything but its data: InputError naming the file if it
     is missing, not a regular file inside `run_dir`, larger than checkpoint_bound, not a safetensors
     file whose tensors are exactly `names` (with the dtypes and shapes of `shapes`, when given) tiling
-    the file, or if its metadata is not this format, this step and `expected`'s digest. With
-    `check_reads`, every tensor read is checked against `expected`'s tensor digest as it is read."""
+    the file, or if its metadata is not this format, this step and `expected`'s digest (any digest where
+    `expected` is None). With `check_reads`, every tensor read is checked against `expected`'s tensor
+    digest as it is read."""
     path = run_dir / checkpoint_path(step)
     fd = open_regular(path, "checkpoint", run_dir)
     try:
@@ -267,11 +268,11 @@ def open_checkpoint(
         where = f"checkpoint {path}"
         n = header_length(_pread_exact(fd, 8, 0, where), len(names), where)
         layout = parse_layout(_pread_exact(fd, n, 8, where), shapes, where, names)
-        want = {
+        want: dict[str, str | None] = {
             "format": CHECKPOINT_FORMAT,
             "version": CHECKPOINT_VERSION,
             "step": str(step),
-            "state_digest": expected.text(),
+            "state_digest": expected.text() if expected is not None else layout.metadata.get("state_digest"),
         }
         got = {k: layout.metadata.get(k) for k in want}
         if got != want:
@@ -282,6 +283,16 @@ def open_checkpoint(
         os.close(fd)
         raise
     return CheckpointReader(path, fd, layout, expected if check_reads else None)
+
+
+def digest_checkpoint(run_dir: Path, step: int, names: list[str]) -> StateDigest:
+    """The state digest of the checkpoint of `step`, computed here from its tensors (the digest its metadata
+    names is not trusted: another process wrote it), one tensor at a time; open_checkpoint's InputErrors
+    (the tensors must be exactly `names`)."""
+    with open_checkpoint(run_dir, step, None, names) as reader:
+        order = sorted(names, key=lambda n: n.encode("utf-8"))
+        tensors = tuple((n, digest_tensor(n, reader.read(n))) for n in order)
+    return StateDigest(combine_tensor_digests(tensors), tensors)
 
 
 def load_checkpoint(

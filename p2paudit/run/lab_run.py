@@ -27,7 +27,7 @@ import numpy as np
 
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, verify_signature
-from p2paudit.lab import LabClaims, LabScript, load_script, train_script
+from p2paudit.lab import LabClaims, LabScript, check_script_bytes, load_script, train_script
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
 from p2paudit.run.lab_format import LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
@@ -214,13 +214,16 @@ def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where
 
 @dataclass(frozen=True)
 class LabRunView:
-    """An opened lab run: its directory, script, claims, publisher key and run id (SHA-256 of the manifest).
+    """An opened lab run: its directory, script file, claims, publisher key and run id (SHA-256 of the manifest).
+
+    Opening a run never runs its script: a replay runs it in a child process (audit.lab_isolation), and the
+    process that judges the replay holds no code of the publisher's.
 
     `traced`: the steps whose trace files were read (every step, or those a partial view of a remote run
     holds); claims.trace_ops and claims.values are empty for the others, which are not replayed."""
 
     run_dir: Path
-    script: LabScript
+    script_path: Path  # its bytes checked against the signed SHA-256 when opened; never run in this process
     claims: LabClaims
     public_key: bytes
     run_id: bytes
@@ -241,10 +244,10 @@ def lab_publisher(run_dir: Path) -> bytes:
     return parse_signature(sig, run_dir / SIGNATURE_FILE)[1]
 
 
-def read_lab_run(run_dir: Path) -> tuple[LabScript, LabClaims, bytes]:
-    """Check the signature and every field; (the run's script, its claims, the publisher's public key)."""
+def read_lab_run(run_dir: Path) -> tuple[Path, LabClaims, bytes]:
+    """Check the signature and every field; (the run's script file, its claims, the publisher's public key)."""
     view = open_lab_run(run_dir)
-    return view.script, view.claims, view.public_key
+    return view.script_path, view.claims, view.public_key
 
 
 def read_lab_manifest(run_dir: Path) -> LabManifest:
@@ -256,9 +259,7 @@ def read_lab_manifest(run_dir: Path) -> LabManifest:
 
 def open_lab_run(run_dir: Path, traced: range | None = None) -> LabRunView:
     """Check the signature and every field, read the trace files of the steps in `traced` (default: every
-    step) against their SHA-256, then load the script.
-
-    The script is loaded (run) only after the signature verifies and its bytes are the signed SHA-256's."""
+    step) against their SHA-256, then the script's bytes against theirs. The script is not run here."""
     m = read_lab_manifest(run_dir)
     steps = range(m.num_steps) if traced is None else traced
     if steps and not 0 <= steps[0] <= steps[-1] < m.num_steps:
@@ -271,15 +272,16 @@ def open_lab_run(run_dir: Path, traced: range | None = None) -> LabRunView:
         if digest_bytes(blob) != m.trace_files[n]:
             raise InputError(f"{trace_file}: its SHA-256 is not the manifest's")
         ops[n], values[n] = _trace_lists(blob, str(trace_file))
-    script = load_script(run_dir / SCRIPT_FILE, m.script_digest)
+    script_path = run_dir / SCRIPT_FILE
+    check_script_bytes(script_path, m.script_digest)
     claims = LabClaims(
-        m.torch_build, m.op_table_version, m.arithmetic_version, m.backend, script.digest, m.initial,
+        m.torch_build, m.op_table_version, m.arithmetic_version, m.backend, m.script_digest, m.initial,
         m.states, m.traces, tuple(ops), tuple(values),
     )  # fmt: skip
-    return LabRunView(run_dir, script, claims, m.public_key, m.run_id, steps)
+    return LabRunView(run_dir, script_path, claims, m.public_key, m.run_id, steps)
 
 
-def load_lab_state(run_dir: Path, claims: LabClaims, n: int) -> dict[str, np.ndarray]:
+def load_lab_state(run_dir: Path, claims: LabClaims | LabManifest, n: int) -> dict[str, np.ndarray]:
     """The checkpoint of state n, checked against the claimed digest."""
     expected = claims.initial if n == 0 else claims.states[n - 1]
     names = [name for name, _ in expected.tensors]

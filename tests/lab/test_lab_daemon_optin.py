@@ -82,7 +82,7 @@ def test_with_the_opt_in_the_run_opens_and_replays_as_verify_range_does(marked, 
     marker = tmp_path / "ran"
     monkeypatch.setenv(MARKER_ENV, str(marker))
     (source,), urls = open_sources((str(run),), frozenset({publisher}), run_lab_code=True)
-    assert marker.read_text() == "ran"  # the control: the marker does show a run of the script
+    assert not marker.exists()  # opening a run never runs its script (the replay's child process does)
     assert isinstance(source, LabSource) and urls == ()
     view = open_lab_run(run)
     assert (source.manifest.run_id, source.manifest.num_steps, source.manifest.public_key) == (
@@ -91,6 +91,7 @@ def test_with_the_opt_in_the_run_opens_and_replays_as_verify_range_does(marked, 
         publisher,
     )
     init, step = source.replay(0, "reference", AuditPolicy())  # the daemon's backend does not apply
+    assert marker.read_text() == "ran"  # the control: the marker does show a run of the script
     assert (init.subject, init.verdict, step.subject, step.verdict) == ("init", "match", "step", "match")
     assert step.backend == "lab-cpu" and step.observed_digest == view.claims.states[0].digest
     # The daemon's policy applies to lab steps too: the demo's dishonest volunteer lies about step 0.

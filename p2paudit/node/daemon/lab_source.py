@@ -1,11 +1,12 @@
 """A lab run (run.lab_run) as a daemon's source: its steps replayed under the lab mode, signed as any run's.
 
-A lab replay runs the publisher's script in this process: a stranger's Python, with every right the
-daemon has. So `open_lab_source` refuses a lab run unless the operator opted in (`run_lab_code`, the
-CLI's --run-lab-code), and refuses it before any of its code runs when `publishers` is given and the
-run's signature names another key. It also refuses a run trained under another torch build (every
-replay of it would be refused), after the script is loaded (the build is read from the checked
-manifest, which open_lab_run parses with the script).
+A lab replay runs the publisher's script: a stranger's Python, with every right of the daemon's user. It
+runs in a child process (audit.lab_isolation), so it cannot change the verdict this process signs, but it
+runs. So `open_lab_source` refuses a lab run unless the operator opted in (`run_lab_code`, the CLI's
+--run-lab-code), and refuses it before any of its code runs when `publishers` is given and the run's
+signature names another key. It also refuses a run trained under another torch build (every replay of
+it would be refused), read from the checked manifest (opening a run checks its script's bytes and runs
+none of them).
 
 A lab run behind a URL (a --run URL, or a followed lab's announcement) is a RemoteSource whose manifest
 is a lab run's. The source refuses it without the opt-in; with it, the CLI hands the source
@@ -22,6 +23,7 @@ import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from p2paudit.audit.lab_isolation import LabChildRaised
 from p2paudit.audit.lab_replay import check_lab_build, check_manifest_build, lab_audits
 from p2paudit.audit.records import StepAudit
 from p2paudit.errors import InputError
@@ -60,12 +62,14 @@ class LabSource:
                 audits = lab_audits(self.view, step == 0, range(step, step + 1))
             except InputError:
                 raise
-            except Exception as exc:  # the lab's code raised (or ours under it): a step backed off from, never
-                # an exception that restarts the audit loop on the same step, ahead of every other run's.
+            except LabChildRaised as exc:  # the lab's code raised in the replay's process (its log: in ours)
+                raise LabReplayFailed(f"{exc}; the traceback is in the log") from None
+            except Exception as exc:  # ours raised: a step backed off from, never an exception that restarts
+                # the audit loop on the same step, ahead of every other run's.
                 logger.exception("the lab replay of step %d of %s raised", step, self.label)
                 raise LabReplayFailed(
                     f"the lab replay raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
-                    "(the publisher's script or the lab mode; the traceback is in the log)"
+                    "(the traceback is in the log)"
                 ) from None
         return auditor.apply_policy(audits, policy)
 
@@ -107,18 +111,9 @@ class RemoteLab:
         return self.run.local_view(steps)
 
     def replay(self, run_dir: Path, step: int, label: str, policy: auditor.AuditPolicy) -> tuple[StepAudit, ...]:
-        """The audits of `step` from a local view of its checked files: opened (its script loaded) and
-        replayed as a local lab run's step is, every failure one line (LabSource.replay)."""
-        try:
-            view = open_lab_run(run_dir, range(step, step + 1))
-        except InputError:
-            raise
-        except Exception as exc:  # the script raised as it was loaded: as a replay that raised
-            logger.exception("loading the script of %s raised", label)
-            raise LabReplayFailed(
-                f"loading the lab script raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]} "
-                "(the traceback is in the log)"
-            ) from None
+        """The audits of `step` from a local view of its checked files: opened and replayed as a local lab run's
+        step is (its script run in the replay's child process), every failure one line (LabSource.replay)."""
+        view = open_lab_run(run_dir, range(step, step + 1))  # checks the script's bytes; runs none of them
         return LabSource(view).replay(step, "", policy)
 
 

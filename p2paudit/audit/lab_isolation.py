@@ -1,0 +1,165 @@
+"""A lab run's replay in a child process (audit.lab_child), judged here: the publisher's script never runs in
+the process that decides its verdict.
+
+A lab script is the publisher's Python. Run in the verifier's own process it could rewrite the verifier
+(patch the comparison, read the claims out of a caller's frame) and make a forged run "match"; here it
+runs in a child, which returns the state it produced (a checkpoint file) and the step's trace records,
+and this process digests the state's tensors and the records itself (run.checkpoint.digest_checkpoint,
+lab.trace.digest_records). What the child writes is untrusted input: its size is bounded, its fields
+checked, a malformed result is an InputError (one line), never a verdict.
+
+What this does not stop: the child runs with this user's rights, so a script could read the claimed
+checkpoint of the next state from disk (or fetch it) and return it. docs/lab-mode.md, "What a lab match
+proves", says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import p2paudit
+from p2paudit.errors import InputError
+from p2paudit.run.checkpoint import digest_checkpoint
+from p2paudit.run.digest import StateDigest
+from p2paudit.run.lab_run import LabRunView
+
+logger = logging.getLogger(__name__)
+MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRACE_FILE is the claim's bound)
+_LOG_TAIL = 4096
+
+
+class LabChildRaised(Exception):
+    """The replay's child process reported that the publisher's script (or the lab mode under it) raised, or
+    it ended before reporting: not a finding about the run, and nothing is signed."""
+
+
+@dataclass(frozen=True)
+class ChildOutput:
+    """What the child produced for one task: the state (digested here), its trace records and value trace."""
+
+    state: StateDigest
+    ops: list[bytes]
+    values: list[tuple[str, bytes]] | None
+
+
+def _package_root() -> str:
+    return str(Path(p2paudit.__file__).resolve().parents[1])
+
+
+def _log_child(log: Path) -> None:
+    """The end of what the replay's process wrote (the traceback of what raised), into this process's log."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - _LOG_TAIL))
+            logger.warning(
+                "the lab replay's process wrote (its last %d bytes):\n%s",
+                _LOG_TAIL,
+                f.read().decode("utf-8", "replace"),
+            )
+    except OSError:
+        pass
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - _LOG_TAIL))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " ".join(lines[-1].split())[:300] if lines else ""
+
+
+def _result(out: Path, i: int, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
+    """(state tensor names, trace records, value trace) of task i; InputError or LabChildRaised for an error it
+    reports; InputError for a result that is not one."""
+    path = out / f"result-{i}.json"
+    try:
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise InputError(f"{where}: its result has more than {MAX_RESULT_BYTES} bytes")
+        body = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"{where}: its result cannot be read ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{where}: its result is not JSON ({type(exc).__name__})") from None
+    if not isinstance(body, dict) or set(body) != {"names", "ops", "values", "error"}:
+        raise InputError(f"{where}: its result is not a map of names, ops, values and error")
+    error = body["error"]
+    if error is not None:
+        if not (isinstance(error, list) and len(error) == 2 and all(isinstance(e, str) for e in error)):
+            raise InputError(f"{where}: its error is not [kind, message]")
+        message = " ".join(error[1].split())[:300]
+        if error[0] == "input":
+            raise InputError(message)
+        _log_child(out / "child.log")
+        raise LabChildRaised(f"the lab replay raised {message} (the publisher's script or the lab mode)")
+    names, ops, values = body["names"], body["ops"] or [], body["values"]
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        raise InputError(f"{where}: its state's tensor names are not a list of strings")
+    if not (isinstance(ops, list) and all(isinstance(r, str) for r in ops)):
+        raise InputError(f"{where}: its trace records are not a list of strings")
+    if values is not None:
+        if not (isinstance(values, list) and all(_is_value(v) for v in values)):
+            raise InputError(f"{where}: its value trace is not a list of [op name, 64 hex digits]")
+        values = [(v[0], bytes.fromhex(v[1])) for v in values]
+    return names, [r.encode("utf-8") for r in ops], values
+
+
+def _is_value(v: object) -> bool:
+    return (
+        isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], str)
+        and re.fullmatch(r"[0-9a-f]{64}", v[1]) is not None
+    )  # fmt: skip
+
+
+def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tuple[int | None, ChildOutput]]:
+    """(None for state 0's rebuild, then each step n; what the child produced for it), each as soon as the
+    child reports it. The child is killed when the caller stops iterating early."""
+    tasks: list[int | None] = ([None] if init else []) + list(steps)
+    with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
+        out = Path(scratch)
+        read_end, write_end = os.pipe()
+        request = {
+            "run_dir": str(view.run_dir.resolve()), "init": init, "steps": list(steps),
+            "values": [view.claims.values[n] is not None for n in steps], "out": str(out),
+            "parent": os.getpid(), "report_fd": write_end,
+        }  # fmt: skip
+        (out / "request.json").write_text(json.dumps(request))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+        log = out / "child.log"
+        with log.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,
+            )  # fmt: skip
+        os.close(write_end)
+        try:
+            with os.fdopen(read_end, "rb") as reports:
+                for i, task in enumerate(tasks):
+                    line = reports.readline(32)
+                    if line.strip() != str(i).encode():
+                        code = proc.wait()
+                        _log_child(log)
+                        tail = _log_tail(log)
+                        raise LabChildRaised(
+                            f"the lab replay's process ended (exit {code}) before its result for "
+                            f"{'state 0' if task is None else f'step {task}'}{f': {tail}' if tail else ''}"
+                        )
+                    where = f"the lab replay of {'state 0' if task is None else f'step {task}'}"
+                    names, ops, values = _result(out, i, where)
+                    state = digest_checkpoint(out, 0 if task is None else task + 1, names)
+                    yield task, ChildOutput(state, ops, values)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

@@ -1,0 +1,159 @@
+"""A lab script runs in a child process and cannot decide its own verdict (p2paudit/audit/lab_isolation.py).
+
+The publisher's script is the adversary's code: these runs are forged (a step's claimed state is not what the
+script computes) and their scripts try to make the verifier say "match" from inside, as a script that ran
+in the verifier's process could; the verdict is made in the parent, from the tensors the child returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from p2paudit.audit import lab_isolation
+from p2paudit.audit.lab_isolation import LabChildRaised, replay_in_child
+from p2paudit.audit.lab_replay import lab_audits, verify_lab_steps
+from p2paudit.errors import InputError
+from p2paudit.identity import identity_from_seed
+from p2paudit.run.digest import digest_state
+from p2paudit.run.lab_run import open_lab_run
+from tests.lab.lab_runs import publish_tiny
+
+PUBLISHER = identity_from_seed(b"\x5a" * 32)
+
+
+def _lie(claims, states):  # noqa: ANN001, ANN202
+    """Step 1's claimed state: the trained one with one bit of a weight changed (any state would do)."""
+    forged = {k: v.copy() for k, v in states[2].items()}
+    forged["params/norm.weight"].view(np.uint32)[0] ^= 1
+    return dataclasses.replace(claims, states=(claims.states[0], digest_state(forged)))
+
+
+# Appended to the tiny script: when loaded with P2PAUDIT_TEST_CHEAT set (not while the test publishes the run,
+# in its own process), it rewrites the verifier's judgement so that every step "matches" (loaded in the
+# verifier's own process, as it was, this made the forged run below pass: 3 match, exit 0).
+REWRITES_THE_VERIFIER = """
+
+def _every_step_matches():
+    import dataclasses as _dc
+    import p2paudit.audit.lab_replay as _replay
+    import p2paudit.lab.script as _script
+
+    def judge(claims, step, *args, **kwargs):
+        return _script.ReplayVerdict(step, True, True, (), claims.traces[step], claims.states[step].digest)
+
+    def replay_step(script, claims, state_before, step):
+        return judge(claims, step)
+
+    _replay.judge_replay = _script.judge_replay = judge
+    _replay.replay_step = _script.replay_step = replay_step
+    try:
+        import p2paudit.audit.lab_isolation as _iso
+        _iso.digest_checkpoint = lambda *a, **k: None
+    except ImportError:
+        pass
+
+
+if __import__("os").environ.get("P2PAUDIT_TEST_CHEAT"):
+    _every_step_matches()
+"""
+
+
+def test_a_script_that_rewrites_the_verifier_does_not_make_a_forged_step_match(tmp_path, monkeypatch):
+    run = publish_tiny(tmp_path, PUBLISHER, change=_lie, extra_source=REWRITES_THE_VERIFIER)
+    monkeypatch.setenv("P2PAUDIT_TEST_CHEAT", "1")
+    _, verdicts = verify_lab_steps(run, 0, 1)
+    assert [v.state_matches for v in verdicts] == [True, False]
+    assert "state after step 1 differs in 1 tensors: params/norm.weight" in verdicts[1].findings[0]
+    audits = lab_audits(open_lab_run(run), True, range(2))
+    assert [(a.subject, a.verdict) for a in audits] == [("init", "match"), ("step", "match"), ("step", "mismatch")]
+    assert audits[2].findings == ("state",)
+
+
+def test_the_script_runs_in_another_process_and_never_when_a_run_is_opened(tmp_path, monkeypatch):
+    marker = tmp_path / "pids"
+    monkeypatch.setenv("P2PAUDIT_TEST_PIDS", str(marker))
+    source = "\nimport os as _os\nwith open(_os.environ['P2PAUDIT_TEST_PIDS'], 'a') as _f:\n    _f.write(f'{_os.getpid()}\\n')\n"
+    run = publish_tiny(tmp_path / "w", PUBLISHER, steps=1, extra_source=source)
+    marker.unlink()  # publishing trained it here (the lab's own machine)
+    view = open_lab_run(run)
+    assert not marker.exists()
+    assert [a.verdict for a in lab_audits(view, True, range(1))] == ["match", "match"]
+    pids = marker.read_text().split()
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()  # loaded once, in the child, for both tasks
+
+
+# Appended to the tiny script: with P2PAUDIT_TEST_EXIT set (not while the test publishes), a step ends the process.
+EXITS = """
+_train_step = train_step
+
+
+def train_step(model, opt, tokens):
+    import os
+
+    if os.environ.get("P2PAUDIT_TEST_EXIT"):
+        os._exit(7)
+    return _train_step(model, opt, tokens)
+"""
+
+
+def test_a_script_changed_after_the_run_was_opened_is_not_run(tmp_path):
+    run = publish_tiny(tmp_path, PUBLISHER, steps=1)
+    view = open_lab_run(run)  # the bytes checked here
+    (run / "script.py").write_text((run / "script.py").read_text() + EXITS)
+    with pytest.raises(InputError, match="SHA-256 is not the manifest's"):
+        list(replay_in_child(view, False, range(1)))  # and again by the child, on the bytes it runs
+
+
+def test_a_child_that_dies_before_reporting_is_named_with_its_exit_code(tmp_path, monkeypatch):
+    run = publish_tiny(tmp_path, PUBLISHER, steps=1, extra_source=EXITS)
+    monkeypatch.setenv("P2PAUDIT_TEST_EXIT", "1")
+    view = open_lab_run(run)
+    outputs = replay_in_child(view, True, range(1))
+    task, init = next(outputs)  # state 0 rebuilt: build() does not end the process
+    assert task is None and init.state.digest == view.claims.initial.digest
+    with pytest.raises(LabChildRaised, match=r"ended \(exit 7\) before its result for step 0"):
+        next(outputs)
+
+
+def _body(**fields: object) -> bytes:
+    return json.dumps({"names": ["a"], "ops": [], "values": None, "error": None, **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"\xc1", "is not JSON"),
+        (b"[" * 100_000, "is not JSON"),
+        (b"[1, 2]", "is not a map of names, ops, values and error"),
+        (json.dumps({"names": ["a"], "ops": [], "values": None}).encode(), "is not a map of names"),
+        (_body(names=[]), "tensor names are not a list"),
+        (_body(names=[1]), "tensor names are not a list"),
+        (_body(ops=[1]), "trace records are not a list of strings"),
+        (_body(values=[["op", "ab"]]), "not a list of \\[op name, 64 hex digits\\]"),
+        (_body(values=[["op", "A" * 64]]), "not a list of \\[op name, 64 hex digits\\]"),
+        (_body(error=["input"]), "not \\[kind, message\\]"),
+        (_body(error=["input", "a\nrefusal"]), "^a refusal$"),
+    ],
+)
+def test_a_result_that_is_not_one_is_an_input_error(tmp_path, body, message):
+    (tmp_path / "result-0.json").write_bytes(body)
+    with pytest.raises(InputError, match=message):
+        lab_isolation._result(tmp_path, 0, "the replay")
+
+
+def test_an_oversized_result_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
+    (tmp_path / "result-0.json").write_bytes(b" " * 17)
+    with pytest.raises(InputError, match="more than 16 bytes"):
+        lab_isolation._result(tmp_path, 0, "the replay")
+
+
+def test_a_raised_error_is_not_an_input_error(tmp_path):
+    (tmp_path / "result-0.json").write_bytes(_body(names=[], error=["raised", "RuntimeError: x"]))
+    with pytest.raises(LabChildRaised, match="the lab replay raised RuntimeError: x"):
+        lab_isolation._result(tmp_path, 0, "the replay")
