@@ -22,6 +22,8 @@ command -v unshare >/dev/null 2>&1 || missing="$missing util-linux"
 command -v nft >/dev/null 2>&1 || missing="$missing nftables"
 # The no-FMA audit of the cpu kernels disassembles their machine code as numba cached it (objdump).
 command -v objdump >/dev/null 2>&1 || missing="$missing binutils"
+# A lab run's replay runs the publisher's script in a bubblewrap sandbox (p2paudit/audit/lab_sandbox.py).
+command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
 if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi

@@ -39,10 +39,11 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when the parent that started it ends (Linux); gone already: exit now."""
+    """SIGKILL this process when the parent that started it ends (Linux); gone already: exit now. `parent`
+    0: started by bwrap (audit.lab_sandbox), whose --die-with-parent does this (and whose pids are its own)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
+    if parent and os.getppid() != parent:
         os._exit(1)
 
 

@@ -8,9 +8,9 @@ and this process digests the state's tensors and the records itself (run.checkpo
 lab.trace.digest_records). What the child writes is untrusted input: its size is bounded, its fields
 checked, a malformed result is an InputError (one line), never a verdict.
 
-What this does not stop: the child runs with this user's rights, so a script could read the claimed
-checkpoint of the next state from disk (or fetch it) and return it. docs/lab-mode.md, "What a lab match
-proves", says so.
+The child runs in a sandbox (audit.lab_sandbox: no network, of the run only the files the replay reads),
+so it cannot read the claimed checkpoint of the state after its step, nor fetch it, and return it as its
+own. docs/lab-mode.md, "What a lab match proves", says what is left.
 """
 
 from __future__ import annotations
@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import p2paudit
+from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
-from p2paudit.run.checkpoint import digest_checkpoint
+from p2paudit.run.checkpoint import checkpoint_path, digest_checkpoint
 from p2paudit.run.digest import StateDigest
+from p2paudit.run.lab_format import SCRIPT_FILE
 from p2paudit.run.lab_run import LabRunView
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
 
 logger = logging.getLogger(__name__)
 MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRACE_FILE is the claim's bound)
@@ -128,18 +131,24 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
     with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
         out = Path(scratch)
         read_end, write_end = os.pipe()
+        sandboxed_child = not sandbox_off()
         request = {
             "run_dir": str(view.run_dir.resolve()), "init": init, "steps": list(steps),
             "values": [view.claims.values[n] is not None for n in steps], "out": str(out),
-            "parent": os.getpid(), "report_fd": write_end,
+            "parent": 0 if sandboxed_child else os.getpid(), "report_fd": write_end,
         }  # fmt: skip
         (out / "request.json").write_text(json.dumps(request))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
         log = out / "child.log"
+        command = [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")]
+        if sandboxed_child:
+            files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
+            files += [view.run_dir / checkpoint_path(n) for n in steps]  # each step's start: nothing after it
+            command = sandboxed(command, view.run_dir, files, out, out)
         with log.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")],
+                command,
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,
             )  # fmt: skip
         os.close(write_end)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from p2paudit.audit.lab_sandbox import SANDBOX_ENV
 from p2paudit.cli import cli
 from p2paudit.cli.daemon_sources import open_sources
 from p2paudit.errors import EXIT_USAGE, InputError
@@ -81,6 +82,7 @@ def test_with_the_opt_in_the_run_opens_and_replays_as_verify_range_does(marked, 
     home, run, publisher = marked
     marker = tmp_path / "ran"
     monkeypatch.setenv(MARKER_ENV, str(marker))
+    monkeypatch.setenv(SANDBOX_ENV, "none")  # the control below: the marker lies outside what the sandbox shows
     (source,), urls = open_sources((str(run),), frozenset({publisher}), run_lab_code=True)
     assert not marker.exists()  # opening a run never runs its script (the replay's child process does)
     assert isinstance(source, LabSource) and urls == ()

@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 
 import numpy as np
 import pytest
 
-from p2paudit.audit import lab_isolation
+from p2paudit.audit import lab_isolation, lab_sandbox
 from p2paudit.audit.lab_isolation import LabChildRaised, replay_in_child
 from p2paudit.audit.lab_replay import lab_audits, verify_lab_steps
+from p2paudit.audit.lab_sandbox import SANDBOX_ENV, SandboxUnavailable
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.digest import digest_state
@@ -77,6 +79,7 @@ def test_a_script_that_rewrites_the_verifier_does_not_make_a_forged_step_match(t
 def test_the_script_runs_in_another_process_and_never_when_a_run_is_opened(tmp_path, monkeypatch):
     marker = tmp_path / "pids"
     monkeypatch.setenv("P2PAUDIT_TEST_PIDS", str(marker))
+    monkeypatch.setenv(SANDBOX_ENV, "none")  # the marker is outside what the sandbox shows
     source = "\nimport os as _os\nwith open(_os.environ['P2PAUDIT_TEST_PIDS'], 'a') as _f:\n    _f.write(f'{_os.getpid()}\\n')\n"
     run = publish_tiny(tmp_path / "w", PUBLISHER, steps=1, extra_source=source)
     marker.unlink()  # publishing trained it here (the lab's own machine)
@@ -157,3 +160,106 @@ def test_a_raised_error_is_not_an_input_error(tmp_path):
     (tmp_path / "result-0.json").write_bytes(_body(names=[], error=["raised", "RuntimeError: x"]))
     with pytest.raises(LabChildRaised, match="the lab replay raised RuntimeError: x"):
         lab_isolation._result(tmp_path, 0, "the replay")
+
+
+def _lie_on_disk(claims, states):  # noqa: ANN001, ANN202
+    """A forger's run: step 1's state changed in its checkpoint too (one bit of a weight), its digest claimed."""
+    states[2]["params/norm.weight"].view(np.uint32)[0] ^= 1
+    return dataclasses.replace(claims, states=(claims.states[0], digest_state(states[2])))
+
+
+# Appended to the tiny script: with P2PAUDIT_TEST_CHEAT set (not while publishing), a step ends by copying the
+# claimed state after it, read from the run's own checkpoints beside the script, into the model's and the
+# optimizer's memory by address (no op reaches the mode's dispatcher: the trace is the honest one).
+READS_THE_CLAIMED_STATE = """
+_honest_step = train_step
+
+
+def train_step(model, opt, tokens):
+    import ctypes
+    import os
+    import pathlib
+
+    loss = _honest_step(model, opt, tokens)
+    if os.environ.get("P2PAUDIT_TEST_CHEAT"):
+        from safetensors.numpy import load_file
+
+        first = next(iter(model.parameters()))
+        after = int(ctypes.c_float.from_address(opt.state[first]["step"].data_ptr()).value)
+        path = pathlib.Path(__file__).parent / "checkpoints" / f"step-{after:08d}.safetensors"
+        if path.exists():
+            claimed = load_file(str(path))
+            for name, p in model.named_parameters():
+                pairs = ((p, "params/"), (opt.state[p]["exp_avg"], "opt/m/"), (opt.state[p]["exp_avg_sq"], "opt/v/"))
+                for tensor, prefix in pairs:
+                    value = claimed[prefix + name]
+                    ctypes.memmove(tensor.data_ptr(), value.ctypes.data, value.nbytes)
+    return loss
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_the_sandbox_keeps_the_claimed_state_from_the_script(tmp_path, monkeypatch, sandbox):
+    run = publish_tiny(tmp_path, PUBLISHER, change=_lie_on_disk, extra_source=READS_THE_CLAIMED_STATE)
+    monkeypatch.setenv("P2PAUDIT_TEST_CHEAT", "1")
+    monkeypatch.setenv(SANDBOX_ENV, sandbox)
+    _, (verdict,) = verify_lab_steps(run, 1, 1)
+    assert verdict.trace_matches  # the copy is invisible to the mode
+    # Sandboxed, the script sees only the checkpoint its step starts from: it computes the honest state, which
+    # is not the forged claim. Without the sandbox it read the claim beside its own file and returned it.
+    assert verdict.state_matches is (sandbox == "none")
+
+
+# Appended to the tiny script: with P2PAUDIT_TEST_REACH set, a step tries a TCP connection to 127.0.0.1:<port>
+# and to open the file <path>, and raises if either succeeds.
+REACHES_OUT = """
+_plain_step = train_step
+
+
+def train_step(model, opt, tokens):
+    import os
+    import socket
+
+    reach = os.environ.get("P2PAUDIT_TEST_REACH")
+    if reach:
+        port, path = reach.split(":", 1)
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=2).close()
+            raise RuntimeError("the script reached the network")
+        except OSError:
+            pass
+        if os.path.exists(path):
+            raise RuntimeError("the script found the node's key")
+    return _plain_step(model, opt, tokens)
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_the_sandbox_has_no_network_and_no_node_key(tmp_path, monkeypatch, sandbox):
+    run = publish_tiny(tmp_path / "w", PUBLISHER, steps=1, extra_source=REACHES_OUT)
+    key = tmp_path / "home" / "node.key"
+    key.parent.mkdir()
+    key.write_text("secret")
+    monkeypatch.setenv("P2PAUDIT_HOME", str(key.parent))
+    monkeypatch.setenv(SANDBOX_ENV, sandbox)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        monkeypatch.setenv("P2PAUDIT_TEST_REACH", f"{server.getsockname()[1]}:{key}")
+        if sandbox == "none":  # the control: the same script, run with this user's rights
+            with pytest.raises(LabChildRaised, match="reached the network"):
+                lab_audits(open_lab_run(run), False, range(1))
+        else:
+            assert [a.verdict for a in lab_audits(open_lab_run(run), False, range(1))] == ["match"]
+
+
+def test_a_bad_sandbox_setting_is_one_line(tmp_path, monkeypatch):
+    run = publish_tiny(tmp_path, PUBLISHER, steps=1)
+    monkeypatch.setenv(SANDBOX_ENV, "docker")
+    with pytest.raises(InputError, match="P2PAUDIT_LAB_SANDBOX='docker': want 'bwrap' \\(the default\\) or 'none'"):
+        lab_audits(open_lab_run(run), False, range(1))
+
+
+def test_without_bubblewrap_a_replay_is_refused_naming_the_fix(tmp_path, monkeypatch):
+    run = publish_tiny(tmp_path, PUBLISHER, steps=1)
+    monkeypatch.setattr(lab_sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap, or set P2PAUDIT_LAB_SANDBOX=none"):
+        lab_audits(open_lab_run(run), False, range(1))

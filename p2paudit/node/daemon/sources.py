@@ -47,7 +47,7 @@ RUN_LAB_CODE_FLAG = "--run-lab-code"
 def no_opt_in(where: object) -> str:
     """Why a lab run at `where` is not audited without the opt-in (one line)."""
     return (
-        f"{where} is a lab run: auditing it runs its publisher's script in this process; "
+        f"{where} is a lab run: auditing it runs its publisher's script on this machine (sandboxed); "
         f"pass {RUN_LAB_CODE_FLAG} to allow it (for publishers you would let run code here)"
     )
 
