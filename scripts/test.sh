@@ -43,33 +43,23 @@ from pathlib import Path
 
 import numpy as np
 
-import kernels
-from kernels import cpu_lab, cpu_lab_math
-from kernels.cpu_elementwise import MULTIPLY
 from p2paudit.engine.backends import single_process_step
 from p2paudit.engine.config import train_config
 from p2paudit.engine.state import init_state
 from p2paudit.lab import load_script, train_script
+from p2paudit.lab.warm import warm_kernels
 
 cfg = train_config("tiny")
 tokens = np.random.default_rng(0).integers(0, 256, (cfg.micro_batches, cfg.batch_size, cfg.model.seq_len + 1))
 for arithmetic in (1, 2):  # both versions' kernels (version 2 folds with matmul_packed_fused)
     single_process_step(cfg, "cpu", arithmetic)(init_state(cfg), tokens.astype(np.int64))
-    # what the tiny step does not reach (its products all fit matmul_rows, its attention's backward runs a
-    # head a task): a product wider than 256 columns (matmul_streamed) and one head's backward (panel tasks),
-    # 15-20 s of compiling each per worker otherwise
-    be = kernels.get_backend("cpu", arithmetic)
-    be.matmul(np.ones((40, 16), np.float32), np.ones((16, 300), np.float32))
-    q = np.ones((1, 20, 8), np.float32)
-    be.attention_backward(q, q, q, be.attention(q, q, q)[1], q)
-    # the lab mode's kernels: a step of each example
+    # the lab mode's kernels as a lab replay's parent warms them (p2paudit/lab/warm.py: also what the tiny step
+    # does not reach, a product wider than 256 columns and one head's attention backward, 15-20 s of compiling
+    # each per worker otherwise, and the threaded elementwise kernels from PARALLEL_MIN elements), and the
+    # examples' steps
+    warm_kernels(arithmetic)
     for example in ("lab_gpt2", "lab_llama"):
         train_script(load_script(Path("examples") / f"{example}.py"), 1, arithmetic=arithmetic)
-# and its threaded elementwise kernels, which the examples' small arrays do not reach (binary_rows: 33 s of
-# compiling, which three workers did at once, and the no-FMA audit again)
-big = np.ones(cpu_lab.PARALLEL_MIN, np.float32)
-cpu_lab.binary(big, big, MULTIPLY), cpu_lab.scale_in_place(big.copy(), np.float32(0.5)), cpu_lab.square_sum(big)
-cpu_lab_math.sin(big), cpu_lab_math.gelu_tanh_backward(big, big), cpu_lab_math.pow_scalar_base(np.float32(2), big)
 EOF
 }
 compile_kernels & host_compile=$!

@@ -29,6 +29,7 @@ from pathlib import Path
 import p2paudit
 from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
+from p2paudit.lab.warm import warm_kernels
 from p2paudit.run.checkpoint import checkpoint_path, digest_checkpoint
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
@@ -40,9 +41,9 @@ MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRAC
 _LOG_TAIL = 4096
 
 
-class LabChildRaised(Exception):
+class LabChildRaised(InputError):
     """The replay's child process reported that the publisher's script (or the lab mode under it) raised, or
-    it ended before reporting: not a finding about the run, and nothing is signed."""
+    it ended before reporting: not a finding about the run, and nothing is signed (exit 2, one line)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
         log = out / "child.log"
         command = [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")]
         if sandboxed_child:
+            if view.claims.backend == "cpu":
+                warm_kernels(view.claims.arithmetic_version)  # into the cache the child's private copy is made of
             files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
             files += [view.run_dir / checkpoint_path(n) for n in steps]  # each step's start: nothing after it
             command = sandboxed(command, view.run_dir, files, out, out)

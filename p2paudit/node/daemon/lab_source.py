@@ -60,10 +60,10 @@ class LabSource:
         with REPLAYS.watching(self.view.run_id, step):  # the status's busy step
             try:
                 audits = lab_audits(self.view, step == 0, range(step, step + 1))
-            except InputError:
-                raise
             except LabChildRaised as exc:  # the lab's code raised in the replay's process (its log: in ours)
                 raise LabReplayFailed(f"{exc}; the traceback is in the log") from None
+            except InputError:
+                raise
             except Exception as exc:  # ours raised: a step backed off from, never an exception that restarts
                 # the audit loop on the same step, ahead of every other run's.
                 logger.exception("the lab replay of step %d of %s raised", step, self.label)
