@@ -30,6 +30,7 @@ import p2paudit
 from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
 from p2paudit.lab.warm import warm_kernels
+from p2paudit.regular_files import open_regular, read_regular
 from p2paudit.run.checkpoint import checkpoint_path, digest_checkpoint
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
@@ -59,40 +60,39 @@ def _package_root() -> str:
     return str(Path(p2paudit.__file__).resolve().parents[1])
 
 
+def _tail_of(log: Path) -> str:
+    """The last _LOG_TAIL bytes the child wrote to its log ('' if the file is gone or is not the regular file
+    this process made: the child may have replaced it with a link or a device)."""
+    try:
+        fd = open_regular(log, "lab replay log", log.parent)
+    except InputError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, _LOG_TAIL, max(0, size - _LOG_TAIL)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def _log_child(log: Path) -> None:
     """The end of what the replay's process wrote (the traceback of what raised), into this process's log."""
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, log.stat().st_size - _LOG_TAIL))
-            logger.warning(
-                "the lab replay's process wrote (its last %d bytes):\n%s",
-                _LOG_TAIL,
-                f.read().decode("utf-8", "replace"),
-            )
-    except OSError:
-        pass
+    logger.warning("the lab replay's process wrote (its last %d bytes):\n%s", _LOG_TAIL, _tail_of(log))
 
 
 def _log_tail(log: Path) -> str:
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, log.stat().st_size - _LOG_TAIL))
-            lines = f.read().decode("utf-8", "replace").strip().splitlines()
-    except OSError:
-        return ""
+    """The last line of the child's log, one line of at most 300 characters."""
+    lines = _tail_of(log).strip().splitlines()
     return " ".join(lines[-1].split())[:300] if lines else ""
 
 
 def _result(out: Path, i: int, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
     """(state tensor names, trace records, value trace) of task i; InputError or LabChildRaised for an error it
     reports; InputError for a result that is not one."""
-    path = out / f"result-{i}.json"
+    blob = read_regular(out / f"result-{i}.json", f"{where}: its result", MAX_RESULT_BYTES, out)
     try:
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise InputError(f"{where}: its result has more than {MAX_RESULT_BYTES} bytes")
-        body = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise InputError(f"{where}: its result cannot be read ({exc.strerror})") from None
+        body = json.loads(blob)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{where}: its result is not JSON ({type(exc).__name__})") from None
     if not isinstance(body, dict) or set(body) != {"names", "ops", "values", "error"}:

@@ -152,8 +152,20 @@ def test_a_result_that_is_not_one_is_an_input_error(tmp_path, body, message):
 def test_an_oversized_result_is_refused_before_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
     (tmp_path / "result-0.json").write_bytes(b" " * 17)
-    with pytest.raises(InputError, match="more than 16 bytes"):
+    with pytest.raises(InputError, match="the replay: its result .* 16"):
         lab_isolation._result(tmp_path, 0, "the replay")
+
+
+def test_a_result_or_log_the_child_replaced_with_a_link_is_not_followed(tmp_path):
+    """The child owns its output directory: a link to an endless device there is refused, not read."""
+    (tmp_path / "result-0.json").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="the replay: its result"):
+        lab_isolation._result(tmp_path, 0, "the replay")
+    (tmp_path / "child.log").symlink_to("/dev/zero")
+    assert lab_isolation._log_tail(tmp_path / "child.log") == ""
+    (tmp_path / "child.log").unlink()
+    (tmp_path / "child.log").write_bytes(b"x" * 10_000 + b"\nTraceback ...\nRuntimeError:   the   last line\n")
+    assert lab_isolation._log_tail(tmp_path / "child.log") == "RuntimeError: the last line"
 
 
 def test_a_raised_error_is_not_an_input_error(tmp_path):
