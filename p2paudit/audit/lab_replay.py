@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from p2paudit.audit.lab_isolation import ChildOutput, replay_in_child
+from p2paudit.audit.lab_sandbox import sandbox_off
 from p2paudit.audit.records import INIT, MATCH, MISMATCH, StepAudit
 from p2paudit.errors import InputError
 from p2paudit.lab import ReplayVerdict, judge_replay, torch_build
@@ -64,8 +65,11 @@ def check_manifest_build(manifest: LabManifest) -> None:
 
 def lab_engine_version(view: LabRunView) -> str:
     """What replayed a lab step, as an audit's engine_version (at most 64 printable characters): the lab
-    mode, its op table and this process's torch build (which check_torch_build holds equal to the run's)."""
-    return f"p2paudit-lab op-table {view.claims.op_table_version} {torch_build()}"[:64]
+    mode, its op table, whether the script ran sandboxed (audit.lab_sandbox; "unsandboxed" under
+    P2PAUDIT_LAB_SANDBOX=none, where the script could read the claimed states) and this process's torch
+    build (which check_torch_build holds equal to the run's)."""
+    confined = "unsandboxed" if sandbox_off() else "sandboxed"
+    return f"p2paudit-lab op-table {view.claims.op_table_version} {confined} {torch_build()}"[:64]
 
 
 def _init_audit(view: LabRunView, out: ChildOutput, seconds: float) -> StepAudit:

@@ -85,7 +85,9 @@ def test_the_script_runs_in_another_process_and_never_when_a_run_is_opened(tmp_p
     marker.unlink()  # publishing trained it here (the lab's own machine)
     view = open_lab_run(run)
     assert not marker.exists()
-    assert [a.verdict for a in lab_audits(view, True, range(1))] == ["match", "match"]
+    audits = lab_audits(view, True, range(1))
+    assert [a.verdict for a in audits] == ["match", "match"]
+    assert all(a.engine_version.startswith("p2paudit-lab op-table 1 unsandboxed torch") for a in audits)
     pids = marker.read_text().split()
     assert len(pids) == 1 and int(pids[0]) != os.getpid()  # loaded once, in the child, for both tasks
 
@@ -260,7 +262,8 @@ def test_the_sandbox_has_no_network_and_no_node_key(tmp_path, monkeypatch, sandb
             with pytest.raises(LabChildRaised, match="reached the network"):
                 lab_audits(open_lab_run(run), False, range(1))
         else:
-            assert [a.verdict for a in lab_audits(open_lab_run(run), False, range(1))] == ["match"]
+            (audit,) = lab_audits(open_lab_run(run), False, range(1))
+            assert audit.verdict == "match" and " sandboxed torch" in audit.engine_version
 
 
 def test_a_bad_sandbox_setting_is_one_line(tmp_path, monkeypatch):

@@ -71,7 +71,7 @@ def test_attest_signs_each_lab_check_into_the_ledger(honest, tmp_path):
             assert record.claimed_output_digest == record.observed_output_digest == view.claims.states[step].digest
             assert record.claimed_data_digest == record.observed_data_digest == view.claims.traces[step]
             assert record.claimed_loss_bits == record.observed_loss_bits == 0
-            assert record.engine_version.startswith("p2paudit-lab op-table 1 torch ")
+            assert record.engine_version.startswith("p2paudit-lab op-table 1 sandboxed torch ")
 
 
 def test_a_signed_lie_about_a_state_is_a_mismatch_naming_the_tensor(tmp_path):
