@@ -126,15 +126,26 @@ def _is_value(v: object) -> bool:
 
 
 def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tuple[int | None, ChildOutput]]:
-    """(None for state 0's rebuild, then each step n; what the child produced for it), each as soon as the
-    child reports it. The child is killed when the caller stops iterating early."""
-    tasks: list[int | None] = ([None] if init else []) + list(steps)
+    """(None for state 0's rebuild, then each step n; what a child produced for it), each as soon as it is
+    made. Each task has a child of its own: sandboxed, the rebuild of state 0 sees no checkpoint and step
+    n's replay only checkpoint n, so none can read the state it is to compute (step n + 1's start is step
+    n's claim). A child is killed when the caller stops iterating early."""
+    sandboxed_child = not sandbox_off()
+    if sandboxed_child and view.claims.backend == "cpu":
+        warm_kernels(view.claims.arithmetic_version)  # into the cache the children's private copies are made of
+    for task in ([None] if init else []) + list(steps):
+        yield task, _replay_one(view, task, sandboxed_child)
+
+
+def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> ChildOutput:
+    """State 0 rebuilt (task None) or step `task` replayed in a child process, its output checked and digested."""
+    what = "state 0" if task is None else f"step {task}"
+    steps = [] if task is None else [task]
     with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
         out = Path(scratch)
         read_end, write_end = os.pipe()
-        sandboxed_child = not sandbox_off()
         request = {
-            "run_dir": str(view.run_dir.resolve()), "init": init, "steps": list(steps),
+            "run_dir": str(view.run_dir.resolve()), "init": task is None, "steps": steps,
             "values": [view.claims.values[n] is not None for n in steps], "out": str(out),
             "parent": 0 if sandboxed_child else os.getpid(), "report_fd": write_end,
         }  # fmt: skip
@@ -144,10 +155,8 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
         log = out / "child.log"
         command = [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")]
         if sandboxed_child:
-            if view.claims.backend == "cpu":
-                warm_kernels(view.claims.arithmetic_version)  # into the cache the child's private copy is made of
             files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
-            files += [view.run_dir / checkpoint_path(n) for n in steps]  # each step's start: nothing after it
+            files += [view.run_dir / checkpoint_path(n) for n in steps]  # the step's start: nothing after it
             command = sandboxed(command, view.run_dir, files, out, out)
         with log.open("wb") as log_file:
             proc = subprocess.Popen(
@@ -157,20 +166,17 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
         os.close(write_end)
         try:
             with os.fdopen(read_end, "rb") as reports:
-                for i, task in enumerate(tasks):
-                    line = reports.readline(32)
-                    if line.strip() != str(i).encode():
-                        code = proc.wait()
-                        _log_child(log)
-                        tail = _log_tail(log)
-                        raise LabChildRaised(
-                            f"the lab replay's process ended (exit {code}) before its result for "
-                            f"{'state 0' if task is None else f'step {task}'}{f': {tail}' if tail else ''}"
-                        )
-                    where = f"the lab replay of {'state 0' if task is None else f'step {task}'}"
-                    names, ops, values = _result(out, i, where)
-                    state = digest_checkpoint(out, 0 if task is None else task + 1, names)
-                    yield task, ChildOutput(state, ops, values)
+                if reports.readline(32).strip() != b"0":
+                    code = proc.wait()
+                    _log_child(log)
+                    tail = _log_tail(log)
+                    raise LabChildRaised(
+                        f"the lab replay's process ended (exit {code}) before its result for {what}"
+                        f"{f': {tail}' if tail else ''}"
+                    )
+                names, ops, values = _result(out, 0, f"the lab replay of {what}")
+                state = digest_checkpoint(out, 0 if task is None else task + 1, names)
+                return ChildOutput(state, ops, values)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -89,7 +89,7 @@ def test_the_script_runs_in_another_process_and_never_when_a_run_is_opened(tmp_p
     assert [a.verdict for a in audits] == ["match", "match"]
     assert all(a.engine_version.startswith("p2paudit-lab op-table 1 unsandboxed torch") for a in audits)
     pids = marker.read_text().split()
-    assert len(pids) == 1 and int(pids[0]) != os.getpid()  # loaded once, in the child, for both tasks
+    assert len(set(pids)) == 2 and str(os.getpid()) not in pids  # a child for each task, neither this process
 
 
 # Appended to the tiny script: with P2PAUDIT_TEST_EXIT set (not while the test publishes), a step ends the process.
@@ -278,3 +278,58 @@ def test_without_bubblewrap_a_replay_is_refused_naming_the_fix(tmp_path, monkeyp
     monkeypatch.setattr(lab_sandbox.shutil, "which", lambda name: None)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap, or set P2PAUDIT_LAB_SANDBOX=none"):
         lab_audits(open_lab_run(run), False, range(1))
+
+
+def _lie_about_step_0_on_disk(claims, states):  # noqa: ANN001, ANN202
+    """Step 0's claimed state changed in its checkpoint (checkpoint 1, where step 1 starts) and its digest."""
+    states[1]["params/norm.weight"].view(np.uint32)[0] ^= 1
+    return dataclasses.replace(claims, states=(digest_state(states[1]), *claims.states[1:]))
+
+
+def test_steps_replayed_together_cannot_read_each_others_claims(tmp_path, monkeypatch):
+    """Step 0's claim is step 1's start: replayed in one sandbox, step 0's script could read it. Each step has a
+    sandbox of its own."""
+    run = publish_tiny(tmp_path, PUBLISHER, change=_lie_about_step_0_on_disk, extra_source=READS_THE_CLAIMED_STATE)
+    monkeypatch.setenv("P2PAUDIT_TEST_CHEAT", "1")
+    _, verdicts = verify_lab_steps(run, 0, 1)
+    assert verdicts[0].trace_matches and not verdicts[0].state_matches
+
+
+# Appended to the tiny script: with P2PAUDIT_TEST_CHEAT set, build() returns the model with the run's published
+# state 0 copied in by address, whatever the script's own initialisation makes.
+READS_THE_CLAIMED_INIT = """
+_honest_build = build
+
+
+def build():
+    import ctypes
+    import os
+    import pathlib
+
+    model, opt = _honest_build()
+    path = pathlib.Path(__file__).parent / "checkpoints" / "step-00000000.safetensors"
+    if os.environ.get("P2PAUDIT_TEST_CHEAT") and path.exists():
+        from safetensors.numpy import load_file
+
+        claimed = load_file(str(path))
+        for name, p in model.named_parameters():
+            value = claimed["params/" + name]
+            ctypes.memmove(p.data_ptr(), value.ctypes.data, value.nbytes)
+    return model, opt
+"""
+
+
+def _lie_about_init_on_disk(claims, states):  # noqa: ANN001, ANN202
+    states[0]["params/norm.weight"].view(np.uint32)[0] ^= 1
+    return dataclasses.replace(claims, initial=digest_state(states[0]))
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_the_rebuild_of_state_0_cannot_read_the_claimed_state_0(tmp_path, monkeypatch, sandbox):
+    run = publish_tiny(
+        tmp_path, PUBLISHER, steps=1, change=_lie_about_init_on_disk, extra_source=READS_THE_CLAIMED_INIT
+    )
+    monkeypatch.setenv("P2PAUDIT_TEST_CHEAT", "1")
+    monkeypatch.setenv(SANDBOX_ENV, sandbox)
+    init, _ = lab_audits(open_lab_run(run), True, range(1))
+    assert init.subject == "init" and init.verdict == ("match" if sandbox == "none" else "mismatch")
