@@ -30,12 +30,12 @@ import p2paudit
 from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
 from p2paudit.lab.warm import warm_kernels
-from p2paudit.regular_files import open_regular, read_regular
 from p2paudit.run.checkpoint import checkpoint_path, digest_checkpoint
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
 from p2paudit.run.lab_run import LabRunView
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
+from p2paudit.run.storage import read_file, read_tail
 
 logger = logging.getLogger(__name__)
 MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRACE_FILE is the claim's bound)
@@ -64,16 +64,9 @@ def _tail_of(log: Path) -> str:
     """The last _LOG_TAIL bytes the child wrote to its log ('' if the file is gone or is not the regular file
     this process made: the child may have replaced it with a link or a device)."""
     try:
-        fd = open_regular(log, "lab replay log", log.parent)
+        return read_tail(log, "lab replay log", _LOG_TAIL, log.parent).decode("utf-8", "replace")
     except InputError:
         return ""
-    try:
-        size = os.fstat(fd).st_size
-        return os.pread(fd, _LOG_TAIL, max(0, size - _LOG_TAIL)).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
 
 
 def _log_child(log: Path) -> None:
@@ -90,7 +83,7 @@ def _log_tail(log: Path) -> str:
 def _result(out: Path, i: int, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
     """(state tensor names, trace records, value trace) of task i; InputError or LabChildRaised for an error it
     reports; InputError for a result that is not one."""
-    blob = read_regular(out / f"result-{i}.json", f"{where}: its result", MAX_RESULT_BYTES, out)
+    blob = read_file(out / f"result-{i}.json", f"{where}: its result", MAX_RESULT_BYTES, out)
     try:
         body = json.loads(blob)
     except (ValueError, RecursionError) as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from p2paudit.durable import write_durably
 from p2paudit.errors import InputError
-from p2paudit.regular_files import read_regular
+from p2paudit.regular_files import open_regular, read_regular
 
 # The longest number a run file may hold: 20 digits cover every u64, the
 # shortest round-trip form of a binary64 needs at most 24 characters.
@@ -39,6 +39,19 @@ def read_file(path: Path, what: str, max_bytes: int, root: Path) -> bytes:
     or reached through a link or '..' out of `root` (see p2paudit.regular_files).
     """
     return read_regular(path, what, max_bytes, root)
+
+
+def read_tail(path: Path, what: str, max_bytes: int, root: Path) -> bytes:
+    """The last `max_bytes` bytes of the regular file `path` inside `root` (all of it when shorter); InputError
+    as read_file's for a link, a device or a path out of `root`."""
+    fd = open_regular(path, what, root)
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, max_bytes, max(0, size - max_bytes))
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _refuse_constant(name: str) -> float:
