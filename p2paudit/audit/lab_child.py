@@ -6,15 +6,15 @@ audit.lab_isolation starts it and judges what it returns; nothing this process c
 but the tensors and trace records it writes, which the parent digests and compares itself. So a script
 that patches p2paudit, reads the verifier's memory or prints a verdict changes nothing the parent decides.
 
-The request (JSON, written by the parent): the run directory, whether to rebuild state 0, the steps, which
-of them keep value traces, the output directory, the parent's pid and the file descriptor to report on
-(thread counts are the environment's, which it inherits). For each task, in order, this process writes
-into the output directory a checkpoint of the state it produced (run.checkpoint's format: state 0 for
-the rebuild, n + 1 after step n) and `result-<i>.json`: {"names": the state's tensor names, "ops": the
-step's trace records (ASCII JSON text each), "values": its value trace ([op name, hex digest] each) or
-null, "error": null or [kind, one line]}; then it writes "<i>\\n" to the descriptor. kind "input" is an
-InputError (a refusal of the lab mode, a bad checkpoint), "raised" anything else the script or the mode
-raised (its traceback goes to this process's log).
+The request (JSON, written by the parent): the run directory, the task (the step to replay, or null to
+rebuild state 0), whether the step keeps a value trace, the output directory, the parent's pid and the
+file descriptor to report on (thread counts are the environment's, which it inherits). One task a
+process: it writes into the output directory a checkpoint of the state it produced (run.checkpoint's
+format: state 0 for the rebuild, n + 1 after step n) and `result.json`: {"names": the state's tensor
+names, "ops": the step's trace records (ASCII JSON text each), "values": its value trace ([op name, hex
+digest] each) or null, "error": null or [kind, one line]}; then it writes "done\\n" to the descriptor.
+kind "input" is an InputError (a refusal of the lab mode, a bad checkpoint), "raised" anything else the
+script or the mode raised (its traceback goes to this process's log).
 """
 
 from __future__ import annotations
@@ -75,29 +75,24 @@ def _step(script: LabScript, m: LabManifest, run_dir: Path, n: int, values: bool
 def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_bytes())
     _die_with_parent(int(request["parent"]))
-    run_dir, out = Path(request["run_dir"]), Path(request["out"])
+    run_dir, out, step = Path(request["run_dir"]), Path(request["out"]), request["step"]
     report = os.fdopen(int(request["report_fd"]), "w", buffering=1)
-    tasks: list[int | None] = ([None] if request["init"] else []) + [int(n) for n in request["steps"]]
-    keep_values = {int(n): bool(v) for n, v in zip(request["steps"], request["values"])}
-    script: LabScript | None = None
-    m = read_lab_manifest(run_dir)
-    for i, task in enumerate(tasks):
-        result: dict[str, Any] = {"names": [], "ops": None, "values": None, "error": None}
-        try:
-            if script is None:
-                script = load_script(run_dir / SCRIPT_FILE, m.script_digest)
-            kernels.standard_float_modes()  # what the step before left on this thread is not this step's fault
-            if task is None:
-                result.update(_init(script, m, out))
-            else:
-                result.update(_step(script, m, run_dir, task, keep_values[task], out))
-        except InputError as exc:
-            result["error"] = ["input", _one_line(exc)]
-        except Exception as exc:  # the publisher's script (or the lab mode under it) raised
-            traceback.print_exc()
-            result["error"] = ["raised", f"{type(exc).__name__}: {_one_line(exc)}"]
-        (out / f"result-{i}.json").write_text(json.dumps(result))
-        report.write(f"{i}\n")
+    result: dict[str, Any] = {"names": [], "ops": None, "values": None, "error": None}
+    try:
+        m = read_lab_manifest(run_dir)
+        script = load_script(run_dir / SCRIPT_FILE, m.script_digest)
+        kernels.standard_float_modes()
+        if step is None:
+            result.update(_init(script, m, out))
+        else:
+            result.update(_step(script, m, run_dir, int(step), bool(request["values"]), out))
+    except InputError as exc:
+        result["error"] = ["input", _one_line(exc)]
+    except Exception as exc:  # the publisher's script (or the lab mode under it) raised
+        traceback.print_exc()
+        result["error"] = ["raised", f"{type(exc).__name__}: {_one_line(exc)}"]
+    (out / "result.json").write_text(json.dumps(result))
+    report.write("done\n")
     return 0
 
 

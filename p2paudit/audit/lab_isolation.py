@@ -80,10 +80,10 @@ def _log_tail(log: Path) -> str:
     return " ".join(lines[-1].split())[:300] if lines else ""
 
 
-def _result(out: Path, i: int, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
-    """(state tensor names, trace records, value trace) of task i; InputError or LabChildRaised for an error it
+def _result(out: Path, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
+    """(state tensor names, trace records, value trace) the child wrote; InputError or LabChildRaised for an error it
     reports; InputError for a result that is not one."""
-    blob = read_file(out / f"result-{i}.json", f"{where}: its result", MAX_RESULT_BYTES, out)
+    blob = read_file(out / "result.json", f"{where}: its result", MAX_RESULT_BYTES, out)
     try:
         body = json.loads(blob)
     except (ValueError, RecursionError) as exc:
@@ -138,8 +138,8 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
         out = Path(scratch)
         read_end, write_end = os.pipe()
         request = {
-            "run_dir": str(view.run_dir.resolve()), "init": task is None, "steps": steps,
-            "values": [view.claims.values[n] is not None for n in steps], "out": str(out),
+            "run_dir": str(view.run_dir.resolve()), "step": task,
+            "values": task is not None and view.claims.values[task] is not None, "out": str(out),
             "parent": 0 if sandboxed_child else os.getpid(), "report_fd": write_end,
         }  # fmt: skip
         (out / "request.json").write_text(json.dumps(request))
@@ -159,7 +159,7 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
         os.close(write_end)
         try:
             with os.fdopen(read_end, "rb") as reports:
-                if reports.readline(32).strip() != b"0":
+                if reports.readline(32).strip() != b"done":
                     code = proc.wait()
                     _log_child(log)
                     tail = _log_tail(log)
@@ -167,7 +167,7 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
                         f"the lab replay's process ended (exit {code}) before its result for {what}"
                         f"{f': {tail}' if tail else ''}"
                     )
-                names, ops, values = _result(out, 0, f"the lab replay of {what}")
+                names, ops, values = _result(out, f"the lab replay of {what}")
                 state = digest_checkpoint(out, 0 if task is None else task + 1, names)
                 return ChildOutput(state, ops, values)
         finally:

@@ -181,13 +181,6 @@ def check_build(run_build: str) -> None:
         )
 
 
-def rebuild_initial(script: LabScript, claims: LabClaims) -> StateDigest:
-    """The digest of state 0 as the script's build() makes it (the lab's init, replayed under the run's build)."""
-    check_torch_build(claims)
-    model, opt = script.build()
-    return LabRun(model, opt, backend=claims.backend, arithmetic=claims.arithmetic_version).initial
-
-
 def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np.ndarray], step: int) -> ReplayVerdict:
     """Replay step `step` from the published state before it and compare with the claims."""
     check_torch_build(claims)

@@ -146,23 +146,23 @@ def _body(**fields: object) -> bytes:
     ],
 )
 def test_a_result_that_is_not_one_is_an_input_error(tmp_path, body, message):
-    (tmp_path / "result-0.json").write_bytes(body)
+    (tmp_path / "result.json").write_bytes(body)
     with pytest.raises(InputError, match=message):
-        lab_isolation._result(tmp_path, 0, "the replay")
+        lab_isolation._result(tmp_path, "the replay")
 
 
 def test_an_oversized_result_is_refused_before_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
-    (tmp_path / "result-0.json").write_bytes(b" " * 17)
+    (tmp_path / "result.json").write_bytes(b" " * 17)
     with pytest.raises(InputError, match="the replay: its result .* 16"):
-        lab_isolation._result(tmp_path, 0, "the replay")
+        lab_isolation._result(tmp_path, "the replay")
 
 
 def test_a_result_or_log_the_child_replaced_with_a_link_is_not_followed(tmp_path):
     """The child owns its output directory: a link to an endless device there is refused, not read."""
-    (tmp_path / "result-0.json").symlink_to("/dev/zero")
+    (tmp_path / "result.json").symlink_to("/dev/zero")
     with pytest.raises(InputError, match="the replay: its result"):
-        lab_isolation._result(tmp_path, 0, "the replay")
+        lab_isolation._result(tmp_path, "the replay")
     (tmp_path / "child.log").symlink_to("/dev/zero")
     assert lab_isolation._log_tail(tmp_path / "child.log") == ""
     (tmp_path / "child.log").unlink()
@@ -171,9 +171,9 @@ def test_a_result_or_log_the_child_replaced_with_a_link_is_not_followed(tmp_path
 
 
 def test_a_raised_error_is_not_an_input_error(tmp_path):
-    (tmp_path / "result-0.json").write_bytes(_body(names=[], error=["raised", "RuntimeError: x"]))
+    (tmp_path / "result.json").write_bytes(_body(names=[], error=["raised", "RuntimeError: x"]))
     with pytest.raises(LabChildRaised, match="the lab replay raised RuntimeError: x"):
-        lab_isolation._result(tmp_path, 0, "the replay")
+        lab_isolation._result(tmp_path, "the replay")
 
 
 def _lie_on_disk(claims, states):  # noqa: ANN001, ANN202
