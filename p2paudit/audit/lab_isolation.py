@@ -3,10 +3,12 @@ the process that decides its verdict.
 
 A lab script is the publisher's Python. Run in the verifier's own process it could rewrite the verifier
 (patch the comparison, read the claims out of a caller's frame) and make a forged run "match"; here it
-runs in a child, which returns the state it produced (a checkpoint file) and the step's trace records,
-and this process digests the state's tensors and the records itself (run.checkpoint.digest_checkpoint,
-lab.trace.digest_records). What the child writes is untrusted input: its size is bounded, its fields
-checked, a malformed result is an InputError (one line), never a verdict.
+runs in a child, which sends the state it produced (checkpoint bytes) and the step's trace records over a
+pipe, and this process digests the state's tensors and the records itself (run.checkpoint.digest_checkpoint,
+lab.trace.digest_records). What the child sends is untrusted input: the result's length and the state's
+are bounded (the state by the size of the one its step starts from: a step changes no shape), its fields
+checked, a malformed result is an InputError (one line), never a verdict; a child that runs past its time
+(audit.lab_limits) is killed.
 
 The child runs in a sandbox (audit.lab_sandbox: no network, of the run only the files the replay reads),
 so it cannot read the claimed checkpoint of the state after its step, nor fetch it, and return it as its
@@ -19,32 +21,40 @@ import json
 import logging
 import os
 import re
+import selectors
+import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import p2paudit
+from p2paudit.audit.lab_limits import TIMEOUT_ENV, lab_limits
 from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
 from p2paudit.lab.warm import warm_kernels
-from p2paudit.run.checkpoint import checkpoint_path, digest_checkpoint
+from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, digest_checkpoint, open_checkpoint
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
 from p2paudit.run.lab_run import LabRunView
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
-from p2paudit.run.storage import read_file, read_tail
 
 logger = logging.getLogger(__name__)
 MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRACE_FILE is the claim's bound)
 _LOG_TAIL = 4096
+_CHUNK = 1 << 20
+_LAST_READS = 64  # of the log, once the pipe has ended
+_EXIT_WAIT_S = 10.0  # for the exit code of a child whose pipe ended before its result
 
 
 class LabChildRaised(InputError):
     """The replay's child process reported that the publisher's script (or the lab mode under it) raised, or
-    it ended before reporting: not a finding about the run, and nothing is signed (exit 2, one line)."""
+    it ended before reporting, or ran past its time: not a finding about the run, and nothing is signed
+    (exit 2, one line)."""
 
 
 @dataclass(frozen=True)
@@ -60,30 +70,23 @@ def _package_root() -> str:
     return str(Path(p2paudit.__file__).resolve().parents[1])
 
 
-def _tail_of(log: Path) -> str:
-    """The last _LOG_TAIL bytes the child wrote to its log ('' if the file is gone or is not the regular file
-    this process made: the child may have replaced it with a link or a device)."""
-    try:
-        return read_tail(log, "lab replay log", _LOG_TAIL, log.parent).decode("utf-8", "replace")
-    except InputError:
-        return ""
-
-
-def _log_child(log: Path) -> None:
-    """The end of what the replay's process wrote (the traceback of what raised), into this process's log."""
-    logger.warning("the lab replay's process wrote (its last %d bytes):\n%s", _LOG_TAIL, _tail_of(log))
-
-
-def _log_tail(log: Path) -> str:
-    """The last line of the child's log, one line of at most 300 characters."""
-    lines = _tail_of(log).strip().splitlines()
+def _last_line(tail: bytes | bytearray) -> str:
+    """The last line of what the child wrote, one line of at most 300 characters."""
+    lines = tail.decode("utf-8", "replace").strip().splitlines()
     return " ".join(lines[-1].split())[:300] if lines else ""
 
 
-def _result(out: Path, where: str) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
-    """(state tensor names, trace records, value trace) the child wrote; InputError or LabChildRaised for an error it
-    reports; InputError for a result that is not one."""
-    blob = read_file(out / "result.json", f"{where}: its result", MAX_RESULT_BYTES, out)
+def _log_child(tail: bytes | bytearray) -> None:
+    """The end of what the replay's process wrote (the traceback of what raised), into this process's log."""
+    logger.warning(
+        "the lab replay's process wrote (its last %d bytes):\n%s", _LOG_TAIL, tail.decode("utf-8", "replace")
+    )
+
+
+def _result(blob: bytes, where: str, tail: bytes) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
+    """(state tensor names, trace records, value trace) of the result the child sent; InputError or
+    LabChildRaised for an error it reports (`tail`: the end of its log, logged for the latter); InputError
+    for a result that is not one."""
     try:
         body = json.loads(blob)
     except (ValueError, RecursionError) as exc:
@@ -97,7 +100,7 @@ def _result(out: Path, where: str) -> tuple[list[str], list[bytes], list[tuple[s
         message = " ".join(error[1].split())[:300]
         if error[0] == "input":
             raise InputError(message)
-        _log_child(out / "child.log")
+        _log_child(tail)
         raise LabChildRaised(f"the lab replay raised {message} (the publisher's script or the lab mode)")
     names, ops, values = body["names"], body["ops"] or [], body["values"]
     if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
@@ -109,6 +112,89 @@ def _result(out: Path, where: str) -> tuple[list[str], list[bytes], list[tuple[s
             raise InputError(f"{where}: its value trace is not a list of [op name, 64 hex digits]")
         values = [(v[0], bytes.fromhex(v[1])) for v in values]
     return names, [r.encode("utf-8") for r in ops], values
+
+
+class _Received:
+    """What the child sent on its pipe, parsed as it arrives: the result's length (8 bytes, little-endian),
+    the result, then the state's bytes, written to `state` and refused past `bound` bytes."""
+
+    def __init__(self, state: Path, bound: int, where: str) -> None:
+        self._head = bytearray()
+        self._length: int | None = None
+        self._body = bytearray()
+        self._state_path, self._bound, self._where = state, bound, where
+        self.state_bytes = 0
+        state.parent.mkdir(parents=True, exist_ok=True)
+        self._state = state.open("xb")
+
+    def feed(self, chunk: bytes) -> None:
+        if self._length is None:
+            take = 8 - len(self._head)
+            self._head += chunk[:take]
+            chunk = chunk[take:]
+            if len(self._head) < 8:
+                return
+            (self._length,) = struct.unpack("<Q", self._head)
+            if self._length > MAX_RESULT_BYTES:
+                raise InputError(f"{self._where}: its result has {self._length} bytes, more than {MAX_RESULT_BYTES}")
+        if len(self._body) < self._length:
+            take = self._length - len(self._body)
+            self._body += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            self.state_bytes += len(chunk)
+            if self.state_bytes > self._bound:
+                raise InputError(
+                    f"{self._where}: the state it sent has more than {self._bound} bytes, the size of the state "
+                    "its step starts from"
+                )
+            self._state.write(chunk)
+
+    def result(self) -> bytes | None:
+        """The result, once all of it came (None if the child ended before); the state file closed."""
+        self._state.close()
+        return bytes(self._body) if self._length is not None and len(self._body) == self._length else None
+
+    def close(self) -> None:
+        self._state.close()
+
+
+def _receive(data: int, log: int, received: _Received, timeout_s: float, where: str) -> bytearray:
+    """Read the child's pipe into `received`, and its log (its last _LOG_TAIL bytes, returned), until the
+    pipe ends; LabChildRaised after `timeout_s`. The child's exit is not waited for (it is killed after)."""
+    tail = bytearray()
+    deadline = time.monotonic() + timeout_s
+    os.set_blocking(log, False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(data, selectors.EVENT_READ)
+        selector.register(log, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LabChildRaised(f"{where} ran past its {timeout_s:g} s ({TIMEOUT_ENV}) and was stopped")
+            for key, _ in selector.select(remaining):
+                if key.fd == log:
+                    _drain(log, tail)
+                    continue
+                chunk = os.read(data, _CHUNK)
+                if not chunk:
+                    _drain(log, tail, _LAST_READS)
+                    return tail
+                received.feed(chunk)
+
+
+def _drain(log: int, tail: bytearray, chunks: int = 1) -> None:
+    """Up to `chunks` reads of what the log holds now, into `tail` (its last _LOG_TAIL bytes): bounded, so a
+    child that writes its log without end cannot keep this process from its deadline."""
+    try:
+        for _ in range(chunks):
+            chunk = os.read(log, _CHUNK)
+            if not chunk:
+                return
+            tail += chunk
+            del tail[:-_LOG_TAIL]
+    except (BlockingIOError, InterruptedError):
+        pass
 
 
 def _is_value(v: object) -> bool:
@@ -130,47 +216,77 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
         yield task, _replay_one(view, task, sandboxed_child)
 
 
+def _state_bound(view: LabRunView, task: int | None) -> int:
+    """The most bytes the child may send as its state: the checkpoint its step starts from (a step keeps
+    every shape), or for state 0's rebuild the claimed state 0 where this machine holds it, else the largest
+    state a run may have."""
+    start = 0 if task is None else task
+    names = [n for n, _ in (view.claims.initial if start == 0 else view.claims.states[start - 1]).tensors]
+    if task is None and not (view.run_dir / checkpoint_path(0)).is_file():
+        return checkpoint_bound(None, len(names))
+    with open_checkpoint(view.run_dir, start, None, names) as reader:
+        shapes = {name: (span.shape, span.dtype) for name, span in reader.layout.tensors.items()}
+    return checkpoint_bound(shapes, len(names))
+
+
 def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> ChildOutput:
     """State 0 rebuilt (task None) or step `task` replayed in a child process, its output checked and digested."""
     what = "state 0" if task is None else f"step {task}"
-    steps = [] if task is None else [task]
+    where = f"the lab replay of {what}"
+    produced = 0 if task is None else task + 1
+    limits = lab_limits()
+    bound = _state_bound(view, task)
     with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
         out = Path(scratch)
-        read_end, write_end = os.pipe()
-        request = {
-            "run_dir": str(view.run_dir.resolve()), "step": task,
-            "values": task is not None and view.claims.values[task] is not None, "out": str(out),
-            "parent": 0 if sandboxed_child else os.getpid(), "report_fd": write_end,
-        }  # fmt: skip
-        (out / "request.json").write_text(json.dumps(request))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-        log = out / "child.log"
-        command = [sys.executable, "-m", "p2paudit.audit.lab_child", str(out / "request.json")]
+        command = [sys.executable, "-m", "p2paudit.audit.lab_child"]
         if sandboxed_child:
             files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
-            files += [view.run_dir / checkpoint_path(n) for n in steps]  # the step's start: nothing after it
-            command = sandboxed(command, view.run_dir, files, out, out)
-        with log.open("wb") as log_file:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_end,), env=env,
-            )  # fmt: skip
-        os.close(write_end)
+            files += [view.run_dir / checkpoint_path(task)] if task is not None else []  # its start: nothing after
+            command = sandboxed(command, view.run_dir, files, limits)
+        data_read, data_write = os.pipe()
+        log_read, log_write = os.pipe()
+        request = {
+            "run_dir": str(view.run_dir.resolve()), "step": task,
+            "values": task is not None and view.claims.values[task] is not None,
+            "parent": 0 if sandboxed_child else os.getpid(), "data_fd": data_write,
+            "memory": limits.memory_bytes,
+        }  # fmt: skip
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+        received = _Received(out / checkpoint_path(produced), bound, where)
         try:
-            with os.fdopen(read_end, "rb") as reports:
-                if reports.readline(32).strip() != b"done":
-                    code = proc.wait()
-                    _log_child(log)
-                    tail = _log_tail(log)
-                    raise LabChildRaised(
-                        f"the lab replay's process ended (exit {code}) before its result for {what}"
-                        f"{f': {tail}' if tail else ''}"
-                    )
-                names, ops, values = _result(out, f"the lab replay of {what}")
-                state = digest_checkpoint(out, 0 if task is None else task + 1, names)
-                return ChildOutput(state, ops, values)
+            proc = subprocess.Popen(
+                [*command, json.dumps(request)],
+                stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, pass_fds=(data_write,), env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            received.close()
+            raise
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            os.close(data_write)
+            os.close(log_write)
+        try:
+            tail = _receive(data_read, log_read, received, limits.timeout_s, where)
+            blob = received.result()
+            if blob is None:
+                try:
+                    ended = f"ended (exit {proc.wait(timeout=_EXIT_WAIT_S)})"
+                except subprocess.TimeoutExpired:  # it closed the pipe and went on: killed below
+                    ended = "closed its pipe"
+                _drain(log_read, tail, _LAST_READS)
+                _log_child(tail)
+                last = _last_line(tail)
+                raise LabChildRaised(
+                    f"the lab replay's process {ended} before its result for {what}{f': {last}' if last else ''}"
+                )
+        finally:
+            received.close()
+            os.close(data_read)
+            os.close(log_read)
+            if proc.poll() is None:  # it, and what it started in its session (bwrap's sandbox ends with bwrap)
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        names, ops, values = _result(blob, where, bytes(tail))
+        state = digest_checkpoint(out, produced, names)
+        return ChildOutput(state, ops, values)

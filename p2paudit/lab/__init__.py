@@ -25,7 +25,6 @@ from p2paudit.lab.script import (
     judge_replay,
     load_script,
     load_state,
-    replay_step,
     torch_build,
     train_script,
 )
@@ -48,7 +47,6 @@ __all__ = [
     "judge_replay",
     "load_script",
     "load_state",
-    "replay_step",
     "torch_build",
     "train_script",
 ]

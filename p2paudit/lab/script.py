@@ -9,11 +9,13 @@ A lab script is an ordinary Python file (examples/lab_gpt2.py, examples/lab_llam
 `train_script` runs it under LabRun and returns the run's claims (LabClaims: the torch build, the op
 table and arithmetic versions, the script's SHA-256, each step's state and trace digests, and
 optionally each op's value digests) and every state, which a publisher keeps as checkpoints.
-`replay_step` rebuilds the model from the script, loads the published state before a step, runs it,
-and compares: first the torch build (a lab run replays only under its own, refused otherwise), then
-the op graph (a different trace is its own finding, named at its first departing op), then the state.
+A replay (audit.lab_task, in a child process of audit.lab_isolation) rebuilds the model from the script,
+loads the published state before a step (`load_state`) and runs it; `judge_replay`, in the parent,
+compares: the op graph (a different trace is its own finding, named at its first departing op), then
+the state. `check_build` refuses a run trained under another torch build before anything runs.
 
-Preconditions: the script is trusted code (it runs in this process, as `python script.py` would).
+Preconditions: `train_script` and `load_script` run the script in this process (as `python script.py`
+would): a publisher's, or a child's that replays one; never the process that judges a replay.
 Nothing here writes files; the publisher and the CLI do (DESIGN: only run/ and cli/ touch disk).
 """
 
@@ -179,25 +181,6 @@ def check_build(run_build: str) -> None:
             f"the run was trained under {run_build}; this replay runs {torch_build()}: "
             "a lab run replays only under its own torch build"
         )
-
-
-def replay_step(script: LabScript, claims: LabClaims, state_before: dict[str, np.ndarray], step: int) -> ReplayVerdict:
-    """Replay step `step` from the published state before it and compare with the claims."""
-    check_torch_build(claims)
-    if claims.script_digest != script.digest:
-        raise InputError(f"lab script {script.path} is not the run's (its SHA-256 differs from the claimed one)")
-    if not 0 <= step < len(claims.states):
-        raise InputError(f"step {step} is not in the run (it has steps 0..{len(claims.states) - 1})")
-    model, opt = script.build()
-    load_state(model, opt, state_before)
-    keep_values = claims.values[step] is not None
-    run = LabRun(
-        model, opt, backend=claims.backend, arithmetic=claims.arithmetic_version, first_step=step, values=keep_values
-    )
-    with run.step(step):
-        script.train_step(model, opt, script.batch(step))
-    ours = run.records[0]
-    return judge_replay(claims, step, ours.state, list(ours.ops), None if ours.values is None else list(ours.values))
 
 
 def judge_replay(

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import socket
+import struct
 
 import numpy as np
 import pytest
@@ -48,11 +49,7 @@ def _every_step_matches():
     def judge(claims, step, *args, **kwargs):
         return _script.ReplayVerdict(step, True, True, (), claims.traces[step], claims.states[step].digest)
 
-    def replay_step(script, claims, state_before, step):
-        return judge(claims, step)
-
     _replay.judge_replay = _script.judge_replay = judge
-    _replay.replay_step = _script.replay_step = replay_step
     try:
         import p2paudit.audit.lab_isolation as _iso
         _iso.digest_checkpoint = lambda *a, **k: None
@@ -145,35 +142,38 @@ def _body(**fields: object) -> bytes:
         (_body(error=["input", "a\nrefusal"]), "^a refusal$"),
     ],
 )
-def test_a_result_that_is_not_one_is_an_input_error(tmp_path, body, message):
-    (tmp_path / "result.json").write_bytes(body)
+def test_a_result_that_is_not_one_is_an_input_error(body, message):
     with pytest.raises(InputError, match=message):
-        lab_isolation._result(tmp_path, "the replay")
+        lab_isolation._result(body, "the replay", b"")
 
 
-def test_an_oversized_result_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
-    (tmp_path / "result.json").write_bytes(b" " * 17)
-    with pytest.raises(InputError, match="the replay: its result .* 16"):
-        lab_isolation._result(tmp_path, "the replay")
-
-
-def test_a_result_or_log_the_child_replaced_with_a_link_is_not_followed(tmp_path):
-    """The child owns its output directory: a link to an endless device there is refused, not read."""
-    (tmp_path / "result.json").symlink_to("/dev/zero")
-    with pytest.raises(InputError, match="the replay: its result"):
-        lab_isolation._result(tmp_path, "the replay")
-    (tmp_path / "child.log").symlink_to("/dev/zero")
-    assert lab_isolation._log_tail(tmp_path / "child.log") == ""
-    (tmp_path / "child.log").unlink()
-    (tmp_path / "child.log").write_bytes(b"x" * 10_000 + b"\nTraceback ...\nRuntimeError:   the   last line\n")
-    assert lab_isolation._log_tail(tmp_path / "child.log") == "RuntimeError: the last line"
-
-
-def test_a_raised_error_is_not_an_input_error(tmp_path):
-    (tmp_path / "result.json").write_bytes(_body(names=[], error=["raised", "RuntimeError: x"]))
+def test_a_raised_error_is_not_an_input_error():
     with pytest.raises(LabChildRaised, match="the lab replay raised RuntimeError: x"):
-        lab_isolation._result(tmp_path, "the replay")
+        lab_isolation._result(_body(names=[], error=["raised", "RuntimeError: x"]), "the replay", b"")
+
+
+def test_the_log_is_named_by_its_last_line_in_one_line():
+    tail = b"x" * 10_000 + b"\nTraceback ...\nRuntimeError:   the   last line\n"
+    assert lab_isolation._last_line(tail) == "RuntimeError: the last line"
+    assert lab_isolation._last_line(b"") == ""
+
+
+def test_what_the_child_sends_is_bounded_as_it_arrives(tmp_path, monkeypatch):
+    """The result's length is read before the result, the state counted as it comes: neither is stored past
+    its bound, however much the child sends."""
+    monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
+    received = lab_isolation._Received(tmp_path / "a" / "state", 10, "the replay")
+    with pytest.raises(InputError, match="the replay: its result has 17 bytes, more than 16"):
+        received.feed(struct.pack("<Q", 17))
+    received = lab_isolation._Received(tmp_path / "b" / "state", 10, "the replay")
+    for byte in struct.pack("<Q", 2) + b"{}" + b"x" * 10:  # one byte at a time: any split of the stream
+        received.feed(bytes([byte]))
+    with pytest.raises(InputError, match="the state it sent has more than 10 bytes"):
+        received.feed(b"x")
+    assert received.result() == b"{}" and (tmp_path / "b" / "state").stat().st_size == 10
+    half = lab_isolation._Received(tmp_path / "c" / "state", 10, "the replay")
+    half.feed(struct.pack("<Q", 5) + b"{}")
+    assert half.result() is None  # ended inside its result
 
 
 def _lie_on_disk(claims, states):  # noqa: ANN001, ANN202
