@@ -40,7 +40,7 @@ from p2paudit.lab.warm import warm_kernels
 from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, digest_checkpoint, open_checkpoint
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
-from p2paudit.run.lab_run import LabRunView
+from p2paudit.run.lab_run import LabRunView, lab_batch_path
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
 
 logger = logging.getLogger(__name__)
@@ -236,12 +236,15 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
     produced = 0 if task is None else task + 1
     limits = lab_limits()
     bound = _state_bound(view, task)
+    if task is not None and not (view.run_dir / lab_batch_path(task)).is_file():
+        raise InputError(f"lab batch {view.run_dir / lab_batch_path(task)} is missing (step {task} trained on it)")
     with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
         out = Path(scratch)
         command = [sys.executable, "-m", "p2paudit.audit.lab_child"]
         if sandboxed_child:
             files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
-            files += [view.run_dir / checkpoint_path(task)] if task is not None else []  # its start: nothing after
+            if task is not None:  # its start and its batch: nothing after
+                files += [view.run_dir / checkpoint_path(task), view.run_dir / lab_batch_path(task)]
             command = sandboxed(command, view.run_dir, files, limits)
         data_read, data_write = os.pipe()
         log_read, log_write = os.pipe()

@@ -1,5 +1,6 @@
 """One task of a lab replay, as audit.lab_child runs it: state 0 rebuilt by the script's build(), or step n
-replayed from the published state n; the state it produced as checkpoint bytes, and its trace records.
+replayed from the published state n on the published batch n (p2paudit.lab.batch); the state it produced
+as checkpoint bytes, and its trace records.
 
 It runs the publisher's script: only ever inside the child process (and its sandbox), never where a verdict
 is made.
@@ -12,9 +13,10 @@ from typing import Any
 
 import kernels
 from p2paudit.lab import LabRun, LabScript, load_script, load_state
+from p2paudit.lab.batch import tokens_tensor
 from p2paudit.run.checkpoint import encode_checkpoint
 from p2paudit.run.lab_format import SCRIPT_FILE
-from p2paudit.run.lab_run import LabManifest, load_lab_state, read_lab_manifest
+from p2paudit.run.lab_run import LabManifest, load_lab_batch, load_lab_state, read_lab_manifest
 
 
 def _init(script: LabScript, m: LabManifest) -> tuple[dict[str, Any], bytes]:
@@ -28,8 +30,9 @@ def _step(script: LabScript, m: LabManifest, run_dir: Path, n: int, values: bool
     model, opt = script.build()
     load_state(model, opt, load_lab_state(run_dir, m, n))
     run = LabRun(model, opt, backend=m.backend, arithmetic=m.arithmetic_version, first_step=n, values=values)
+    tokens = tokens_tensor(load_lab_batch(run_dir, m, n))  # the published batch: `batch` is not called
     with run.step(n):
-        script.train_step(model, opt, script.batch(n))
+        script.train_step(model, opt, tokens)
     record = run.records[0]
     state = run.state_arrays()
     kept = None if record.values is None else [[name, digest.hex()] for name, digest in record.values]

@@ -3,12 +3,14 @@
 A lab script is an ordinary Python file (examples/lab_gpt2.py, examples/lab_llama.py) defining
 
     build() -> (model, optimizer)         the model with its initial weights, AdamW(fused=True)
-    batch(step) -> int64 tokens (B, T+1)   what step `step` trains on
+    batch(step) -> int64 tokens (B, T+1)   what step `step` trains on (run where the lab trains only: the
+                                           batches are published, and a replay is given step n's)
     train_step(model, optimizer, tokens)   forward, loss, backward, clip, optimizer.step(), zero_grad()
 
 `train_script` runs it under LabRun and returns the run's claims (LabClaims: the torch build, the op
-table and arithmetic versions, the script's SHA-256, each step's state and trace digests, and
-optionally each op's value digests) and every state, which a publisher keeps as checkpoints.
+table and arithmetic versions, the script's SHA-256, each step's state and trace digests and batch,
+and optionally each op's value digests), every state, which a publisher keeps as checkpoints, and
+every step's batch (p2paudit.lab.batch), which it publishes.
 A replay (audit.lab_task, in a child process of audit.lab_isolation) rebuilds the model from the script,
 loads the published state before a step (`load_state`) and runs it; `judge_replay`, in the parent,
 compares: the op graph (a different trace is its own finding, named at its first departing op), then
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from p2paudit.errors import InputError
+from p2paudit.lab.batch import BatchClaim, batch_array, batch_claim, tokens_tensor
 from p2paudit.lab.refusal import OP_TABLE_VERSION
 from p2paudit.lab.session import LabRun
 from p2paudit.lab.trace import digest_records, first_departure, first_value_departure
@@ -122,25 +125,33 @@ class LabClaims:
     traces: tuple[bytes, ...]  # each step's trace digest
     trace_ops: tuple[tuple[bytes, ...], ...]  # each step's trace records
     values: tuple[tuple[tuple[str, bytes], ...] | None, ...]
+    batches: tuple[BatchClaim, ...]  # what each step trained on (p2paudit.lab.batch)
 
 
 def train_script(
     script: LabScript, steps: int, *, backend: str = "cpu", arithmetic: int | None = None, values: bool = False
-) -> tuple[LabClaims, list[dict[str, np.ndarray]]]:
-    """Train `steps` steps of the script; (claims, the states 0..steps as numpy arrays)."""
+) -> tuple[LabClaims, list[dict[str, np.ndarray]], list[np.ndarray]]:
+    """Train `steps` steps of the script; (claims, the states 0..steps as numpy arrays, each step's batch).
+
+    Each step trains on its batch as a replay is given it (a new contiguous tensor of what `batch` returned),
+    so that the two run the same ops."""
     model, opt = script.build()
     run = LabRun(model, opt, backend=backend, arithmetic=arithmetic, values=values)
     states = [run.state_arrays()]
+    batches = []
     for i in range(steps):
+        batches.append(batch_array(script.batch(i), i))
+        tokens = tokens_tensor(batches[-1])
         with run.step(i):
-            script.train_step(model, opt, script.batch(i))
+            script.train_step(model, opt, tokens)
         states.append(run.state_arrays())
     claims = LabClaims(
         torch_build(), OP_TABLE_VERSION, run.arithmetic, backend, script.digest, run.initial,
         tuple(r.state for r in run.records), tuple(r.trace for r in run.records),
         tuple(r.ops for r in run.records), tuple(r.values for r in run.records),
+        tuple(batch_claim(b) for b in batches),
     )  # fmt: skip
-    return claims, states
+    return claims, states, batches
 
 
 def load_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict[str, np.ndarray]) -> None:

@@ -4,7 +4,7 @@ Layout of a cache directory:
 
     CACHE/
       .lock                      flock held while a process fetches into the cache
-      blobs/KEY                  a verified file (KEY: "shard-<hex>", "state-<hex>", "trace-<hex>")
+      blobs/KEY                  a verified file (KEY: "shard-<hex>", "state-<hex>", "trace-<hex>", "batch-<hex>")
       blobs/KEY.partial          an unverified download in progress, resumed with an HTTP Range request
       blobs/KEY.partial.PID-RAND a second thread's download of KEY while another holds KEY.partial (removed after)
       views/PID-RAND/NAME/       a run directory made of hard links to blobs, for one command
@@ -47,7 +47,7 @@ from p2paudit.processes import process_alive
 
 PARTIAL_SUFFIX = ".partial"
 KEY_WAIT_S = 2.0  # how long a thread waits for another's download of the same file before fetching its own
-_KEY = re.compile(r"(shard|state|trace)-[0-9a-f]{64}", re.ASCII)
+_KEY = re.compile(r"(shard|state|trace|batch)-[0-9a-f]{64}", re.ASCII)
 _VIEW = re.compile(r"([0-9]{1,10})-[0-9a-f]{16}", re.ASCII)
 
 

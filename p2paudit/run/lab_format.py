@@ -12,6 +12,7 @@ from p2paudit.run.storage import parse_json, read_file
 LAB_FORMAT = "p2paudit-lab-run"
 SCRIPT_FILE = "script.py"
 TRACES_DIR = "lab-traces"
+BATCHES_DIR = "lab-batches"
 
 
 def manifest_format(run_dir: Path) -> object:

@@ -3,14 +3,17 @@
     manifest.json        canonical JSON body, signed as an engine run's is (run.manifest.sign_body) but
                          under a domain of its own, LAB_SIGNATURE_DOMAIN, so that no lab manifest's
                          signature verifies as an engine manifest's, nor the reverse:
-                         {"format": "p2paudit-lab-run", "version": 1, "torch_build": "torch 2.13.0+cpu (git ...)",
+                         {"format": "p2paudit-lab-run", "version": 2, "torch_build": "torch 2.13.0+cpu (git ...)",
                           "op_table_version": 1, "arithmetic_version": 2, "backend": "cpu",
                           "script": {"name": "lab_llama.py", "sha256": "sha256:<hex>", "source": "<the text>"},
                           "initial_state": {digest, tensors}, "steps": [{"step": n, "state": {digest, tensors},
-                          "trace": "sha256:<hex>", "trace_file": "sha256:<hex>"}, ...]}
+                          "trace": "sha256:<hex>", "trace_file": "sha256:<hex>",
+                          "batch": {"shape": [B, T + 1], "sha256": "sha256:<hex>"}}, ...]}
     manifest.sig.json    the signature envelope (run.manifest)
     checkpoints/         every state 0..N (run.checkpoint's safetensors format)
     lab-traces/step-<n:08d>.json   {"ops": [record text, ...], "values": [[op, "sha256:<hex>"], ...] | null}
+    lab-batches/step-<n:08d>.bin   what step n trained on: int64 tokens of the shape its manifest entry names,
+                                   C order, little-endian (p2paudit.lab.batch); a replay trains on it
     script.py            the script itself, byte for byte (its SHA-256 is the manifest's)
 
 The lab mode's guarantee is named as such: a replay needs the torch build the manifest names.
@@ -28,9 +31,10 @@ import numpy as np
 from p2paudit.errors import InputError
 from p2paudit.identity import Identity, verify_signature
 from p2paudit.lab import LabClaims, LabScript, check_script_bytes, load_script, train_script
+from p2paudit.lab.batch import BatchClaim, batch_bytes, check_shape, decode_batch
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
-from p2paudit.run.lab_format import LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
+from p2paudit.run.lab_format import BATCHES_DIR, LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
 from p2paudit.run.manifest import (
     LAB_SIGNATURE_DOMAIN,
     MANIFEST_FILE,
@@ -44,7 +48,7 @@ from p2paudit.run.storage import parse_json, read_file, write_atomic
 
 T = TypeVar("T")
 
-LAB_VERSION = 1
+LAB_VERSION = 2  # 2: each step's batch published (lab-batches/)
 # What a lab manifest's signature covers: LAB_SIGNATURE_DOMAIN || body (run.manifest defines it beside an engine
 # manifest's SIGNATURE_DOMAIN, so that a lab run's manifest met where an engine run's is expected is named).
 MAX_TRACE_FILE = 64 * 1024 * 1024
@@ -52,6 +56,10 @@ MAX_TRACE_FILE = 64 * 1024 * 1024
 
 def lab_trace_path(step: int) -> str:
     return f"{TRACES_DIR}/step-{step:08d}.json"
+
+
+def lab_batch_path(step: int) -> str:
+    return f"{BATCHES_DIR}/step-{step:08d}.bin"
 
 
 def _trace_bytes(claims: LabClaims, step: int) -> bytes:
@@ -69,12 +77,21 @@ def _check_empty(run_dir: Path) -> None:
 
 
 def publish_lab_run(
-    run_dir: Path, script: LabScript, claims: LabClaims, states: list[dict[str, np.ndarray]], identity: Identity
+    run_dir: Path,
+    script: LabScript,
+    claims: LabClaims,
+    states: list[dict[str, np.ndarray]],
+    batches: list[np.ndarray],
+    identity: Identity,
 ) -> bytes:
-    """Write the run directory (checkpoints, traces, the script, then the signed manifest); returns the run id."""
+    """Write the run directory (checkpoints, traces, batches, the script, then the signed manifest); returns
+    the run id."""
     _check_empty(run_dir)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run_dir / TRACES_DIR).mkdir(exist_ok=True)
+    (run_dir / BATCHES_DIR).mkdir(exist_ok=True)
+    for n, tokens in enumerate(batches):
+        write_atomic(run_dir / lab_batch_path(n), batch_bytes(tokens))
     digests = [claims.initial, *claims.states]
     for n, state in enumerate(states):
         save_checkpoint(run_dir, n, state, digests[n])
@@ -83,7 +100,8 @@ def publish_lab_run(
         blob = _trace_bytes(claims, n)
         write_atomic(run_dir / lab_trace_path(n), blob)
         steps.append({"step": n, "state": claims.states[n].to_dict(), "trace": format_digest(claims.traces[n]),
-                      "trace_file": format_digest(digest_bytes(blob))})  # fmt: skip
+                      "trace_file": format_digest(digest_bytes(blob)),
+                      "batch": {"shape": list(claims.batches[n].shape), "sha256": format_digest(claims.batches[n].digest)}})  # fmt: skip
     source = script.path.read_bytes()
     write_atomic(run_dir / SCRIPT_FILE, source)
     body = {
@@ -117,8 +135,8 @@ def train_lab_run(
     """Train the script `steps` steps under the lab mode and publish it to `run_dir`; (its claims, the run id)."""
     _check_empty(run_dir)  # before the training, not after it
     script = load_script(script_path)
-    claims, states = train_script(script, steps, backend=backend, arithmetic=arithmetic, values=values)
-    return claims, publish_lab_run(run_dir, script, claims, states, identity)
+    claims, states, batches = train_script(script, steps, backend=backend, arithmetic=arithmetic, values=values)
+    return claims, publish_lab_run(run_dir, script, claims, states, batches, identity)
 
 
 def _field(body: dict[str, object], key: str, kind: type[T], where: str) -> T:
@@ -166,6 +184,7 @@ class LabManifest:
     states: tuple[StateDigest, ...]
     traces: tuple[bytes, ...]  # each step's trace digest
     trace_files: tuple[bytes, ...]  # the SHA-256 of each step's trace file
+    batches: tuple[BatchClaim, ...]  # what each step trained on
 
     @property
     def num_steps(self) -> int:
@@ -174,6 +193,14 @@ class LabManifest:
     def state(self, n: int) -> StateDigest:
         """The claimed digest of state n (0: the initial state)."""
         return self.initial if n == 0 else self.states[n - 1]
+
+
+def _batch_claim(entry: dict[str, object], where: str) -> BatchClaim:
+    """A step's "batch" entry: {"shape": [positive ints], "sha256": digest}; InputError naming `where` otherwise."""
+    shape = entry.get("shape")
+    if set(entry) != {"shape", "sha256"} or not isinstance(shape, list) or not all(type(d) is int for d in shape):
+        raise InputError(f'{where} is not {{"shape": [ints], "sha256": digest}}')
+    return BatchClaim(check_shape(tuple(shape), where), parse_digest(entry.get("sha256"), f"{where}.sha256"))
 
 
 def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where: str) -> LabManifest:
@@ -195,7 +222,7 @@ def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where
     source_bytes = source.encode("utf-8", "surrogatepass")
     if digest_bytes(source_bytes) != script_digest:
         raise InputError(f"{where}: the script's source is not the text its sha256 names")
-    states, traces, trace_files = [], [], []
+    states, traces, trace_files, batches = [], [], [], []
     for n, item in enumerate(_field(body, "steps", list, where)):
         if not isinstance(item, dict) or item.get("step") != n:
             raise InputError(f"{where}: steps[{n}] is not step {n}")
@@ -203,12 +230,13 @@ def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where
         states.append(StateDigest.from_dict(item.get("state"), f"{at}.state"))
         traces.append(parse_digest(_field(item, "trace", str, at), f"{at}.trace"))
         trace_files.append(parse_digest(_field(item, "trace_file", str, at), f"{at}.trace_file"))
+        batches.append(_batch_claim(_field(item, "batch", dict, at), f"{at}.batch"))
     return LabManifest(
         body_bytes, run_id, public_key, name, script_digest, source_bytes,
         _field(body, "torch_build", str, where), _field(body, "op_table_version", int, where),
         _field(body, "arithmetic_version", int, where), _field(body, "backend", str, where),
         StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
-        tuple(states), tuple(traces), tuple(trace_files),
+        tuple(states), tuple(traces), tuple(trace_files), tuple(batches),
     )  # fmt: skip
 
 
@@ -276,7 +304,7 @@ def open_lab_run(run_dir: Path, traced: range | None = None) -> LabRunView:
     check_script_bytes(script_path, m.script_digest)
     claims = LabClaims(
         m.torch_build, m.op_table_version, m.arithmetic_version, m.backend, m.script_digest, m.initial,
-        m.states, m.traces, tuple(ops), tuple(values),
+        m.states, m.traces, tuple(ops), tuple(values), m.batches,
     )  # fmt: skip
     return LabRunView(run_dir, script_path, claims, m.public_key, m.run_id, steps)
 
@@ -286,3 +314,10 @@ def load_lab_state(run_dir: Path, claims: LabClaims | LabManifest, n: int) -> di
     expected = claims.initial if n == 0 else claims.states[n - 1]
     names = [name for name, _ in expected.tensors]
     return load_checkpoint(run_dir, n, expected, names)
+
+
+def load_lab_batch(run_dir: Path, claims: LabClaims | LabManifest, n: int) -> np.ndarray:
+    """The batch step n trained on, checked against its claimed shape and SHA-256."""
+    claim = claims.batches[n]
+    path = run_dir / lab_batch_path(n)
+    return decode_batch(read_file(path, "lab batch", claim.size, run_dir), claim, str(path))

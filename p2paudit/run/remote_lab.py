@@ -38,8 +38,8 @@ from p2paudit.engine.memory import check_fits
 from p2paudit.errors import InputError
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.checkpoint_layout import header_length, parse_layout
-from p2paudit.run.lab_format import SCRIPT_FILE, TRACES_DIR
-from p2paudit.run.lab_run import MAX_TRACE_FILE, LabManifest, lab_manifest_from_bytes, lab_trace_path
+from p2paudit.run.lab_format import BATCHES_DIR, SCRIPT_FILE, TRACES_DIR
+from p2paudit.run.lab_run import MAX_TRACE_FILE, LabManifest, lab_batch_path, lab_manifest_from_bytes, lab_trace_path
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
 from p2paudit.run.remote import RemoteRun
 from p2paudit.run.remote_files import RemoteFile, state_key
@@ -59,8 +59,8 @@ class RemoteLabRun:
 
     @contextmanager
     def local_view(self, steps: range, ignore_memory: bool = False) -> Iterator[Path]:
-        """A local lab run directory holding the manifest, the script and the checked trace files and
-        checkpoints that steps `steps` replay from (no steps: state 0's rebuild needs the script alone),
+        """A local lab run directory holding the manifest, the script and the checked trace files, batches
+        and checkpoints that steps `steps` replay from (no steps: state 0's rebuild needs the script alone),
         removed on exit (run.lab_run.open_lab_run(view, steps) opens it). InputError (one line) for steps
         outside the run, a state that cannot fit in memory (unless `ignore_memory`), or any file that is
         not the manifest's."""
@@ -79,11 +79,18 @@ class RemoteLabRun:
             RemoteFile(lab_trace_path(n), f"trace-{m.trace_files[n].hex()}", MAX_TRACE_FILE, False, m.trace_files[n])
             for n in steps
         ]
+        batches = [
+            RemoteFile(
+                lab_batch_path(n), f"batch-{m.batches[n].digest.hex()}", m.batches[n].size, False, m.batches[n].digest
+            )
+            for n in steps
+        ]
         with self.remote.cache.view(self.remote.view_name()) as view:
             (view / TRACES_DIR).mkdir()
+            (view / BATCHES_DIR).mkdir()
             with naming_the_file(view / SCRIPT_FILE):
                 (view / SCRIPT_FILE).write_bytes(m.script_source)
-            self.remote.place_files(traces + checkpoints, view)
+            self.remote.place_files(traces + batches + checkpoints, view)
             yield view
 
     def _checkpoint_file(self, n: int) -> RemoteFile:

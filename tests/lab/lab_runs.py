@@ -47,9 +47,9 @@ def publish_tiny(
     script_path = where / "lab_tiny.py"
     script_path.write_text(TINY_SCRIPT + extra_source)
     script = load_script(script_path)
-    claims, states = train_script(script, steps, values=values)
+    claims, states, batches = train_script(script, steps, values=values)
     run = where / "run"
-    publish_lab_run(run, script, change(claims, states) if change else claims, states, identity)
+    publish_lab_run(run, script, change(claims, states) if change else claims, states, batches, identity)
     return run
 
 
@@ -59,8 +59,8 @@ def publish_example(
     """Train examples/`name` once, `steps` steps with value traces, and publish it to each of `runs`
     (label -> directory), the claims and states of those in `changes` rewritten (to make signed lies)."""
     script = load_script(EXAMPLES / name)
-    claims, states = train_script(script, steps, values=True)
+    claims, states, batches = train_script(script, steps, values=True)
     for label, run in runs.items():
         mine = [{k: v.copy() for k, v in state.items()} for state in states]
         change = (changes or {}).get(label)
-        publish_lab_run(run, script, change(claims, mine) if change else claims, mine, identity)
+        publish_lab_run(run, script, change(claims, mine) if change else claims, mine, batches, identity)

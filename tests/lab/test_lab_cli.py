@@ -50,10 +50,10 @@ def test_train_script_then_verify_script_match(tmp_path):
 def publish(tmp_path: Path, change) -> Path:  # noqa: ANN001
     """A run of the GPT-2 script whose claims `change` rewrites, signed with the node key all the same."""
     script = load_script(GPT2)
-    claims, states = train_script(script, 2, values=True)
+    claims, states, batches = train_script(script, 2, values=True)
     run = tmp_path / "run"
     identity, _ = ensure_node_identity()
-    publish_lab_run(run, script, change(claims, states), states, identity)
+    publish_lab_run(run, script, change(claims, states), states, batches, identity)
     return run
 
 

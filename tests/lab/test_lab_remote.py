@@ -33,7 +33,7 @@ from p2paudit.node.protocols.announce import decode_announcement, sign_announcem
 from p2paudit.run.cache import BlobCache
 from p2paudit.run.checkpoint import checkpoint_path
 from p2paudit.run.checkpoint_layout import header_length, parse_layout
-from p2paudit.run.lab_run import lab_trace_path, read_lab_manifest
+from p2paudit.run.lab_run import lab_batch_path, lab_trace_path, read_lab_manifest
 from p2paudit.run.manifest import LAB_SIGNATURE_DOMAIN, MANIFEST_FILE, SIGNATURE_DOMAIN, SIGNATURE_FILE, sign_body
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.tensor_digest import digest_state
@@ -72,13 +72,14 @@ def test_verify_range_fetches_only_what_the_steps_replay_from(tiny, tmp_path):
         asked_again = [path for path, *_ in served.log[logged:]]
     assert first.exit_code == 0, first.output
     assert "1 check(s) of run" in first.output and "1 match, 0 mismatch" in first.output
-    # Step 1 replays from state 1 and compares the digest of state 2: neither state 2 nor the server's script.
-    assert asked_first == SIGNED | {lab_trace_path(1), checkpoint_path(1)}
+    # Step 1 replays from state 1 on its batch and compares the digest of state 2: neither state 2, another
+    # step's batch nor the server's script.
+    assert asked_first == SIGNED | {lab_trace_path(1), lab_batch_path(1), checkpoint_path(1)}
     assert all(r is not None for r in served.ranges(checkpoint_path(1)))  # header, then tensors: Range requests
     assert again.exit_code == 0, again.output  # state 0 rebuilt, steps 0 and 1: three checks
     assert "3 check(s) of run" in again.output and "3 match, 0 mismatch" in again.output
     # The second took state 1 and step 1's trace from the cache: it asked only for what the first had not.
-    assert set(asked_again) == SIGNED | {lab_trace_path(0), checkpoint_path(0)}, asked_again
+    assert set(asked_again) == SIGNED | {lab_trace_path(0), lab_batch_path(0), checkpoint_path(0)}, asked_again
     assert "script.py" not in served.paths() and checkpoint_path(2) not in served.paths()
 
 

@@ -195,7 +195,7 @@ def probe_cli(where: Path) -> dict[str, object]:
                                        "--backend", "triton"], env=env)  # fmt: skip
     verified = CliRunner().invoke(cli, ["verify-script", str(where / "run")], env=env)
     manifest = json.loads((where / "run" / "manifest.json").read_bytes()) if trained.exit_code == 0 else {}
-    claims, _ = train_script(load_script(script), 1, backend="reference")
+    claims, _, _ = train_script(load_script(script), 1, backend="reference")
     return {
         "train": [trained.exit_code, trained.output],
         "verify": [verified.exit_code, verified.output],
