@@ -246,6 +246,7 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
             if task is not None:  # its start and its batch: nothing after
                 files += [view.run_dir / checkpoint_path(task), view.run_dir / lab_batch_path(task)]
             command = sandboxed(command, view.run_dir, files, limits)
+        received = _Received(out / checkpoint_path(produced), bound, where)
         data_read, data_write = os.pipe()
         log_read, log_write = os.pipe()
         request = {
@@ -256,7 +257,6 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
         }  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-        received = _Received(out / checkpoint_path(produced), bound, where)
         try:
             proc = subprocess.Popen(
                 [*command, json.dumps(request)],
@@ -265,6 +265,8 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
             )  # fmt: skip
         except BaseException:
             received.close()
+            os.close(data_read)
+            os.close(log_read)
             raise
         finally:
             os.close(data_write)

@@ -554,3 +554,28 @@ def test_gossip_message_ids_are_the_documented_content_ids():
     data = b"a gossip batch"
     msg = rpc_pb2.Message(data=data, seqno=b"\x00" * 8)
     assert content_message_id(msg) == hashlib.sha256(b"p2paudit/message-id/v1\x00" + data).digest()
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_could_not_be_reached_is_not_kept_in_the_peerstore():
+    """A failed dial of a peer we do not keep (a peer-exchange hint for a node that has left) leaves none of its
+    addresses behind: py-libp2p's DHT would send that peer every provider record, a failed dial a round. A
+    reached peer's addresses stay (the control)."""
+
+    async def body():
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(open_node(ident(1), config()))
+            b = await stack.enter_async_context(open_node(ident(2), config()))
+            gone_id = ID.from_base58(peer_id_of(ident(3).public_key))
+            with trio.socket.socket() as probe:  # a port nothing listens on
+                await probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            gone = info_from_p2p_addr(multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}/p2p/{gone_id}"))
+            with pytest.raises(RequestFailed):
+                await a.keeping.dial(gone, ttl=3600)
+            assert gone_id not in a.host.get_peerstore().peers_with_addrs()
+            here = info_from_p2p_addr(multiaddr.Multiaddr(b.listen_addrs()[0]))
+            await a.keeping.dial(here, ttl=3600)
+            assert here.peer_id in a.host.get_peerstore().peers_with_addrs()
+
+    run(body, 30)

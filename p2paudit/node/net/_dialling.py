@@ -116,18 +116,35 @@ class PeerKeeping:
         # The swarm drops /p2p-circuit addresses: those go through the circuit transport, if direct ones fail.
         circuits = [a for a in info.addrs if "/p2p-circuit" in str(a)]
         direct = PeerInfo(info.peer_id, [a for a in info.addrs if "/p2p-circuit" not in str(a)])
+        reached = False
         try:
             if direct.addrs or not circuits:
                 try:
                     await self._dial_direct(direct)
+                    reached = True
                     return
                 except RequestFailed:
                     if not circuits:
                         raise
             await self.reach.dial_circuit(info.peer_id, circuits, 2 * self.config.dial_timeout)
+            reached = True
         finally:
-            # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
-            self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
+            if reached or self.is_bootstrap(peer) or peer in self.connected:
+                # connect() stored the addresses with a 120 s TTL; keep them as long as asked.
+                self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, ttl)
+            else:
+                self._forget_unreached(info.peer_id)
+
+    def _forget_unreached(self, peer_id: ID) -> None:
+        """A peer we could not reach and do not keep (a hint from peer exchange, a provider that left) out of
+        the peerstore, where connect() left its addresses: py-libp2p 0.8.1's DHT falls back to every peer
+        the peerstore holds while its table is small, and would send it every provider record we announce,
+        a failed dial a round for as long as the addresses lasted (seen in tests/node/test_daemon_terminal.py:
+        a departed `announce` node named by a peer that had not yet seen it leave)."""
+        try:
+            self.host.get_peerstore().clear_peerdata(peer_id)
+        except Exception as error:  # noqa: BLE001 (the library's table: a failure here must not break the dial's caller)
+            logger.debug("forgetting %s: %s", peer_id, error)
 
     async def _dial_direct(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)
