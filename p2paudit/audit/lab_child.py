@@ -81,6 +81,11 @@ def main(argv: list[str]) -> int:
         result.update(fields)
     except InputError as exc:
         result["error"] = ["input", _one_line(exc)]
+    except MemoryError:  # past the limit _confine set: name it, and how to raise it
+        traceback.print_exc()
+        limit = int(request["memory"])
+        result["error"] = ["raised", f"MemoryError: the step needs more than the {limit} bytes of data memory "
+                                     f"it may use (P2PAUDIT_LAB_MEMORY, default this machine's memory)"]  # fmt: skip
     except Exception as exc:  # the publisher's script (or the lab mode under it) raised
         traceback.print_exc()
         result["error"] = ["raised", f"{type(exc).__name__}: {_one_line(exc)}"]

@@ -102,7 +102,8 @@ def test_a_step_past_its_time_is_stopped_with_what_it_started(run, monkeypatch):
 def test_memory_past_the_limit_fails_in_the_script_which_cannot_lift_it(run, monkeypatch):
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "memory")
     monkeypatch.setenv("P2PAUDIT_LAB_MEMORY", "2G")
-    with pytest.raises(LabChildRaised, match="^the lab replay raised MemoryError"):
+    message = "^the lab replay raised MemoryError: the step needs more than the 2147483648 bytes of data memory it may use \\(P2PAUDIT_LAB_MEMORY"
+    with pytest.raises(LabChildRaised, match=message):
         _replay(run)
 
 
