@@ -122,8 +122,8 @@ class _Received:
         self._head = bytearray()
         self._length: int | None = None
         self._body = bytearray()
-        self._state_path, self._bound, self._where = state, bound, where
-        self.state_bytes = 0
+        self._bound, self._where = bound, where
+        self._state_bytes = 0
         state.parent.mkdir(parents=True, exist_ok=True)
         self._state = state.open("xb")
 
@@ -142,8 +142,8 @@ class _Received:
             self._body += chunk[:take]
             chunk = chunk[take:]
         if chunk:
-            self.state_bytes += len(chunk)
-            if self.state_bytes > self._bound:
+            self._state_bytes += len(chunk)
+            if self._state_bytes > self._bound:
                 raise InputError(
                     f"{self._where}: the state it sent has more than {self._bound} bytes, the size of the state "
                     "its step starts from"
