@@ -23,6 +23,7 @@ sorted by their UTF-8 bytes ).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import struct
 import threading
@@ -33,7 +34,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from p2paudit.errors import InputError
+from p2paudit.errors import InputError, InternalError
 
 TENSOR_DOMAIN = b"p2paudit tensor v1\x00"
 STATE_DOMAIN = b"p2paudit state v1\x00"
@@ -163,8 +164,12 @@ def _check_kind(name: str, array: np.ndarray) -> None:
 
 def _header(name: str, data: np.ndarray) -> bytes:
     """What the tensor digest hashes before the data: domain, name, dtype and shape."""
+    return _header_of(name, data.dtype, data.shape)
+
+
+def _header_of(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     name_bytes = name.encode("utf-8")
-    dtype_bytes = data.dtype.name.encode("ascii")
+    dtype_bytes = dtype.name.encode("ascii")
     return b"".join(
         [
             TENSOR_DOMAIN,
@@ -172,8 +177,8 @@ def _header(name: str, data: np.ndarray) -> bytes:
             name_bytes,
             struct.pack("<I", len(dtype_bytes)),
             dtype_bytes,
-            struct.pack("<I", data.ndim),
-            struct.pack(f"<{data.ndim}Q", *data.shape),
+            struct.pack("<I", len(shape)),
+            struct.pack(f"<{len(shape)}Q", *shape),
         ]
     )
 
@@ -193,6 +198,34 @@ def digest_tensor(name: str, array: np.ndarray) -> bytes:
     for i in range(0, flat.size, step):
         h.update(_canonical_nans(flat[i : i + step]).data.cast("B"))  # the array's own buffer: no copy
     return h.digest()
+
+
+class TensorHasher:
+    """digest_tensor's digest of a tensor given as its C-order little-endian bytes, in pieces of any length
+    (a checkpoint read from a pipe: nothing of it kept but a partial element). Precondition: a dtype the
+    format digests (float32, float64, integers, bools)."""
+
+    def __init__(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self._dtype = np.dtype(dtype).newbyteorder("<")
+        self._hash = hashlib.sha256(_header_of(name, self._dtype, shape))
+        self._left = math.prod(shape) * self._dtype.itemsize
+        self._partial = b""
+
+    def update(self, piece: bytes | memoryview) -> None:
+        """Hash the next bytes (the caller gives no more than the tensor's length)."""
+        data = self._partial + bytes(piece) if self._partial else piece
+        whole = len(data) - len(data) % self._dtype.itemsize
+        self._partial = bytes(data[whole:])
+        self._left -= whole
+        for i in range(0, whole, HASH_CHUNK_BYTES):
+            chunk = np.frombuffer(data[i : min(whole, i + HASH_CHUNK_BYTES)], dtype=self._dtype)
+            self._hash.update(_canonical_nans(chunk).data.cast("B"))
+
+    def digest(self) -> bytes:
+        """The raw tensor digest, once every byte has come; InternalError before."""
+        if self._left or self._partial:
+            raise InternalError(f"tensor digest taken with {self._left + len(self._partial)} bytes not hashed")
+        return self._hash.digest()
 
 
 def combine_tensor_digests(tensors: tuple[tuple[str, bytes], ...]) -> bytes:

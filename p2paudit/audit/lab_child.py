@@ -28,6 +28,7 @@ import signal
 import struct
 import sys
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,12 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _send(fd: int, result: dict[str, Any], state: bytes) -> None:
+def _send(fd: int, result: dict[str, Any], state: Iterable[bytes]) -> None:
     body = json.dumps(result).encode("ascii")
     with os.fdopen(fd, "wb") as pipe:
         pipe.write(struct.pack("<Q", len(body)) + body)
-        pipe.write(state)
+        for piece in state:
+            pipe.write(piece)
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +77,7 @@ def main(argv: list[str]) -> int:
     _confine(int(request["memory"]))
     step = request["step"]
     result: dict[str, Any] = {"names": [], "ops": None, "values": None, "error": None}
-    state = b""
+    state: Iterable[bytes] = ()
     try:
         fields, state = run_task(Path(request["run_dir"]), None if step is None else int(step), bool(request["values"]))
         result.update(fields)

@@ -4,11 +4,11 @@ the process that decides its verdict.
 A lab script is the publisher's Python. Run in the verifier's own process it could rewrite the verifier
 (patch the comparison, read the claims out of a caller's frame) and make a forged run "match"; here it
 runs in a child, which sends the state it produced (checkpoint bytes) and the step's trace records over a
-pipe, and this process digests the state's tensors and the records itself (run.checkpoint.digest_checkpoint,
-lab.trace.digest_records). What the child sends is untrusted input: the result's length and the state's
-are bounded (the state by the size of the one its step starts from: a step changes no shape), its fields
-checked, a malformed result is an InputError (one line), never a verdict; a child that runs past its time
-(audit.lab_limits) is killed.
+pipe, and this process digests the state's tensors as they arrive, writing none of them
+(run.checkpoint_stream), and the records itself (lab.trace.digest_records). What the child sends is
+untrusted input: the result's length and the state's are bounded (the state by the size of the one its
+step starts from: a step changes no shape), its fields checked, a malformed result is an InputError (one
+line), never a verdict; a child that runs past its time (audit.lab_limits) is killed.
 
 The child runs in a sandbox (audit.lab_sandbox: no network, of the run only the files the replay reads),
 so it cannot read the claimed checkpoint of the state after its step, nor fetch it, and return it as its
@@ -26,7 +26,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,8 @@ from p2paudit.audit.lab_limits import TIMEOUT_ENV, lab_limits
 from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
 from p2paudit.lab.warm import warm_kernels
-from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, digest_checkpoint, open_checkpoint
+from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, open_checkpoint
+from p2paudit.run.checkpoint_stream import CheckpointStream
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
 from p2paudit.run.lab_run import LabRunView, lab_batch_path
@@ -83,14 +83,16 @@ def _log_child(tail: bytes | bytearray) -> None:
     )
 
 
-def _result(blob: bytes, where: str, tail: bytes) -> tuple[list[str], list[bytes], list[tuple[str, bytes]] | None]:
-    """(state tensor names, trace records, value trace) of the result the child sent; InputError or
+def _names(names: object, where: str) -> list[str]:
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        raise InputError(f"{where}: its state's tensor names are not a list of strings")
+    return names
+
+
+def _result(body: object, where: str, tail: bytes) -> tuple[list[bytes], list[tuple[str, bytes]] | None]:
+    """(trace records, value trace) of the result the child sent (parsed JSON); InputError or
     LabChildRaised for an error it reports (`tail`: the end of its log, logged for the latter); InputError
     for a result that is not one."""
-    try:
-        body = json.loads(blob)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"{where}: its result is not JSON ({type(exc).__name__})") from None
     if not isinstance(body, dict) or set(body) != {"names", "ops", "values", "error"}:
         raise InputError(f"{where}: its result is not a map of names, ops, values and error")
     error = body["error"]
@@ -102,30 +104,30 @@ def _result(blob: bytes, where: str, tail: bytes) -> tuple[list[str], list[bytes
             raise InputError(message)
         _log_child(tail)
         raise LabChildRaised(f"the lab replay raised {message} (the publisher's script or the lab mode)")
-    names, ops, values = body["names"], body["ops"] or [], body["values"]
-    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-        raise InputError(f"{where}: its state's tensor names are not a list of strings")
+    _names(body["names"], where)
+    ops, values = body["ops"] or [], body["values"]
     if not (isinstance(ops, list) and all(isinstance(r, str) for r in ops)):
         raise InputError(f"{where}: its trace records are not a list of strings")
     if values is not None:
         if not (isinstance(values, list) and all(_is_value(v) for v in values)):
             raise InputError(f"{where}: its value trace is not a list of [op name, 64 hex digits]")
         values = [(v[0], bytes.fromhex(v[1])) for v in values]
-    return names, [r.encode("utf-8") for r in ops], values
+    return [r.encode("utf-8") for r in ops], values
 
 
 class _Received:
     """What the child sent on its pipe, parsed as it arrives: the result's length (8 bytes, little-endian),
-    the result, then the state's bytes, written to `state` and refused past `bound` bytes."""
+    the result (JSON), then the state's checkpoint bytes, digested as they come (run.checkpoint_stream),
+    never written: refused past `bound` (bytes, and what sets them), and where the result names no state."""
 
-    def __init__(self, state: Path, bound: int, where: str) -> None:
+    def __init__(self, produced: int, bound: tuple[int, str], where: str) -> None:
         self._head = bytearray()
         self._length: int | None = None
         self._body = bytearray()
-        self._bound, self._where = bound, where
-        self._state_bytes = 0
-        state.parent.mkdir(parents=True, exist_ok=True)
-        self._state = state.open("xb")
+        self._produced, self._bound, self._where = produced, bound, where
+        self.parsed: object = None  # the result, once all of it came
+        self._complete = False
+        self._state: CheckpointStream | None = None
 
     def feed(self, chunk: bytes) -> None:
         if self._length is None:
@@ -137,26 +139,37 @@ class _Received:
             (self._length,) = struct.unpack("<Q", self._head)
             if self._length > MAX_RESULT_BYTES:
                 raise InputError(f"{self._where}: its result has {self._length} bytes, more than {MAX_RESULT_BYTES}")
-        if len(self._body) < self._length:
+        if not self._complete:
             take = self._length - len(self._body)
             self._body += chunk[:take]
             chunk = chunk[take:]
+            if len(self._body) == self._length:
+                self._parse()
         if chunk:
-            self._state_bytes += len(chunk)
-            if self._state_bytes > self._bound:
-                raise InputError(
-                    f"{self._where}: the state it sent has more than {self._bound} bytes, the size of the state "
-                    "its step starts from"
-                )
-            self._state.write(chunk)
+            if self._state is None:
+                raise InputError(f"{self._where}: it sent a state after a result that names no state")
+            self._state.feed(chunk)
 
-    def result(self) -> bytes | None:
-        """The result, once all of it came (None if the child ended before); the state file closed."""
-        self._state.close()
-        return bytes(self._body) if self._length is not None and len(self._body) == self._length else None
+    def _parse(self) -> None:
+        try:
+            self.parsed = json.loads(self._body)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"{self._where}: its result is not JSON ({type(exc).__name__})") from None
+        del self._body[:]
+        self._complete = True
+        if isinstance(self.parsed, dict) and self.parsed.get("error") is None:
+            names = _names(self.parsed.get("names"), self._where)
+            self._state = CheckpointStream(self._produced, names, *self._bound, f"{self._where}: its state")
 
-    def close(self) -> None:
-        self._state.close()
+    def complete(self) -> bool:
+        """Whether the whole result came."""
+        return self._complete
+
+    def state(self) -> StateDigest:
+        """The digest of the state it sent (InputError if the state ended early)."""
+        if self._state is None:
+            raise InputError(f"{self._where}: its result names no state")
+        return self._state.finish()
 
 
 def _receive(data: int, log: int, received: _Received, timeout_s: float, where: str) -> bytearray:
@@ -216,17 +229,19 @@ def replay_in_child(view: LabRunView, init: bool, steps: range) -> Iterator[tupl
         yield task, _replay_one(view, task, sandboxed_child)
 
 
-def _state_bound(view: LabRunView, task: int | None) -> int:
-    """The most bytes the child may send as its state: the checkpoint its step starts from (a step keeps
-    every shape), or for state 0's rebuild the claimed state 0 where this machine holds it, else the largest
-    state a run may have."""
+def _state_bound(view: LabRunView, task: int | None) -> tuple[int, str]:
+    """The most bytes the child may send as its state, and what sets it: the checkpoint its step starts
+    from (a step keeps every shape), or for state 0's rebuild the claimed state 0 where this machine holds
+    it, else the largest state a run may have (the bytes are hashed as they come, never kept: what a larger
+    bound costs is time, which the task's timeout bounds)."""
     start = 0 if task is None else task
     names = [n for n, _ in (view.claims.initial if start == 0 else view.claims.states[start - 1]).tensors]
     if task is None and not (view.run_dir / checkpoint_path(0)).is_file():
-        return checkpoint_bound(None, len(names))
+        return checkpoint_bound(None, len(names)), "a state of a run may have"
     with open_checkpoint(view.run_dir, start, None, names) as reader:
         shapes = {name: (span.shape, span.dtype) for name, span in reader.layout.tensors.items()}
-    return checkpoint_bound(shapes, len(names))
+    what = "the claimed state 0 has" if task is None else "the state its step starts from has"
+    return checkpoint_bound(shapes, len(names)), what
 
 
 def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> ChildOutput:
@@ -238,60 +253,54 @@ def _replay_one(view: LabRunView, task: int | None, sandboxed_child: bool) -> Ch
     bound = _state_bound(view, task)
     if task is not None and not (view.run_dir / lab_batch_path(task)).is_file():
         raise InputError(f"lab batch {view.run_dir / lab_batch_path(task)} is missing (step {task} trained on it)")
-    with tempfile.TemporaryDirectory(prefix="p2paudit-lab-replay-") as scratch:
-        out = Path(scratch)
-        command = [sys.executable, "-m", "p2paudit.audit.lab_child"]
-        if sandboxed_child:
-            files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
-            if task is not None:  # its start and its batch: nothing after
-                files += [view.run_dir / checkpoint_path(task), view.run_dir / lab_batch_path(task)]
-            command = sandboxed(command, view.run_dir, files, limits)
-        received = _Received(out / checkpoint_path(produced), bound, where)
-        data_read, data_write = os.pipe()
-        log_read, log_write = os.pipe()
-        request = {
-            "run_dir": str(view.run_dir.resolve()), "step": task,
-            "values": task is not None and view.claims.values[task] is not None,
-            "parent": 0 if sandboxed_child else os.getpid(), "data_fd": data_write,
-            "memory": limits.memory_bytes,
-        }  # fmt: skip
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-        try:
-            proc = subprocess.Popen(
-                [*command, json.dumps(request)],
-                stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, pass_fds=(data_write,), env=env,
-                start_new_session=True,
-            )  # fmt: skip
-        except BaseException:
-            received.close()
-            os.close(data_read)
-            os.close(log_read)
-            raise
-        finally:
-            os.close(data_write)
-            os.close(log_write)
-        try:
-            tail = _receive(data_read, log_read, received, limits.timeout_s, where)
-            blob = received.result()
-            if blob is None:
-                try:
-                    ended = f"ended (exit {proc.wait(timeout=_EXIT_WAIT_S)})"
-                except subprocess.TimeoutExpired:  # it closed the pipe and went on: killed below
-                    ended = "closed its pipe"
-                _drain(log_read, tail, _LAST_READS)
-                _log_child(tail)
-                last = _last_line(tail)
-                raise LabChildRaised(
-                    f"the lab replay's process {ended} before its result for {what}{f': {last}' if last else ''}"
-                )
-        finally:
-            received.close()
-            os.close(data_read)
-            os.close(log_read)
-            if proc.poll() is None:  # it, and what it started in its session (bwrap's sandbox ends with bwrap)
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        names, ops, values = _result(blob, where, bytes(tail))
-        state = digest_checkpoint(out, produced, names)
-        return ChildOutput(state, ops, values)
+    command = [sys.executable, "-m", "p2paudit.audit.lab_child"]
+    if sandboxed_child:
+        files = [view.run_dir / name for name in (MANIFEST_FILE, SIGNATURE_FILE, SCRIPT_FILE)]
+        if task is not None:  # its start and its batch: nothing after
+            files += [view.run_dir / checkpoint_path(task), view.run_dir / lab_batch_path(task)]
+        command = sandboxed(command, view.run_dir, files, limits)
+    received = _Received(produced, bound, where)
+    data_read, data_write = os.pipe()
+    log_read, log_write = os.pipe()
+    request = {
+        "run_dir": str(view.run_dir.resolve()), "step": task,
+        "values": task is not None and view.claims.values[task] is not None,
+        "parent": 0 if sandboxed_child else os.getpid(), "data_fd": data_write,
+        "memory": limits.memory_bytes,
+    }  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.Popen(
+            [*command, json.dumps(request)],
+            stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, pass_fds=(data_write,), env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    except BaseException:
+        os.close(data_read)
+        os.close(log_read)
+        raise
+    finally:
+        os.close(data_write)
+        os.close(log_write)
+    try:
+        tail = _receive(data_read, log_read, received, limits.timeout_s, where)
+        if not received.complete():
+            try:
+                ended = f"ended (exit {proc.wait(timeout=_EXIT_WAIT_S)})"
+            except subprocess.TimeoutExpired:  # it closed the pipe and went on: killed below
+                ended = "closed its pipe"
+            _drain(log_read, tail, _LAST_READS)
+            _log_child(tail)
+            last = _last_line(tail)
+            raise LabChildRaised(
+                f"the lab replay's process {ended} before its result for {what}{f': {last}' if last else ''}"
+            )
+    finally:
+        os.close(data_read)
+        os.close(log_read)
+        if proc.poll() is None:  # it, and what it started in its session (bwrap's sandbox ends with bwrap)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    ops, values = _result(received.parsed, where, bytes(tail))
+    return ChildOutput(received.state(), ops, values)

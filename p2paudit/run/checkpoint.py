@@ -12,7 +12,7 @@ import json
 import math
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -81,9 +81,15 @@ def tensor_bytes(array: np.ndarray) -> bytes:
 
 def encode_checkpoint(step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> bytes:
     """The safetensors bytes of a checkpoint, byte-for-byte reproducible (see checkpoint_header)."""
+    return b"".join(checkpoint_pieces(step, state, digest))
+
+
+def checkpoint_pieces(step: int, state: Mapping[str, np.ndarray], digest: StateDigest) -> Iterator[bytes]:
+    """encode_checkpoint's bytes in pieces: the header, then each tensor's bytes (one tensor copied at a time)."""
     shapes = {name: (tuple(array.shape), array.dtype) for name, array in state.items()}
-    header = checkpoint_header(step, shapes, digest.text())
-    return header + b"".join(tensor_bytes(state[name]) for name in sorted(state))
+    yield checkpoint_header(step, shapes, digest.text())
+    for name in sorted(state):
+        yield tensor_bytes(state[name])
 
 
 class CheckpointWriter:
@@ -244,6 +250,20 @@ class CheckpointReader:
             )
 
 
+def check_metadata(layout: CheckpointLayout, step: int, expected: StateDigest | None, where: str) -> None:
+    """InputError unless the header's metadata is this format's, of `step`, naming `expected`'s digest (any
+    digest where `expected` is None)."""
+    want: dict[str, str | None] = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "step": str(step),
+        "state_digest": expected.text() if expected is not None else layout.metadata.get("state_digest"),
+    }
+    got = {k: layout.metadata.get(k) for k in want}
+    if got != want:
+        raise InputError(f"{where}: metadata {got} is not {want}")
+
+
 def open_checkpoint(
     run_dir: Path,
     step: int,
@@ -268,15 +288,7 @@ def open_checkpoint(
         where = f"checkpoint {path}"
         n = header_length(_pread_exact(fd, 8, 0, where), len(names), where)
         layout = parse_layout(_pread_exact(fd, n, 8, where), shapes, where, names)
-        want: dict[str, str | None] = {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "step": str(step),
-            "state_digest": expected.text() if expected is not None else layout.metadata.get("state_digest"),
-        }
-        got = {k: layout.metadata.get(k) for k in want}
-        if got != want:
-            raise InputError(f"{where}: metadata {got} is not {want}")
+        check_metadata(layout, step, expected, where)
         if size != layout.file_size:
             raise InputError(f"{where} has {size} bytes, its header says {layout.file_size}")
     except BaseException:

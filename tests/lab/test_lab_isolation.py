@@ -144,12 +144,20 @@ def _body(**fields: object) -> bytes:
 )
 def test_a_result_that_is_not_one_is_an_input_error(body, message):
     with pytest.raises(InputError, match=message):
-        lab_isolation._result(body, "the replay", b"")
+        _judge(body)
+
+
+def _judge(body: bytes) -> object:
+    """The result `body`, sent on the pipe as the child sends it and judged as the parent judges it."""
+    received = lab_isolation._Received(1, (10, "allowed"), "the replay")
+    received.feed(struct.pack("<Q", len(body)) + body)
+    assert received.complete()
+    return lab_isolation._result(received.parsed, "the replay", b"")
 
 
 def test_a_raised_error_is_not_an_input_error():
     with pytest.raises(LabChildRaised, match="the lab replay raised RuntimeError: x"):
-        lab_isolation._result(_body(names=[], error=["raised", "RuntimeError: x"]), "the replay", b"")
+        _judge(_body(names=[], error=["raised", "RuntimeError: x"]))
 
 
 def test_the_log_is_named_by_its_last_line_in_one_line():
@@ -158,22 +166,29 @@ def test_the_log_is_named_by_its_last_line_in_one_line():
     assert lab_isolation._last_line(b"") == ""
 
 
-def test_what_the_child_sends_is_bounded_as_it_arrives(tmp_path, monkeypatch):
-    """The result's length is read before the result, the state counted as it comes: neither is stored past
-    its bound, however much the child sends."""
-    monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 16)
-    received = lab_isolation._Received(tmp_path / "a" / "state", 10, "the replay")
-    with pytest.raises(InputError, match="the replay: its result has 17 bytes, more than 16"):
-        received.feed(struct.pack("<Q", 17))
-    received = lab_isolation._Received(tmp_path / "b" / "state", 10, "the replay")
-    for byte in struct.pack("<Q", 2) + b"{}" + b"x" * 10:  # one byte at a time: any split of the stream
-        received.feed(bytes([byte]))
-    with pytest.raises(InputError, match="the state it sent has more than 10 bytes"):
-        received.feed(b"x")
-    assert received.result() == b"{}" and (tmp_path / "b" / "state").stat().st_size == 10
-    half = lab_isolation._Received(tmp_path / "c" / "state", 10, "the replay")
-    half.feed(struct.pack("<Q", 5) + b"{}")
-    assert half.result() is None  # ended inside its result
+def test_what_the_child_sends_is_bounded_as_it_arrives(monkeypatch):
+    """The result's length is read before the result, the state's header before its tensors: neither is
+    taken past its bound, however much the child sends, and nothing of the state is kept."""
+    monkeypatch.setattr(lab_isolation, "MAX_RESULT_BYTES", 80)
+    received = lab_isolation._Received(1, (10, "allowed"), "the replay")
+    with pytest.raises(InputError, match="the replay: its result has 81 bytes, more than 80"):
+        received.feed(struct.pack("<Q", 81))
+    result = _body()
+    meta = {"format": "p2paudit-checkpoint", "version": "1", "step": "1", "state_digest": "sha256:" + "0" * 64}
+    header = json.dumps({"__metadata__": meta, "a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}).encode()
+    received = lab_isolation._Received(1, (11, "the state its step starts from has"), "the replay")
+    sent = struct.pack("<Q", len(result)) + result + struct.pack("<Q", len(header)) + header
+    with pytest.raises(InputError, match="its state: its header gives [0-9]+ bytes, more than the 11 the state its"):
+        for byte in sent:  # one byte at a time: any split of the stream
+            received.feed(bytes([byte]))
+    assert received.complete()
+    refusal = _body(names=[], error=["input", "no"])
+    after_error = lab_isolation._Received(1, (10, "allowed"), "the replay")
+    with pytest.raises(InputError, match="the replay: it sent a state after a result that names no state"):
+        after_error.feed(struct.pack("<Q", len(refusal)) + refusal + b"x")
+    half = lab_isolation._Received(1, (10, "allowed"), "the replay")
+    half.feed(struct.pack("<Q", len(result)) + result[:-1])
+    assert not half.complete()  # ended inside its result
 
 
 def _lie_on_disk(claims, states):  # noqa: ANN001, ANN202

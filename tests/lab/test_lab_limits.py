@@ -53,10 +53,17 @@ def train_step(model, opt, tokens):
             with open(os.path.join(where, "filler"), "wb") as f:
                 for _ in range(64):
                     f.write(b"x" * (1 << 20))
-    if abuse == "flood":  # on the pipe the child sends its state on: a short result, then the state without end
+    if abuse.startswith("flood"):  # on the pipe the child sends its state on: a short result, then bytes without
+        # end after a header that is not one (junk), claims more than the start's size (big), or is true (long)
         data_fd = json.loads(sys.argv[1])["data_fd"]
         result = json.dumps({"names": ["a"], "ops": [], "values": None, "error": None}).encode()
         os.write(data_fd, struct.pack("<Q", len(result)) + result)
+        count = {"flood-junk": 0, "flood-big": 1 << 31, "flood-long": 4}[abuse]
+        meta = {"format": "p2paudit-checkpoint", "version": "1", "step": "1", "state_digest": "sha256:" + "0" * 64}
+        entry = {"dtype": "F32", "shape": [count], "data_offsets": [0, 4 * count]}
+        header = json.dumps({"__metadata__": meta, "a": entry}).encode()
+        if count:
+            os.write(data_fd, struct.pack("<Q", len(header)) + header)
         while True:
             os.write(data_fd, b"x" * (1 << 20))
     return _kind_step(model, opt, tokens)
@@ -120,9 +127,17 @@ def test_the_sandbox_has_no_disk_to_fill(run, monkeypatch):
         _replay(run)
 
 
-def test_a_state_sent_without_end_is_refused_at_the_size_of_the_start(run, monkeypatch):
-    monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "flood")
-    with pytest.raises(InputError, match="the state it sent has more than [0-9]+ bytes, the size of the state its"):
+@pytest.mark.parametrize(
+    ("abuse", "message"),
+    [
+        ("flood-junk", "its state is not a valid safetensors file: header length [0-9]+, want 2..[0-9]+$"),
+        ("flood-big", "its state: its header gives 8589934[0-9]+ bytes, more than the [0-9]+ the state its step st"),
+        ("flood-long", "its state: more bytes than the [0-9]+ its header gives$"),
+    ],
+)
+def test_a_state_sent_without_end_is_refused_by_its_header_and_the_size_of_the_start(run, monkeypatch, abuse, message):
+    monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", abuse)
+    with pytest.raises(InputError, match="the lab replay of step 0: " + message):
         _replay(run)
 
 
