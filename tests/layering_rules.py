@@ -50,10 +50,12 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.errors": ERRORS,
     },
     "p2paudit.tensor_digest": {"p2paudit.errors": ERRORS},
+    "p2paudit.sizes": {"p2paudit.errors": ERRORS},
     "p2paudit.lab": {
         "kernels": "DESIGN, two tiers of models: a lab's aten ops are computed by the canonical kernels",
         "p2paudit.errors": ERRORS,
         "p2paudit.tensor_digest": "a lab's state is digested in the engine's state digest format (the leaf)",
+        "p2paudit.sizes": "the attention cache's budget: a size from the environment, by default memory's share",
     },
     "p2paudit.run": {
         "p2paudit.engine": "the design's arrow: a run is trained with the engine's step",
@@ -72,6 +74,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "p2paudit.lab": "DESIGN, two tiers: a lab run's steps are replayed under the lab mode",
         "kernels": "a replay holds the manifest's arithmetic version against the one kernels implement",
         "p2paudit.errors": ERRORS,
+        "p2paudit.sizes": "a lab replay's memory and scratch limits are sizes from the environment",
     },
     "p2paudit.attest": {
         "p2paudit.audit": "the design's arrow: attestations are made from step audits",

@@ -21,17 +21,16 @@ The state a child returns is bounded apart from these: by the size of the state 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from p2paudit.errors import InputError
+from p2paudit.sizes import parse_bytes, physical_memory
 
 TIMEOUT_ENV = "P2PAUDIT_LAB_TIMEOUT"
 MEMORY_ENV = "P2PAUDIT_LAB_MEMORY"
 SCRATCH_ENV = "P2PAUDIT_LAB_SCRATCH"
 DEFAULT_TIMEOUT_S = 6 * 3600.0
 DEFAULT_SCRATCH_BYTES = 512 << 20
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -39,22 +38,6 @@ class LabLimits:
     timeout_s: float
     memory_bytes: int
     scratch_bytes: int
-
-
-def physical_memory() -> int:
-    """This machine's physical memory in bytes (sysconf; 64 GiB where it cannot say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 64 << 30
-
-
-def parse_bytes(text: str, name: str) -> int:
-    """`text` ("4096", "512M", "8G") in bytes; InputError naming `name` for anything else or for zero."""
-    match = re.fullmatch(r"\s*([0-9]{1,15})\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
-    if match is None or int(match[1]) == 0:
-        raise InputError(f"{name}={text!r}: want a positive size in bytes, or with a K, M, G or T suffix (512M)")
-    return int(match[1]) * _UNITS[match[2].upper()]
 
 
 def _seconds(text: str, name: str) -> float:

@@ -25,7 +25,7 @@ Produced = tuple[dict[str, Any], Iterator[bytes]]  # the result's fields; the ch
 def _init(script: LabScript, m: LabManifest) -> Produced:
     model, opt = script.build()
     run = LabRun(model, opt, backend=m.backend, arithmetic=m.arithmetic_version)
-    state = run.state_arrays()
+    state = run.state_arrays(copy=False)  # views, streamed out before anything runs again
     return {"names": sorted(state), "ops": None, "values": None}, checkpoint_pieces(0, state, run.initial)
 
 
@@ -37,7 +37,7 @@ def _step(script: LabScript, m: LabManifest, run_dir: Path, n: int, values: bool
     with run.step(n):
         script.train_step(model, opt, tokens)
     record = run.records[0]
-    state = run.state_arrays()
+    state = run.state_arrays(copy=False)  # views, streamed out before anything runs again
     kept = None if record.values is None else [[name, digest.hex()] for name, digest in record.values]
     fields = {"names": sorted(state), "ops": [r.decode("ascii") for r in record.ops], "values": kept}
     return fields, checkpoint_pieces(n + 1, state, record.state)

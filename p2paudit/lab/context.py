@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +13,9 @@ import torch
 
 from kernels import lab_math
 from kernels.backend_contract import Backend
+from p2paudit.sizes import parse_bytes, physical_memory
 
+ATTENTION_CACHE_ENV = "P2PAUDIT_LAB_ATTENTION_CACHE"
 TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], int]
 
 
@@ -29,6 +32,14 @@ class SavedAttention:
 
     tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     p: np.ndarray
+
+
+def attention_cache_budget() -> int:
+    """The bytes of attention probabilities a step may keep for its backward: P2PAUDIT_LAB_ATTENTION_CACHE
+    (a size: "4G"; 0 keeps none), by default a quarter of this machine's memory. InputError (one line) for
+    a malformed value. It changes the step's time and memory, never its bits."""
+    text = os.environ.get(ATTENTION_CACHE_ENV, "")
+    return parse_bytes(text, ATTENTION_CACHE_ENV, allow_zero=True) if text else physical_memory() // 4
 
 
 def on_cpu_backend(be: Backend[Any]) -> tuple[bool, bool]:
@@ -55,12 +66,17 @@ class OpContext:
     of them alone), takes its forward's p from here instead of recomputing
     it. Both ways give the same bits (the kernel is a pure function); the
     cache only saves the time. The key is not the tensors' id: autograd hands
-    the backward other tensor objects over the same memory.
+    the backward other tensor objects over the same memory. It holds at most
+    `attention_budget` bytes of p (attention_cache_budget(): P2PAUDIT_LAB_ATTENTION_CACHE);
+    a forward past that keeps none, and its backward recomputes p: a long
+    context costs time instead of memory (p is B*H*T*T floats a layer).
     """
 
     be: Backend[Any]
     math: types.ModuleType = lab_math
     attention: dict[tuple[TensorKey, TensorKey, TensorKey], SavedAttention] = field(default_factory=dict)
+    attention_budget: int = field(default_factory=attention_cache_budget)
+    attention_kept: int = field(init=False, default=0)  # bytes of p in `attention`
     cpu: bool = field(init=False)
     fused: bool = field(init=False)
 
@@ -70,16 +86,20 @@ class OpContext:
     def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
         """Keep p for the backward of the attention that made `out` from q and k (not for inference tensors,
         which have no version counter: a backward of theirs recomputes p)."""
-        if not _keyed(q, k, out):
+        if not _keyed(q, k, out) or self.attention_kept + p.nbytes > self.attention_budget:
             return
         self.attention[(tensor_key(q), tensor_key(k), tensor_key(out))] = SavedAttention((q, k, out), p)
+        self.attention_kept += p.nbytes
 
     def take_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor) -> np.ndarray | None:
         """The p saved for (q, k, out), removed from the cache; None when the forward was not seen."""
         if not _keyed(q, k, out):
             return None
         saved = self.attention.pop((tensor_key(q), tensor_key(k), tensor_key(out)), None)
-        return saved.p if saved is not None else None
+        if saved is None:
+            return None
+        self.attention_kept -= saved.p.nbytes
+        return saved.p
 
 
 def _keyed(*tensors: torch.Tensor) -> bool:

@@ -104,7 +104,7 @@ class LabRun:
         self.last_mode: CanonicalMode | None = None
         # SHA-256 of sixteen tensors a vector instruction where that beats hashlib here: the same digests
         self.lanes = kernels.state_lanes()
-        self.initial = digest_state(self.state_arrays(), self.lanes)  # state 0: what a replay starts from
+        self.initial = digest_state(self.state_arrays(copy=False), self.lanes)  # state 0: what a replay starts from
 
     def _named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         for p in self.model.parameters():
@@ -129,8 +129,8 @@ class LabRun:
             state[f"params/{name}"] = p.detach().numpy().copy() if copy else p.detach().numpy()
             st = self.optimizer.state.get(p, {})
             for key, label in (("exp_avg", "opt/m"), ("exp_avg_sq", "opt/v")):
-                if key not in st:
-                    state[f"{label}/{name}"] = np.zeros_like(state[f"params/{name}"])
+                if key not in st:  # np.zeros: calloc's untouched pages, where zeros_like writes every one
+                    state[f"{label}/{name}"] = np.zeros(tuple(p.shape), state[f"params/{name}"].dtype)
                 else:
                     moment = st[key].detach().numpy()
                     state[f"{label}/{name}"] = moment.copy() if copy else moment

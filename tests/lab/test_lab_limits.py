@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from p2paudit.audit.lab_isolation import LabChildRaised
-from p2paudit.audit.lab_limits import DEFAULT_SCRATCH_BYTES, DEFAULT_TIMEOUT_S, lab_limits, parse_bytes, physical_memory
+from p2paudit.audit.lab_limits import DEFAULT_SCRATCH_BYTES, DEFAULT_TIMEOUT_S, lab_limits
 from p2paudit.audit.lab_replay import lab_audits
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed
 from p2paudit.run.lab_run import open_lab_run
+from p2paudit.sizes import parse_bytes, physical_memory
 from tests.lab.lab_runs import publish_tiny
 
 PUBLISHER = identity_from_seed(b"\x6b" * 32)
