@@ -40,11 +40,16 @@ from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, open_chec
 from p2paudit.run.checkpoint_stream import CheckpointStream
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
-from p2paudit.run.lab_run import LabRunView, lab_batch_path
+from p2paudit.run.lab_run import MAX_TRACE_FILE, LabRunView, lab_batch_path
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE
+from p2paudit.run.storage import parse_json
+from p2paudit.run.traces import MAX_TRACE_STRUCTURE
 
 logger = logging.getLogger(__name__)
-MAX_RESULT_BYTES = 256 << 20  # a result's trace records (run.lab_run's MAX_TRACE_FILE is the claim's bound)
+# A result holds a step's trace records and value trace, as a trace file does: past a trace file's bounds
+# (run.lab_run, run.traces) it could match no claim; the structure bound keeps its parse small (run.storage)
+MAX_RESULT_BYTES = 2 * MAX_TRACE_FILE
+MAX_RESULT_STRUCTURE = MAX_TRACE_STRUCTURE + (1 << 20)
 _LOG_TAIL = 4096
 _CHUNK = 1 << 20
 _LAST_READS = 64  # of the log, once the pipe has ended
@@ -151,10 +156,7 @@ class _Received:
             self._state.feed(chunk)
 
     def _parse(self) -> None:
-        try:
-            self.parsed = json.loads(self._body)
-        except (ValueError, RecursionError) as exc:
-            raise InputError(f"{self._where}: its result is not JSON ({type(exc).__name__})") from None
+        self.parsed = parse_json(bytes(self._body), f"{self._where}: its result", MAX_RESULT_STRUCTURE)
         del self._body[:]
         self._complete = True
         if isinstance(self.parsed, dict) and self.parsed.get("error") is None:

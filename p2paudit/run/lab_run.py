@@ -45,6 +45,7 @@ from p2paudit.run.manifest import (
 from p2paudit.run.manifest import sign_body as sign_manifest
 from p2paudit.run.manifest_body import canonical_json
 from p2paudit.run.storage import parse_json, read_file, write_atomic
+from p2paudit.run.traces import MAX_TRACE_STRUCTURE
 
 T = TypeVar("T")
 
@@ -149,7 +150,7 @@ def _field(body: dict[str, object], key: str, kind: type[T], where: str) -> T:
 
 def _trace_lists(blob: bytes, where: str) -> tuple[tuple[bytes, ...], tuple[tuple[str, bytes], ...] | None]:
     """A step's trace file: its ops (ASCII lines) and its optional per-op value digests; InputError if malformed."""
-    trace = parse_json(blob, where)
+    trace = parse_json(blob, where, MAX_TRACE_STRUCTURE)
     if not isinstance(trace, dict):
         raise InputError(f"{where}: a lab trace must be a JSON object")
     ops = _field(trace, "ops", list, where)

@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from p2paudit.regular_files import open_regular, read_regular
 # The longest number a run file may hold: 20 digits cover every u64, the
 # shortest round-trip form of a binary64 needs at most 24 characters.
 MAX_NUMBER_CHARS = 32
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes and all (linear: no backtracking)
 
 
 def write_atomic(path: Path, data: bytes | memoryview) -> None:
@@ -84,14 +86,29 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
-def parse_json(data: bytes, what: str) -> object:
+def json_structure(data: bytes) -> int:
+    """The arrays, objects and separators (`[`, `{`, `,`) of JSON text outside its strings: one more than
+    the values it holds, at most, and what parsing it costs in objects (a string's own bytes aside)."""
+    structure = _JSON_STRING.sub(b"", data)
+    return structure.count(b"[") + structure.count(b"{") + structure.count(b",")
+
+
+def parse_json(data: bytes, what: str, max_structure: int | None = None) -> object:
     """Parse UTF-8 JSON from an untrusted file; InputError (one line) for anything unusual.
 
     Refused: invalid UTF-8 or JSON, NaN and infinities, numbers outside the
     binary64 range (1e400) or longer than MAX_NUMBER_CHARS characters (which
     would otherwise meet Python's int-string limit), duplicate keys, and
-    nesting deeper than the interpreter's recursion limit.
+    nesting deeper than the interpreter's recursion limit; with
+    `max_structure`, text whose json_structure is larger, before it is parsed
+    (64 MiB of `{},` made 1.6 GiB of Python objects).
     """
+    if max_structure is not None:
+        found = json_structure(data)
+        if found > max_structure:
+            raise InputError(
+                f"{what} has {found} JSON arrays, objects and separators, more than the {max_structure} allowed"
+            )
     try:
         return json.loads(
             data.decode("utf-8"),

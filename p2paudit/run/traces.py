@@ -21,6 +21,10 @@ from p2paudit.run.storage import parse_json, read_file
 TRACE_FORMAT = "p2paudit-trace"
 TRACE_VERSION = 1
 MAX_TRACE_BYTES = 64 * 1024 * 1024
+# json_structure of a trace file (run.storage): an honest op costs 3 (engine) or 4 (lab, with its value) and
+# at least 80 bytes, so no honest trace within MAX_TRACE_BYTES comes near; what is refused is a file that
+# would parse into many small objects (64 MiB of `{},`: 1.6 GiB of them)
+MAX_TRACE_STRUCTURE = 4_000_000
 
 
 def trace_path(step: int) -> str:
@@ -61,7 +65,7 @@ def load_trace(run_dir: Path, step: int, expected_digest: bytes) -> list[tuple[s
             f"trace {path}: digest {format_digest(digest_bytes(blob))} is not the manifest's "
             f"{format_digest(expected_digest)}"
         )
-    body = parse_json(blob, f"trace {path}")
+    body = parse_json(blob, f"trace {path}", MAX_TRACE_STRUCTURE)
     if (
         not isinstance(body, dict)
         or set(body) != {"format", "version", "step", "ops"}

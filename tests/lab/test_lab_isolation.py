@@ -129,8 +129,9 @@ def _body(**fields: object) -> bytes:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"\xc1", "is not JSON"),
-        (b"[" * 100_000, "is not JSON"),
+        (b"\xc1", "its result is not UTF-8"),
+        (b"[" * 100_000, "its result is nested too deeply"),
+        (b'{"names": [' + b"{}," * 3_000_000 + b"{}]}", "its result has 6000003 JSON arrays, objects and separ"),
         (b"[1, 2]", "is not a map of names, ops, values and error"),
         (json.dumps({"names": ["a"], "ops": [], "values": None}).encode(), "is not a map of names"),
         (_body(names=[]), "tensor names are not a list"),

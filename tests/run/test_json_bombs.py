@@ -16,10 +16,11 @@ from run_helpers import sign_raw
 
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed
+from p2paudit.run import traces
 from p2paudit.run.digest import digest_bytes
 from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
 from p2paudit.run.publisher import publish_run
-from p2paudit.run.storage import parse_json
+from p2paudit.run.storage import json_structure, parse_json
 from p2paudit.run.traces import load_trace
 from p2paudit.run.training import PROGRESS_FILE, TrainPlan
 
@@ -87,6 +88,20 @@ def test_a_trace_bomb_is_refused(tmp_path, blob, message):
     (tmp_path / "traces" / "step-00000000.json").write_bytes(blob)
     with pytest.raises(InputError, match=message):
         load_trace(tmp_path, 0, digest_bytes(blob))  # the digest matches: only the parser can refuse it
+
+
+def test_a_trace_of_many_small_objects_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """`{},` is three bytes and a 64-byte object once parsed: a 64 MiB trace of them made 1.6 GiB. The structure
+    outside its strings is counted first (escaped brackets and commas inside a string are not structure)."""
+    assert json_structure(b'{"a": [1, 2, "x,[{\\"y", {}]}') == 6
+    monkeypatch.setattr(traces, "MAX_TRACE_STRUCTURE", 1000)
+    (tmp_path / "traces").mkdir()
+    honest = json.dumps({"format": "x", "ops": ['[",", "[{"]' * 50] * 300}).encode()  # 301 outside strings
+    bomb = b'{"ops":[' + b"{}," * 999 + b"{}]}"
+    for blob, message in ((honest, "is not a p2paudit-trace"), (bomb, "has 2001 JSON arrays, objects and sep")):
+        (tmp_path / "traces" / "step-00000000.json").write_bytes(blob)
+        with pytest.raises(InputError, match=message):
+            load_trace(tmp_path, 0, digest_bytes(blob))
 
 
 @pytest.mark.slow  # 2 s a case (fast tier: pytest -m 'not slow')
