@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from p2paudit.errors import InputError
-from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES
+from p2paudit.run.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, MAX_MANIFEST_STRUCTURE
 from p2paudit.run.storage import parse_json, read_file
 
 LAB_FORMAT = "p2paudit-lab-run"
@@ -18,7 +18,8 @@ BATCHES_DIR = "lab-batches"
 def manifest_format(run_dir: Path) -> object:
     """The "format" field of the run's manifest.json, unverified and nothing loaded (None when the body is
     no JSON object): which reader to open the run with. That reader checks the signature."""
-    body = parse_json(read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir), str(run_dir))
+    blob = read_file(run_dir / MANIFEST_FILE, "manifest", MAX_MANIFEST_BYTES, run_dir)
+    body = parse_json(blob, str(run_dir), MAX_MANIFEST_STRUCTURE)
     return body.get("format") if isinstance(body, dict) else None
 
 

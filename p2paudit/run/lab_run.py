@@ -39,6 +39,7 @@ from p2paudit.run.manifest import (
     LAB_SIGNATURE_DOMAIN,
     MANIFEST_FILE,
     MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_STRUCTURE,
     SIGNATURE_FILE,
     parse_signature,
 )
@@ -212,7 +213,7 @@ def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where
         raise InputError(f"{where}: the run id in {sig_where} is not the SHA-256 of the manifest")
     if not verify_signature(public_key, signature, LAB_SIGNATURE_DOMAIN + body_bytes):
         raise InputError(f"{where}: the publisher's signature does not verify as a lab run manifest's")
-    body = parse_json(body_bytes, where)
+    body = parse_json(body_bytes, where, MAX_MANIFEST_STRUCTURE)
     if not isinstance(body, dict) or body.get("format") != LAB_FORMAT or body.get("version") != LAB_VERSION:
         raise InputError(f"{where} is not a {LAB_FORMAT} v{LAB_VERSION} manifest")
     script_info = _field(body, "script", dict, where)

@@ -45,6 +45,9 @@ LAB_SIGNATURE_DOMAIN = b"p2paudit lab run manifest v1\x00"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "manifest.sig.json"
 MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+# json_structure of a manifest (run.storage): an honest one has about one array, object or separator per 70
+# bytes (a state's tensor digests), 3.7M in MAX_MANIFEST_BYTES; 256 MiB of `{},` would parse into 6.5 GiB
+MAX_MANIFEST_STRUCTURE = 8_000_000
 MAX_SIGNATURE_BYTES = 4096
 MANIFEST_MEMORY_RATIO = 9  # checking a body holds at most about this many times its size (manifest_memory)
 
@@ -215,7 +218,7 @@ def read_progress(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> tuple[dict
 
 
 def _parse_object(data: bytes, path: Path | str) -> dict[str, Any]:
-    value = parse_json(data, str(path))
+    value = parse_json(data, str(path), MAX_MANIFEST_STRUCTURE)
     if not isinstance(value, dict):
         raise InputError(f"{path} holds a JSON {type(value).__name__}, want an object")
     return value

@@ -15,10 +15,13 @@ import pytest
 from run_helpers import sign_raw
 
 from p2paudit.errors import InputError
-from p2paudit.identity import identity_from_seed
+from p2paudit.identity import identity_from_seed, sign
 from p2paudit.run import traces
-from p2paudit.run.digest import digest_bytes
-from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest
+from p2paudit.run.digest import digest_bytes, format_digest
+from p2paudit.run.lab_format import manifest_format
+from p2paudit.run.lab_run import LAB_SIGNATURE_DOMAIN, lab_manifest_from_bytes
+from p2paudit.run.manifest import MANIFEST_FILE, SIGNATURE_FILE, read_manifest, sign_body
+from p2paudit.run.manifest_body import canonical_json
 from p2paudit.run.publisher import publish_run
 from p2paudit.run.storage import json_structure, parse_json
 from p2paudit.run.traces import load_trace
@@ -102,6 +105,23 @@ def test_a_trace_of_many_small_objects_is_refused_before_it_is_parsed(tmp_path, 
         (tmp_path / "traces" / "step-00000000.json").write_bytes(blob)
         with pytest.raises(InputError, match=message):
             load_trace(tmp_path, 0, digest_bytes(blob))
+
+
+def test_a_signed_manifest_of_many_small_objects_is_refused_before_it_is_parsed(run_copy, publisher):
+    """12 MB of `{},` signed as an engine and as a lab manifest: 8,000,001 structures, past the bound (an honest
+    manifest has one per 70 bytes); parsed, they would have been 0.3 GiB of objects (6.5 GiB at 256 MiB)."""
+    bomb = b'{"a":[' + b"{}," * 4_000_000 + b"0]}"
+    sign_raw(run_copy, bomb, publisher)
+    message = "has 8000002 JSON arrays, objects and separators, more than the 8000000 allowed"
+    with pytest.raises(InputError, match=message):
+        read_manifest(run_copy)
+    with pytest.raises(InputError, match=message):
+        manifest_format(run_copy)
+    envelope = sign_body({}, publisher, LAB_SIGNATURE_DOMAIN)[1]
+    envelope["run_id"] = format_digest(digest_bytes(bomb))
+    envelope["signature"] = sign(publisher, LAB_SIGNATURE_DOMAIN + bomb).hex()
+    with pytest.raises(InputError, match=message):
+        lab_manifest_from_bytes(bomb, canonical_json(envelope), "the lab manifest", "its signature")
 
 
 @pytest.mark.slow  # 2 s a case (fast tier: pytest -m 'not slow')
