@@ -24,7 +24,11 @@ versions (docs/arithmetic.md; version 2 folds dot products with fma):
      GELU and its backward, rsqrt, reciprocal, sigmoid, pow with a scalar
      base) on special values and random bits, against kernels/lab_math.py,
      bit for bit (tests/lab/triton_probe.py's inputs; reported as cases
-     named "lab ...").
+     named "lab ...");
+  6. two lab steps of each tiny model of tests/lab/test_lab_golden.py under
+     the lab mode on the Triton backend, in both versions, against the
+     golden value-trace digests (every op's outputs; cases "lab step ...",
+     naming the first op that differs from the cpu backend's).
 
     python benchmarks/gpu_check.py --out OUT_DIR          # on a CUDA machine
     python benchmarks/gpu_check.py --prepare [--backend reference]  # any machine: CPU digests
@@ -155,6 +159,56 @@ def check_lab_functions(report: Report) -> None:
         f"lab functions: {sum(1 for v in counts.values() if v)} of {len(counts)} differ ({time.perf_counter() - t:.1f}s)"
     )
     report.save()
+
+
+def _lab_records(case: str, backend_name: str, arithmetic: int) -> list:
+    """The two steps' records (state and trace digests, value trace) of a golden case on a backend."""
+    import torch
+
+    from p2paudit.lab import LabRun
+    from tests.lab import models
+    from tests.lab.test_lab_golden import CASES
+
+    factory, (b, t), vocab = CASES[case]
+    torch.manual_seed(0)
+    model, opt = factory()
+    run = LabRun(model, opt, backend=backend_name, arithmetic=arithmetic, values=True)
+    for i, tokens in enumerate(models.batches(2, b=b, t=t, vocab=vocab)):
+        with run.step(i):
+            models.train_step(model, opt, tokens)
+    return run.records
+
+
+def check_lab_steps(report: Report, quick: bool, backend_name: str = "triton") -> None:
+    """Stage 6: two lab steps of each tiny model of tests/lab/test_lab_golden.py (Llama, grouped-query Llama,
+    GPT-2, a 2,000-token vocabulary) under the lab mode on the Triton backend, in both versions, against the
+    golden state, dataflow-trace and value-trace digests every backend must give (quick: one case, one
+    version). Where they differ, the value traces of the Triton and cpu backends, made here, name the first
+    op whose output differs. (`backend_name`: the tests run the stage on the cpu backend.)"""
+    from p2paudit.lab.trace import first_value_departure
+    from tests.lab.test_lab_golden import CASES, GOLDEN
+
+    wanted = [("llama", 2)] if quick else [(case, v) for case in sorted(CASES) for v in (1, 2)]
+    for case, arithmetic in wanted:
+        t = time.perf_counter()
+        try:
+            golden = GOLDEN[(case, arithmetic)]
+            differ = []
+            for i, r in enumerate(_lab_records(case, backend_name, arithmetic)):
+                h = hashlib.sha256()
+                for name, d in r.values or ():
+                    h.update(name.encode() + b"\0" + d)
+                if (r.state.text(), r.trace.hex(), h.hexdigest()) != golden[i]:
+                    cpu = _lab_records(case, "cpu", arithmetic)[i]
+                    first = first_value_departure(list(r.values or ()), list(cpu.values or ()))
+                    same = "not the golden digests, yet every op's output is the cpu backend's"
+                    differ.append(f"step {i}: {first or same}")
+        except Exception as e:
+            differ = [f"{type(e).__name__}: {e}"[:500]]
+        report.data["cases"][f"lab step {case}@v{arithmetic}"] = differ
+        log(f"lab step {case}@v{arithmetic}: {'equal' if not differ else '; '.join(differ)} "
+            f"({time.perf_counter() - t:.1f}s)")  # fmt: skip
+        report.save()
 
 
 def golden_state_digest(backend_name: str, arithmetic: int) -> tuple[str, float]:
@@ -334,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/gpu_check"), help="directory for gpu_check.json/.md")
     ap.add_argument("--quick", action="store_true", help="small shapes (the interpreter dry run uses these)")
     ap.add_argument("--cpu-live", action="store_true", help="recompute CPU digests here instead of the prepared ones")
-    ap.add_argument("--skip-cases", action="store_true", help="skip stage 4 (the shared cases)")
+    ap.add_argument("--skip-cases", action="store_true", help="skip stages 4-6 (the shared cases, the lab's)")
     ap.add_argument("--skip-golden", action="store_true", help="skip stage 3 (the golden tiny run; --quick skips it)")
     ap.add_argument("--prepare", action="store_true", help=f"compute CPU digests into {DIGESTS.relative_to(REPO)}")
     ap.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="backend for --prepare")
@@ -381,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_cases:
         check_cases(report, small=args.quick)
         check_lab_functions(report)
+        check_lab_steps(report, args.quick)
     report.save()
     print(markdown(report.data))
     return 1 if report.failed() else 0

@@ -3,7 +3,7 @@
 The real run needs a GPU; here the script's dry run (TRITON_INTERPRET=1
 --quick) goes through every stage but the PTX audit and the golden run, its
 prepared CPU digests (both arithmetic versions) are checked against the
-reference backend, and the golden-run stage is run on the cpu backend.
+reference backend, and the golden-run and lab-step stages are run on the cpu backend.
 """
 
 from __future__ import annotations
@@ -98,6 +98,24 @@ def test_golden_stage_reaches_both_digests_on_the_cpu_backend(gpu_check, tmp_pat
         assert row["equal"] and row["digest"] == GOLDEN_TINY_DIGESTS[version], row
     assert not report.failed()
     assert "Golden tiny run v2: equal (sha256:" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_lab_step_stage_reaches_the_golden_digests_and_reports_a_difference(gpu_check, tmp_path, monkeypatch):
+    from tests.lab import test_lab_golden
+
+    report = gpu_check.Report(
+        tmp_path, {"device": "d", "mode": "cuda", "size": "quick", "torch": "t", "triton": "t", "when": "now"}
+    )
+    gpu_check.check_lab_steps(report, quick=True, backend_name="cpu")
+    assert report.data["cases"] == {"lab step llama@v2": []} and not report.failed()
+    golden = list(test_lab_golden.GOLDEN[("llama", 2)])
+    golden[1] = (golden[1][0], golden[1][1], "0" * 64)  # step 1's value trace, as if another backend's
+    monkeypatch.setitem(test_lab_golden.GOLDEN, ("llama", 2), golden)
+    gpu_check.check_lab_steps(report, quick=True, backend_name="cpu")
+    assert report.data["cases"] == {
+        "lab step llama@v2": ["step 1: not the golden digests, yet every op's output is the cpu backend's"]
+    }  # fmt: skip
+    assert report.failed()
 
 
 @pytest.mark.slow
