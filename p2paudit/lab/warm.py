@@ -28,6 +28,9 @@ def warm_kernels(arithmetic: int) -> None:
     """Run the kernels of a cpu lab step of arithmetic version `arithmetic` once in this process (see above)."""
     if arithmetic in _WARMED:
         return
+    # the mode refuses a step under another control word, which code run earlier on this thread (a lab
+    # script trained here) may have left: the verifier's own steps start from the standard one
+    kernels.standard_float_modes()
     tokens = sample_models.batches(1)[0]
     for model, opt in (
         sample_models.make(seed=0),

@@ -3,8 +3,10 @@
 A daemon replays many runs on its worker threads; a lab script's code may change the thread's MXCSR
 (torch.set_flush_denormal(True), fesetround) and leave it so. The lab mode refuses to compute under a
 non-standard control word, so without a reset an honest run replayed next on that thread would be refused:
-one publisher's script could keep a volunteer from auditing every other lab run. lab_audits writes the
-standard word before each state it replays; a step whose own code changes it is still refused.
+one publisher's script could keep a volunteer from auditing every other lab run. The replay's child writes the
+standard word before its task (audit.lab_task), and so does the parent before the steps that warm the kernels'
+cache (lab.warm: alone in a fresh process, this test failed there); a step whose own code changes it is still
+refused.
 """
 
 from __future__ import annotations
