@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 # (run.lab_run, run.traces) it could match no claim; the structure bound keeps its parse small (run.storage)
 MAX_RESULT_BYTES = 2 * MAX_TRACE_FILE
 MAX_RESULT_STRUCTURE = MAX_TRACE_STRUCTURE + (1 << 20)
+# A 1B-parameter Llama's state has about 600 tensors; a mixture of experts with a tensor per expert matrix
+# (61 layers of 256 experts) about 140,000, and with it its parameter and moment tensors
+MAX_STATE_TENSORS = 1 << 20
 _LOG_TAIL = 4096
 _CHUNK = 1 << 20
 _LAST_READS = 64  # of the log, once the pipe has ended
@@ -91,6 +94,8 @@ def _log_child(tail: bytes | bytearray) -> None:
 def _names(names: object, where: str) -> list[str]:
     if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
         raise InputError(f"{where}: its state's tensor names are not a list of strings")
+    if len(names) > MAX_STATE_TENSORS:  # each lets its checkpoint header be 256 bytes longer (run.checkpoint_layout)
+        raise InputError(f"{where}: its state has {len(names)} tensors, more than the {MAX_STATE_TENSORS} allowed")
     return names
 
 
