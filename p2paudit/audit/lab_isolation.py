@@ -172,6 +172,10 @@ class _Received:
         """Whether the whole result came."""
         return self._complete
 
+    def done(self) -> bool:
+        """Whether all of it came: the result, and the whole state it names (none after an error)."""
+        return self._complete and (self._state is None or self._state.done())
+
     def state(self) -> StateDigest:
         """The digest of the state it sent (InputError if the state ended early)."""
         if self._state is None:
@@ -180,8 +184,10 @@ class _Received:
 
 
 def _receive(data: int, log: int, received: _Received, timeout_s: float, where: str) -> bytearray:
-    """Read the child's pipe into `received`, and its log (its last _LOG_TAIL bytes, returned), until the
-    pipe ends; LabChildRaised after `timeout_s`. The child's exit is not waited for (it is killed after)."""
+    """Read the child's pipe into `received`, and its log (its last _LOG_TAIL bytes, returned), until all of
+    the result and state came or the pipe ends; LabChildRaised after `timeout_s`. Neither the child's exit
+    nor the pipe's end is waited for once all came (a process the script started may hold the pipe open; it
+    is killed after, with the child)."""
     tail = bytearray()
     deadline = time.monotonic() + timeout_s
     os.set_blocking(log, False)
@@ -201,6 +207,9 @@ def _receive(data: int, log: int, received: _Received, timeout_s: float, where: 
                     _drain(log, tail, _LAST_READS)
                     return tail
                 received.feed(chunk)
+                if received.done():
+                    _drain(log, tail, _LAST_READS)
+                    return tail
 
 
 def _drain(log: int, tail: bytearray, chunks: int = 1) -> None:

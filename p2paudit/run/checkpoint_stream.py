@@ -52,6 +52,10 @@ class CheckpointStream:
             view = view[take:]
             self._next_tensors()
 
+    def done(self) -> bool:
+        """Whether every byte the header gives has come."""
+        return self._layout is not None and self._index == len(self._spans)
+
     def finish(self) -> StateDigest:
         """The state digest, once every byte the header gives has come."""
         if self._layout is None or self._index < len(self._spans):

@@ -37,6 +37,7 @@ def train_step(model, opt, tokens):
     import subprocess
     import sys
     import tempfile
+    import time
 
     abuse = os.environ.get("P2PAUDIT_TEST_ABUSE", "")
     if abuse == "hang":  # writing its log without end, and with a process of its own that would outlive it
@@ -54,6 +55,10 @@ def train_step(model, opt, tokens):
             with open(os.path.join(where, "filler"), "wb") as f:
                 for _ in range(64):
                     f.write(b"x" * (1 << 20))
+    if abuse == "linger":  # a process of its own holds the pipe the state goes on, after the state has gone
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
     if abuse.startswith("flood"):  # on the pipe the child sends its state on: a short result, then bytes without
         # end after a header that is not one (junk), claims more than the start's size (big), or is true (long)
         data_fd = json.loads(sys.argv[1])["data_fd"]
@@ -111,6 +116,16 @@ def test_a_step_past_its_time_is_stopped_with_what_it_started(run, monkeypatch):
     while _living(token) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _living(token) == []
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_a_process_that_holds_the_pipe_open_does_not_hold_the_replay(run, monkeypatch, sandbox):
+    """The state came whole: the verdict is made without waiting for the pipe's end (before, without the
+    sandbox, whose processes end with it, the replay ran into its timeout)."""
+    monkeypatch.setenv("P2PAUDIT_LAB_SANDBOX", sandbox)
+    monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "linger")
+    monkeypatch.setenv("P2PAUDIT_LAB_TIMEOUT", "20")
+    assert _replay(run) == ["match"]  # not LabChildRaised, "ran past its 20 s"
 
 
 def test_memory_past_the_limit_fails_in_the_script_which_cannot_lift_it(run, monkeypatch):
