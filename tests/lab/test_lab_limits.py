@@ -96,6 +96,7 @@ def _living(token: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 def test_the_control_replays_under_tight_limits(run, monkeypatch):
     monkeypatch.setenv("P2PAUDIT_LAB_MEMORY", "2G")
     monkeypatch.setenv("P2PAUDIT_LAB_SCRATCH", "16M")
@@ -103,6 +104,7 @@ def test_the_control_replays_under_tight_limits(run, monkeypatch):
     assert _replay(run) == ["match"]
 
 
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 def test_a_step_past_its_time_is_stopped_with_what_it_started(run, monkeypatch):
     token = f"p2paudit-test-hang-{os.getpid()}"
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "hang")
@@ -118,6 +120,7 @@ def test_a_step_past_its_time_is_stopped_with_what_it_started(run, monkeypatch):
     assert _living(token) == []
 
 
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_process_that_holds_the_pipe_open_does_not_hold_the_replay(run, monkeypatch, sandbox):
     """The state came whole: the verdict is made without waiting for the pipe's end (before, without the
@@ -128,6 +131,7 @@ def test_a_process_that_holds_the_pipe_open_does_not_hold_the_replay(run, monkey
     assert _replay(run) == ["match"]  # not LabChildRaised, "ran past its 20 s"
 
 
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 def test_memory_past_the_limit_fails_in_the_script_which_cannot_lift_it(run, monkeypatch):
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "memory")
     monkeypatch.setenv("P2PAUDIT_LAB_MEMORY", "2G")
@@ -136,6 +140,7 @@ def test_memory_past_the_limit_fails_in_the_script_which_cannot_lift_it(run, mon
         _replay(run)
 
 
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 def test_the_sandbox_has_no_disk_to_fill(run, monkeypatch):
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", "disk")
     monkeypatch.setenv("P2PAUDIT_LAB_SCRATCH", "16M")
@@ -151,6 +156,7 @@ def test_the_sandbox_has_no_disk_to_fill(run, monkeypatch):
         ("flood-long", "its state: more bytes than the [0-9]+ its header gives$"),
     ],
 )
+@pytest.mark.slow  # a sandboxed child per replay (fast tier: pytest -m 'not slow')
 def test_a_state_sent_without_end_is_refused_by_its_header_and_the_size_of_the_start(run, monkeypatch, abuse, message):
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", abuse)
     with pytest.raises(InputError, match="the lab replay of step 0: " + message):
