@@ -24,7 +24,10 @@ from p2paudit.regular_files import open_regular, read_regular
 # The longest number a run file may hold: 20 digits cover every u64, the
 # shortest round-trip form of a binary64 needs at most 24 characters.
 MAX_NUMBER_CHARS = 32
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes and all (linear: no backtracking)
+# A JSON string, escapes and all, or an unterminated one to the end: possessive (no backtracking), and every
+# match attempt succeeds, so the text is scanned once (the first pattern, `"[^"\\]*(?:\\.[^"\\]*)*"`, took 17 s
+# for 32 KB of `\"`: each quote began an attempt that ran to the end and backtracked)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.?)*+(?:"|\Z)', re.DOTALL)
 
 
 def write_atomic(path: Path, data: bytes | memoryview) -> None:
