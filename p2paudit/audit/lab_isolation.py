@@ -37,6 +37,7 @@ from p2paudit.audit.lab_sandbox import sandbox_off, sandboxed
 from p2paudit.errors import InputError
 from p2paudit.lab.warm import warm_kernels
 from p2paudit.run.checkpoint import checkpoint_bound, checkpoint_path, open_checkpoint
+from p2paudit.run.checkpoint_layout import MAX_STATE_TENSORS
 from p2paudit.run.checkpoint_stream import CheckpointStream
 from p2paudit.run.digest import StateDigest
 from p2paudit.run.lab_format import SCRIPT_FILE
@@ -50,9 +51,6 @@ logger = logging.getLogger(__name__)
 # (run.lab_run, run.traces) it could match no claim; the structure bound keeps its parse small (run.storage)
 MAX_RESULT_BYTES = 2 * MAX_TRACE_FILE
 MAX_RESULT_STRUCTURE = MAX_TRACE_STRUCTURE + (1 << 20)
-# A 1B-parameter Llama's state has about 600 tensors; a mixture of experts with a tensor per expert matrix
-# (61 layers of 256 experts) about 140,000, and with it its parameter and moment tensors
-MAX_STATE_TENSORS = 1 << 20
 _LOG_TAIL = 4096
 _CHUNK = 1 << 20
 _LAST_READS = 64  # of the log, once the pipe has ended
@@ -94,7 +92,7 @@ def _log_child(tail: bytes | bytearray) -> None:
 def _names(names: object, where: str) -> list[str]:
     if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
         raise InputError(f"{where}: its state's tensor names are not a list of strings")
-    if len(names) > MAX_STATE_TENSORS:  # each lets its checkpoint header be 256 bytes longer (run.checkpoint_layout)
+    if len(names) > MAX_STATE_TENSORS:  # run.checkpoint_layout: each lets its header be 256 bytes longer
         raise InputError(f"{where}: its state has {len(names)} tensors, more than the {MAX_STATE_TENSORS} allowed")
     return names
 

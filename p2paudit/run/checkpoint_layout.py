@@ -31,6 +31,11 @@ HEADER_ALLOWANCE = 64 * 1024  # header bytes allowed beyond 256 per tensor
 
 Shapes = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 MAX_ELEMENTS = 2**33  # one tensor's elements when no shapes are given (a 1B-class state's largest is ~2^27)
+# The most tensors a state may have: a 1B-parameter Llama's has about 600 (parameters and moments), a mixture
+# of experts with a tensor per expert matrix (61 layers of 256 experts) about 140,000; each lets a header be
+# 256 bytes longer (max_header_bytes), so a state claimed with millions would let a header run to gigabytes
+MAX_STATE_TENSORS = 1 << 18
+
 _CODES = {code: np.dtype(name) for name, code in SAFETENSORS_DTYPES.items()}
 
 
@@ -60,6 +65,12 @@ def max_header_bytes(count: int) -> int:
     return HEADER_ALLOWANCE + 256 * count
 
 
+def max_header_structure(count: int) -> int:
+    """The most arrays, objects and separators (run.storage.json_structure) a header of `count` tensors may
+    have: an honest entry has 8 and one more a dimension past the first (at most 8 dimensions)."""
+    return 1024 + 32 * count
+
+
 def header_length(prefix: bytes, count: int, where: str) -> int:
     """N from the first 8 bytes; InputError if they are missing or N exceeds max_header_bytes(count)."""
     if len(prefix) < 8:
@@ -79,7 +90,7 @@ def parse_layout(header: bytes, shapes: Shapes | None, where: str, names: list[s
     """
     if shapes is None:
         shapes = _shapes_from_header(header, names or [], where)
-    parsed = parse_json(header.rstrip(b" "), f"{where} header")
+    parsed = parse_json(header.rstrip(b" "), f"{where} header", max_header_structure(len(shapes)))
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: header is not a JSON object")
     metadata = parsed.pop("__metadata__", {})
@@ -128,7 +139,7 @@ def _is_count(x: object) -> bool:
 
 
 def _shapes_from_header(header: bytes, names: list[str], where: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    parsed = parse_json(header.rstrip(b" "), f"{where} header")
+    parsed = parse_json(header.rstrip(b" "), f"{where} header", max_header_structure(len(names)))
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: header is not a JSON object")
     shapes = {}

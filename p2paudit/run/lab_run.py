@@ -33,6 +33,7 @@ from p2paudit.identity import Identity, verify_signature
 from p2paudit.lab import LabClaims, LabScript, check_script_bytes, load_script, train_script
 from p2paudit.lab.batch import BatchClaim, batch_bytes, check_shape, decode_batch
 from p2paudit.run.checkpoint import load_checkpoint, save_checkpoint
+from p2paudit.run.checkpoint_layout import MAX_STATE_TENSORS
 from p2paudit.run.digest import StateDigest, digest_bytes, format_digest, parse_digest
 from p2paudit.run.lab_format import BATCHES_DIR, LAB_FORMAT, SCRIPT_FILE, TRACES_DIR
 from p2paudit.run.manifest import (
@@ -233,12 +234,17 @@ def lab_manifest_from_bytes(body_bytes: bytes, sig: bytes, where: str, sig_where
         traces.append(parse_digest(_field(item, "trace", str, at), f"{at}.trace"))
         trace_files.append(parse_digest(_field(item, "trace_file", str, at), f"{at}.trace_file"))
         batches.append(_batch_claim(_field(item, "batch", dict, at), f"{at}.batch"))
+    initial = StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state")
+    for at, state in [("initial_state", initial)] + [(f"steps[{n}].state", s) for n, s in enumerate(states)]:
+        if len(state.tensors) > MAX_STATE_TENSORS:
+            raise InputError(
+                f"{where} {at} has {len(state.tensors)} tensors, more than the {MAX_STATE_TENSORS} allowed"
+            )
     return LabManifest(
         body_bytes, run_id, public_key, name, script_digest, source_bytes,
         _field(body, "torch_build", str, where), _field(body, "op_table_version", int, where),
         _field(body, "arithmetic_version", int, where), _field(body, "backend", str, where),
-        StateDigest.from_dict(body.get("initial_state"), f"{where} initial_state"),
-        tuple(states), tuple(traces), tuple(trace_files), tuple(batches),
+        initial, tuple(states), tuple(traces), tuple(trace_files), tuple(batches),
     )  # fmt: skip
 
 

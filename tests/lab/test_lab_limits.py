@@ -8,6 +8,7 @@ the same run replayed without it.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -19,6 +20,8 @@ from p2paudit.audit.lab_limits import DEFAULT_SCRATCH_BYTES, DEFAULT_TIMEOUT_S, 
 from p2paudit.audit.lab_replay import lab_audits
 from p2paudit.errors import InputError
 from p2paudit.identity import identity_from_seed
+from p2paudit.run import lab_run
+from p2paudit.run.checkpoint_layout import parse_layout
 from p2paudit.run.lab_run import open_lab_run
 from p2paudit.sizes import parse_bytes, physical_memory
 from tests.lab.lab_runs import publish_tiny
@@ -161,6 +164,25 @@ def test_a_state_sent_without_end_is_refused_by_its_header_and_the_size_of_the_s
     monkeypatch.setenv("P2PAUDIT_TEST_ABUSE", abuse)
     with pytest.raises(InputError, match="the lab replay of step 0: " + message):
         _replay(run)
+
+
+def test_a_manifest_claiming_more_tensors_than_a_state_may_have_is_refused(run, monkeypatch):
+    """Each claimed tensor lets a checkpoint's header be 256 bytes longer: a state's count is bounded
+    (run.checkpoint_layout.MAX_STATE_TENSORS, here lowered to below the tiny model's)."""
+    monkeypatch.setattr(lab_run, "MAX_STATE_TENSORS", 3)
+    with pytest.raises(InputError, match=r"manifest.json initial_state has [0-9]+ tensors, more than the 3 allowed$"):
+        open_lab_run(run)
+
+
+def test_a_header_of_many_small_objects_is_refused_before_it_is_parsed():
+    entries = {f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(3)}
+    honest = json.dumps(entries).encode()
+    assert set(parse_layout(honest, None, "h", ["t0", "t1", "t2"]).tensors) == {"t0", "t1", "t2"}
+    bomb = json.dumps({**entries, "__metadata__": {"x": "y"}, "pad": [{}] * 1000}).encode()
+    with pytest.raises(
+        InputError, match=r"^h header has 2024 JSON arrays, objects and separators, more than the 1120 allowed$"
+    ):
+        parse_layout(bomb, None, "h", ["t0", "t1", "t2"])
 
 
 def test_the_limits_default_and_refuse_a_malformed_value_in_one_line(monkeypatch):
