@@ -184,20 +184,14 @@ def _header_of(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 
 
 def digest_tensor(name: str, array: np.ndarray) -> bytes:
-    """Raw SHA-256 of one named tensor (see the module docstring for the layout).
+    """Raw SHA-256 of one named tensor (see the module docstring for the layout), through TensorHasher.
 
-    The data goes through the hash HASH_CHUNK_BYTES at a time, each piece checked for NaN (and
-    rewritten if it holds one) just before it is hashed, while it is in cache: the same bytes as
-    canonicalising the whole array first, read from memory once instead of twice.
     Precondition: a numpy array of float32, float64, integers or bools.
     """
     data = _checked_data(name, array)
-    h = hashlib.sha256(_header(name, data))
-    flat = data.reshape(-1)  # C-contiguous: a view
-    step = max(1, HASH_CHUNK_BYTES // max(1, flat.itemsize))
-    for i in range(0, flat.size, step):
-        h.update(_canonical_nans(flat[i : i + step]).data.cast("B"))  # the array's own buffer: no copy
-    return h.digest()
+    hasher = TensorHasher(name, data.dtype, data.shape)
+    hasher.update(data.reshape(-1).data.cast("B"))  # C-contiguous: the array's own buffer, no copy
+    return hasher.digest()
 
 
 class TensorHasher:
@@ -212,7 +206,9 @@ class TensorHasher:
         self._partial = b""
 
     def update(self, piece: bytes | memoryview) -> None:
-        """Hash the next bytes (the caller gives no more than the tensor's length)."""
+        """Hash the next bytes (the caller gives no more than the tensor's length), HASH_CHUNK_BYTES at a
+        time, each piece checked for NaN (and rewritten if it holds one) just before it is hashed, while it
+        is in cache: the same bytes as canonicalising the whole tensor first, read from memory once."""
         data = self._partial + bytes(piece) if self._partial else piece
         whole = len(data) - len(data) % self._dtype.itemsize
         self._partial = bytes(data[whole:])

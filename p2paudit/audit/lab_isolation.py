@@ -94,6 +94,8 @@ def _names(names: object, where: str) -> list[str]:
         raise InputError(f"{where}: its state's tensor names are not a list of strings")
     if len(names) > MAX_STATE_TENSORS:  # run.checkpoint_layout: each lets its header be 256 bytes longer
         raise InputError(f"{where}: its state has {len(names)} tensors, more than the {MAX_STATE_TENSORS} allowed")
+    if len(set(names)) != len(names):  # each would be digested twice, and widen the header's bound
+        raise InputError(f"{where}: its state's tensor names are not distinct")
     return names
 
 

@@ -88,11 +88,12 @@ def parse_layout(header: bytes, shapes: Shapes | None, where: str, names: list[s
     Without `shapes`, the tensors must be exactly `names` and each takes the
     dtype and shape its entry states (at most MAX_ELEMENTS elements).
     """
-    if shapes is None:
-        shapes = _shapes_from_header(header, names or [], where)
-    parsed = parse_json(header.rstrip(b" "), f"{where} header", max_header_structure(len(shapes)))
+    count = len(shapes) if shapes is not None else len(names or [])
+    parsed = parse_json(header.rstrip(b" "), f"{where} header", max_header_structure(count))
     if not isinstance(parsed, dict):
         raise InputError(f"{where}: header is not a JSON object")
+    if shapes is None:
+        shapes = _shapes_from_header(parsed, names or [], where)
     metadata = parsed.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InputError(f"{where}: __metadata__ is not an object of strings")
@@ -138,10 +139,9 @@ def _is_count(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def _shapes_from_header(header: bytes, names: list[str], where: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    parsed = parse_json(header.rstrip(b" "), f"{where} header", max_header_structure(len(names)))
-    if not isinstance(parsed, dict):
-        raise InputError(f"{where}: header is not a JSON object")
+def _shapes_from_header(
+    parsed: dict[str, object], names: list[str], where: str
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     shapes = {}
     for name in names:
         entry = parsed.get(name)

@@ -136,6 +136,7 @@ def _body(**fields: object) -> bytes:
         (json.dumps({"names": ["a"], "ops": [], "values": None}).encode(), "is not a map of names"),
         (_body(names=[]), "tensor names are not a list"),
         (_body(names=[1]), "tensor names are not a list"),
+        (_body(names=["a", "b", "a"]), "its state's tensor names are not distinct"),
         (_body(names=["a"] * (1 << 18) + ["b"]), "its state has 262145 tensors, more than the 262144 allowed"),
         (_body(ops=[1]), "trace records are not a list of strings"),
         (_body(values=[["op", "ab"]]), "not a list of \\[op name, 64 hex digits\\]"),
