@@ -69,53 +69,75 @@ def attention_rows(
     """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) from q, k, v (BH, T, D) float32; see the module docstring.
 
     `full`: fold every j of P V (some v is not finite). Precondition: kernels/validate.check_attention."""
+    return _rows(q, k, v, full, fused, True)
+
+
+def attention_rows_unkept(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, full: bool, fused: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(o, lse) of attention_rows, the same bits, without p: each task writes its panel's rows into a buffer
+    of its own (TILE_ROWS x T) instead of the B*H*T*T floats of p."""
+    o, _, lse = _rows(q, k, v, full, fused, False)
+    return o, lse
+
+
+def _rows(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, full: bool, fused: bool, keep: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     bh, t, d = q.shape
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
     o = np.empty((bh, t, d), F32)
-    p = np.empty((bh, t, t), F32)  # numpy's allocation: huge pages for a head-sized array
+    p = np.empty((bh, t, t) if keep else (1, 1, 1), F32)  # numpy's allocation: huge pages for a head-sized array
     lse = np.empty(bh * t, F32)
-    kp = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # K's panels of keys
-    pack_keys(k, kp)
+    kp = keys(k)
     vp = columns(v)  # V's panels of columns
-    (_attention_rows_fused if fused else _attention_rows)(q, attention_scale(d), full, o, p, lse, kp, vp)
+    (_attention_rows_fused if fused else _attention_rows)(q, attention_scale(d), full, keep, o, p, lse, kp, vp)
     return o, p, lse
+
+
+def keys(x: np.ndarray) -> np.ndarray:
+    """x (BH, T, D) as panels of keys (BH, ceil(T / TC), D, TC): pack_keys' values."""
+    bh, t, d = x.shape
+    dst = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)
+    pack_keys(x, dst)
+    return dst
 
 
 # Each task's work is a function compiled on its own (per version), called from the prange loop: inlined
 # there, numba's parfor passes went through every helper's code, and each kernel took 13-17 s to compile.
 # Each version's kernel is its own dispatcher (the no-FMA audit reads version 1's machine code alone); their
 # loops are one inline body, whose `fused` (a literal) picks the task functions of that version only
-# (_of_version: an overload on the literal, so the other version's functions are never referenced).
+# (of_version: an overload on the literal, so the other version's functions are never referenced).
 @njit(parallel=True, cache=True)
-def _attention_rows(q, scale, full, o, p, lse, kp, vp):
+def _attention_rows(q, scale, full, keep, o, p, lse, kp, vp):
     """Every (batch element, row panel) task in arithmetic version 1: acc + (a * b) per step of each fold."""
-    _rows_tasks(q, scale, full, o, p, lse, kp, vp, False)
+    _rows_tasks(q, scale, full, keep, o, p, lse, kp, vp, False)
 
 
 @njit(parallel=True, cache=True)
-def _attention_rows_fused(q, scale, full, o, p, lse, kp, vp):
+def _attention_rows_fused(q, scale, full, keep, o, p, lse, kp, vp):
     """Every (batch element, row panel) task in arithmetic version 2: fma(a, b, acc) per step of each fold."""
-    _rows_tasks(q, scale, full, o, p, lse, kp, vp, True)
+    _rows_tasks(q, scale, full, keep, o, p, lse, kp, vp, True)
 
 
 @njit(inline="always")
-def _rows_tasks(q, scale, full, o, p, lse, kp, vp, fused):
+def _rows_tasks(q, scale, full, keep, o, p, lse, kp, vp, fused):
     bh, t_count = q.shape[0], q.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    panel = _of_version(fused, _panel_v1, _panel_v2)
+    panel = of_version(fused, _panel_v1, _panel_v2)
     for task in prange(bh * n_pan):
         z = task // n_pan
-        panel(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, o, p, lse, kp, vp)
+        panel(q, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full, keep, o, p, lse, kp, vp)
 
 
-def _of_version(fused, v1, v2):
+def of_version(fused, v1, v2):
     """v2 where `fused`, else v1 (compiled: for a literal `fused` only, by the overload below)."""
     return v2 if fused else v1
 
 
-@overload(_of_version, inline="always", prefer_literal=True)
-def _of_version_literal(fused, v1, v2):
-    """_of_version for the literal `fused`: the chosen function, the other one never referenced."""
+@overload(of_version, inline="always", prefer_literal=True)
+def of_version_literal(fused, v1, v2):
+    """of_version for the literal `fused`: the chosen function, the other one never referenced."""
     which = getattr(fused, "literal_value", None)
     if which is True:
         return lambda fused, v1, v2: v2
@@ -125,15 +147,15 @@ def _of_version_literal(fused, v1, v2):
 
 
 @njit(cache=True)
-def _panel_v1(q, z, i0, scale, full, o, p, lse, kp, vp):
+def _panel_v1(q, z, i0, scale, full, keep, o, p, lse, kp, vp):
     """_panel in arithmetic version 1."""
-    _panel(q, z, i0, scale, full, o, p, lse, kp, vp, False)
+    _panel(q, z, i0, scale, full, keep, o, p, lse, kp, vp, False)
 
 
 @njit(cache=True)
-def _panel_v2(q, z, i0, scale, full, o, p, lse, kp, vp):
+def _panel_v2(q, z, i0, scale, full, keep, o, p, lse, kp, vp):
     """_panel in arithmetic version 2."""
-    _panel(q, z, i0, scale, full, o, p, lse, kp, vp, True)
+    _panel(q, z, i0, scale, full, keep, o, p, lse, kp, vp, True)
 
 
 @njit(inline="always")
@@ -177,7 +199,7 @@ def columns(x: np.ndarray) -> np.ndarray:
 
 
 @njit(inline="always")
-def _rows_k_major(x, z, i0):
+def rows_k_major(x, z, i0):
     """x[z, i0 : i0 + TILE_ROWS] (of x (BH, T, D)) k-major: a (D, TILE_ROWS) panel, +0.0 past T."""
     t_count, d = x.shape[1], x.shape[2]
     a = np.empty((d, TILE_ROWS), F32)
@@ -188,19 +210,7 @@ def _rows_k_major(x, z, i0):
 
 
 @njit(inline="always")
-def _columns_k_major(m, z, j0, t_lo):
-    """m[z, t_lo:, j0 : j0 + TILE_ROWS] (of m (BH, T, T)) as a (T - t_lo, TILE_ROWS) panel, +0.0 past T."""
-    t_count = m.shape[1]
-    a = np.empty((t_count - t_lo, TILE_ROWS), F32)
-    for t in range(t_lo, t_count):
-        row = m[z, t]
-        for i in range(TILE_ROWS):
-            a[t - t_lo, i] = row[j0 + i] if j0 + i < t_count else F32(0.0)
-    return a
-
-
-@njit(inline="always")
-def _fold_panels(apanel, panels, k_lo, k_end, fused):
+def fold_panels(apanel, panels, k_lo, k_end, fused):
     """The (TILE_ROWS, G * TILE_COLS) block of apanel's rows times panels (G, K, TC), folding k from k_lo to
     k_end - 1 from +0.0 (apanel's row 0 is k_lo)."""
     out = np.empty((TILE_ROWS, panels.shape[0] * TILE_COLS), F32)
@@ -210,67 +220,90 @@ def _fold_panels(apanel, panels, k_lo, k_end, fused):
 
 
 @njit(inline="always")
-def _store_rows(out, z, i0, dst, scale, scaled, a_rows, panels, k_end, fused):
+def store_rows(out, z, i0, dst, scale, scaled, a_rows, panels, k_end, fused):
     """dst[z, i0 + i, c] = out[i, c] (times scale if `scaled`) for the rows below T and c < D.
 
     Version 2 with k_end < T: an output that ends -0.0 is first carried through the terms left out, in order
-    (a_rows[t, j] times panels[c // TC, j, c % TC] for j >= k_end: +0.0 times a finite value); a_rows (T, T)
-    are batch element z's."""
+    (a_rows[i, j] times panels[c // TC, j, c % TC] for j >= k_end: +0.0 times a finite value); a_rows (at
+    least the panel's rows below T, T columns) are the panel's own rows of the fold's left operand."""
     t_count, d = dst.shape[1], dst.shape[2]
     for i in range(min(TILE_ROWS, t_count - i0)):
         for c in range(d):
             x = out[i, c]
             if fused and k_end < t_count and bits_from_f32(x) == NEG_ZERO_BITS:
                 for j in range(k_end, t_count):
-                    x = mac_f32(x, a_rows[i0 + i, j], panels[c // TILE_COLS, j, c % TILE_COLS], True)
+                    x = mac_f32(x, a_rows[i, j], panels[c // TILE_COLS, j, c % TILE_COLS], True)
             dst[z, i0 + i, c] = x * scale if scaled else x
 
 
 @njit(inline="always")
-def _panel(q, z, i0, scale, full, o, p, lse, kp, vp, fused):
-    """Rows i0 .. i0 + TILE_ROWS - 1 (those below T) of batch element z: their scores, softmax and P V."""
+def _panel(q, z, i0, scale, full, keep, o, p, lse, kp, vp, fused):
+    """Rows i0 .. i0 + TILE_ROWS - 1 (those below T) of batch element z: their scores, softmax and P V; their
+    p rows written into p[z] where `keep`, else into the task's own buffer (p is not read)."""
     t_count = q.shape[1]
     i1 = min(t_count, i0 + TILE_ROWS)
-    s = _fold_panels(_rows_k_major(q, z, i0), kp[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, q.shape[2], fused)
+    rows = p[z, i0:i1] if keep else np.empty((i1 - i0, t_count), F32)
+    softmax_rows(q, z, i0, scale, kp, rows, lse, fused)
     k_end = t_count if full else i1  # the j of P V the panel folds
+    out = fold_panels(query_columns(rows, 0, k_end), vp[z], 0, k_end, fused)
+    store_rows(out, z, i0, o, scale, False, rows, vp[z], k_end, fused)
+
+
+@njit(inline="always")
+def softmax_rows(q, z, i0, scale, kp, rows, lse, fused):
+    """The p rows of batch element z's query rows i0 .. i0 + len(rows) - 1 (at most TILE_ROWS, below T) into
+    rows (each T wide or more: +0.0 past the diagonal), and their log-sum-exp into lse[z * T + t]: the
+    scores folded over D (K's panels kp[z] up to the last row), scaled once, the causal softmax of each row."""
+    t_count = q.shape[1]
+    i1 = i0 + rows.shape[0]
+    s = fold_panels(rows_k_major(q, z, i0), kp[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, q.shape[2], fused)
     buf = np.empty(next_pow2(t_count), F32)  # the softmax's halving trees
     for i in range(i1 - i0):
         t = i0 + i
         row = s[i]  # the columns j < i1 of the scores
         for j in range(t + 1):
             row[j] = row[j] * scale
-        m, total = causal_softmax_row(row, p[z, t], buf, t)
+        m, total = causal_softmax_row(row, rows[i], buf, t)
         lse[z * t_count + t] = m + log_f32(total)
-    out = _fold_panels(_query_columns(p, z, i0, k_end), vp[z], 0, k_end, fused)
-    _store_rows(out, z, i0, o, scale, False, p[z], vp[z], k_end, fused)
 
 
 @njit(inline="always")
-def _key_columns(m, z, j0, t_lo):
-    """_columns_k_major(m, z, j0, t_lo)'s values: m's own rows where the panel's TILE_ROWS columns lie within
-    T (a view: row t of it is m[z, t, j0 : j0 + TILE_ROWS], contiguous), the padded copy for the last panel."""
-    if j0 + TILE_ROWS <= m.shape[2]:
-        return m[z, t_lo:, j0 : j0 + TILE_ROWS]
-    return _columns_k_major(m, z, j0, t_lo)
+def key_columns(m, j0, t_lo):
+    """m[t_lo:, j0 : j0 + TILE_ROWS] (of m (rows, T)) as a (rows - t_lo, TILE_ROWS) panel, +0.0 past T: a view
+    of m where the panel's TILE_ROWS columns lie within m (row t of it is contiguous), else a padded copy."""
+    if j0 + TILE_ROWS <= m.shape[1]:
+        return m[t_lo:, j0 : j0 + TILE_ROWS]
+    return _columns_k_major(m, j0, t_lo)
 
 
 @njit(inline="always")
-def _query_columns(m, z, i0, k_end):
-    """_columns_of_rows(m, z, i0, k_end)'s values: a transposed view of m's own rows where the panel's
-    TILE_ROWS rows lie within T, the padded copy for the last panel."""
-    if i0 + TILE_ROWS <= m.shape[1]:
-        return m[z, i0 : i0 + TILE_ROWS, :k_end].T
-    return _columns_of_rows(m, z, i0, k_end)
+def _columns_k_major(m, j0, t_lo):
+    """key_columns' padded copy."""
+    t_count, width = m.shape[0], m.shape[1]
+    a = np.empty((t_count - t_lo, TILE_ROWS), F32)
+    for t in range(t_lo, t_count):
+        row = m[t]
+        for i in range(TILE_ROWS):
+            a[t - t_lo, i] = row[j0 + i] if j0 + i < width else F32(0.0)
+    return a
 
 
 @njit(inline="always")
-def _columns_of_rows(m, z, i0, k_end):
-    """m[z, i0 : i0 + TILE_ROWS, :k_end] (of m (BH, T, T)) k-major: a (k_end, TILE_ROWS) panel, +0.0 past T."""
-    t_count = m.shape[1]
+def query_columns(rows, i0, k_end):
+    """rows[i0 : i0 + TILE_ROWS, :k_end] (of rows (R, >= k_end)) k-major, a (k_end, TILE_ROWS) panel, +0.0
+    past R: a transposed view of the rows where all TILE_ROWS lie within R, else a padded copy."""
+    if i0 + TILE_ROWS <= rows.shape[0]:
+        return rows[i0 : i0 + TILE_ROWS, :k_end].T
+    return _columns_of_rows(rows, i0, k_end)
+
+
+@njit(inline="always")
+def _columns_of_rows(rows, i0, k_end):
+    """query_columns' padded copy."""
     a = np.empty((k_end, TILE_ROWS), F32)
     for i in range(TILE_ROWS):
-        if i0 + i < t_count:
-            row = m[z, i0 + i]
+        if i0 + i < rows.shape[0]:
+            row = rows[i0 + i]
             for j in range(k_end):
                 a[j, i] = row[j]
         else:
@@ -317,8 +350,7 @@ def attention_rows_backward(
     bh, t, d = q.shape
     q, k, v, p, do = (np.ascontiguousarray(x) for x in (q, k, v, p, do))
     dq, dk, dv = (np.empty((bh, t, d), F32) for _ in range(3))
-    vk = np.empty((bh, -(-t // TILE_COLS), d, TILE_COLS), F32)  # V's panels of keys
-    pack_keys(v, vk)
+    vk = keys(v)  # V's panels of keys
     kc, dc, qc = columns(k), columns(do), columns(q)  # k's, do's, q's panels of columns
     heads = by_heads(bh, t, numba.get_num_threads())
     if heads:  # dS a head at a time, in a buffer of the thread's own
@@ -341,8 +373,14 @@ def by_heads(bh: int, t: int, threads: int) -> bool:
     it, and its key panels, which read it, and P is read while still in cache: against the panel tasks, which
     write every head's dS to memory and read it back, an 11m layer's backward (32 heads of 256 x 32) took
     12-13% less (docs/benchmarks.md). Taken where the heads keep every thread equally busy (a multiple of the
-    threads, or at least four a thread) and T is at most HEADS_MAX_T."""
-    return t <= HEADS_MAX_T and bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
+    threads, or at least four a thread: heads_keep_threads_busy) and T is at most HEADS_MAX_T."""
+    return t <= HEADS_MAX_T and heads_keep_threads_busy(bh, threads)
+
+
+def heads_keep_threads_busy(bh: int, threads: int) -> bool:
+    """Whether bh tasks of equal cost, a head each, keep `threads` threads equally busy: a multiple of them,
+    or at least four a thread."""
+    return bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
 
 
 @njit(parallel=True, cache=True)
@@ -369,8 +407,8 @@ def _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, d
     """A task per panel: every head's query panels, then every head's key panels (ds (BH, T, T))."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    query_panel = _of_version(fused, _query_panel_v1, _query_panel_v2)
-    key_panel = _of_version(fused, _key_panel_v1, _key_panel_v2)
+    query_panel = of_version(fused, _query_panel_v1, _query_panel_v2)
+    key_panel = of_version(fused, _key_panel_v1, _key_panel_v2)
     for task in prange(bh * n_pan):
         z = task // n_pan
         query_panel(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
@@ -385,8 +423,8 @@ def _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq
     """A task per head: its query panels write its dS into ds[the thread], its key panels read it back."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    query_panel = _of_version(fused, _query_panel_v1, _query_panel_v2)
-    key_panel = _of_version(fused, _key_panel_v1, _key_panel_v2)
+    query_panel = of_version(fused, _query_panel_v1, _query_panel_v2)
+    key_panel = of_version(fused, _key_panel_v1, _key_panel_v2)
     for z in prange(bh):
         me = numba.get_thread_id()
         for r in range(n_pan):
@@ -425,13 +463,13 @@ def _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, fused):
     row), dS row by row into ds[zs] (z's rows), dq = dS k * scale."""
     t_count, d = do.shape[1], do.shape[2]
     i1 = min(t_count, i0 + TILE_ROWS)
-    dp = _fold_panels(_rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
+    dp = fold_panels(rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
     buf = np.empty(next_pow2(t_count), F32)
     for i in range(i1 - i0):
         causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[zs, i0 + i], buf, i0 + i)
     k_end = t_count if full_q else i1
-    out = _fold_panels(_query_columns(ds, zs, i0, k_end), kc[z], 0, k_end, fused)
-    _store_rows(out, z, i0, dq, scale, True, ds[zs], kc[z], k_end, fused)
+    out = fold_panels(query_columns(ds[zs], i0, k_end), kc[z], 0, k_end, fused)
+    store_rows(out, z, i0, dq, scale, True, ds[zs, i0:], kc[z], k_end, fused)
 
 
 @njit(inline="always")
@@ -440,8 +478,8 @@ def _key_panel(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv, fused):
     (leading terms left out where allowed: no -0.0 to carry)."""
     t_count = p.shape[1]
     lo = 0 if full_v else j0
-    out = _fold_panels(_key_columns(p, z, j0, lo), dc[z], lo, t_count, fused)
-    _store_rows(out, z, j0, dv, scale, False, p[z], dc[z], t_count, fused)
+    out = fold_panels(key_columns(p[z], j0, lo), dc[z], lo, t_count, fused)
+    store_rows(out, z, j0, dv, scale, False, p[z], dc[z], t_count, fused)  # t_count: nothing to carry
     lo = 0 if full_k else j0
-    out = _fold_panels(_key_columns(ds, zs, j0, lo), qc[z], lo, t_count, fused)
-    _store_rows(out, z, j0, dk, scale, True, ds[zs], qc[z], t_count, fused)
+    out = fold_panels(key_columns(ds[zs], j0, lo), qc[z], lo, t_count, fused)
+    store_rows(out, z, j0, dk, scale, True, ds[zs], qc[z], t_count, fused)

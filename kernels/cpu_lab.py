@@ -12,6 +12,9 @@ its temporaries and kernel launches:
     log_softmax_backward(y, dy)    (R, C) x2 -> dy - exp(y) * psum(dy) per row
     attention_lse(q, k, v, fused)  (BH, T, D) x3 -> (o, p, lse (BH*T,)): cpu.attention's o and p (the masked
                                    half skipped) and each row's log-sum-exp m + log(s) over j <= t
+    attention_lse_unkept(q, k, v, fused)  (o, lse) of attention_lse without p (a panel's rows at a time)
+    attention_backward_recomputed(q, k, v, do, fused)  (dq, dk, dv) of attention_lse's own p, recomputed a
+                                   block of rows at a time (kernels/cpu_attention_recompute.py)
     adamw_in_place(p, g, m, v, ...) cpu.adamw's update written into p, m and v themselves (the same kernel,
                                    kernels/cpu_elementwise.py adamw_into), not into new arrays to copy back
     binary(a, b, op)               a + b, a - b, a * b or a / b with numpy's broadcasting, any strides, on every
@@ -44,7 +47,13 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_attention import attention_backward_checked, attention_rows
+from kernels.cpu_attention import (
+    attention_backward_checked,
+    attention_rows,
+    attention_rows_unkept,
+    heads_keep_threads_busy,
+)
+from kernels.cpu_attention_recompute import attention_backward_recomputed as attention_backward_recomputed
 from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
 from kernels.cpu_elementwise import DIVIDE as DIVIDE
 from kernels.cpu_elementwise import MULTIPLY as MULTIPLY
@@ -114,6 +123,18 @@ def attention_lse(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: bool) -> t
     validate.check_attention(q, k, v)
     # +0.0 x inf is NaN: with a non-finite v the full fold must see the masked terms
     return attention_rows(q, k, v, not bool(np.isfinite(v).all()), fused)
+
+
+def attention_lse_unkept(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: bool) -> tuple[np.ndarray, ...]:
+    """(o, lse) of attention_lse, the same bits, p never held whole (attention_backward_recomputed needs none)."""
+    validate.check_attention(q, k, v)
+    return attention_rows_unkept(q, k, v, not bool(np.isfinite(v).all()), fused)
+
+
+def recompute_keeps_threads_busy(bh: int) -> bool:
+    """Whether attention_backward_recomputed (a task per head) keeps this thread's numba threads equally busy
+    with bh heads: where it does, it took no longer than the backward of a stored p (docs/benchmarks.md)."""
+    return heads_keep_threads_busy(bh, numba.get_num_threads())
 
 
 def attention_backward_of_own_p(

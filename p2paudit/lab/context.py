@@ -34,12 +34,12 @@ class SavedAttention:
     p: np.ndarray
 
 
-def attention_cache_budget() -> int:
+def attention_cache_budget() -> int | None:
     """The bytes of attention probabilities a step may keep for its backward: P2PAUDIT_LAB_ATTENTION_CACHE
-    (a size: "4G"; 0 keeps none), by default a quarter of this machine's memory. InputError (one line) for
-    a malformed value. It changes the step's time and memory, never its bits."""
+    (a size: "4G"; 0 keeps none); None where it is unset: the mode chooses (OpContext.keeps_attention).
+    InputError (one line) for a malformed value. It changes the step's time and memory, never its bits."""
     text = os.environ.get(ATTENTION_CACHE_ENV, "")
-    return parse_bytes(text, ATTENTION_CACHE_ENV, allow_zero=True) if text else physical_memory() // 4
+    return parse_bytes(text, ATTENTION_CACHE_ENV, allow_zero=True) if text else None
 
 
 def on_cpu_backend(be: Backend[Any]) -> tuple[bool, bool]:
@@ -68,14 +68,18 @@ class OpContext:
     cache only saves the time. The key is not the tensors' id: autograd hands
     the backward other tensor objects over the same memory. It holds at most
     `attention_budget` bytes of p (attention_cache_budget(): P2PAUDIT_LAB_ATTENTION_CACHE);
-    a forward past that keeps none, and its backward recomputes p: a long
-    context costs time instead of memory (p is B*H*T*T floats a layer).
+    a forward past that keeps none, and its backward recomputes p (p is
+    B*H*T*T floats a layer). Where the variable is unset (None), the mode
+    chooses: on cpu a forward keeps none where the heads keep the threads
+    busy (the backward that recomputes p a block of rows at a time, a head a
+    task, took no longer there: docs/benchmarks.md), elsewhere up to a
+    quarter of this machine's memory.
     """
 
     be: Backend[Any]
     math: types.ModuleType = lab_math
     attention: dict[tuple[TensorKey, TensorKey, TensorKey], SavedAttention] = field(default_factory=dict)
-    attention_budget: int = field(default_factory=attention_cache_budget)
+    attention_budget: int | None = field(default_factory=attention_cache_budget)
     attention_kept: int = field(init=False, default=0)  # bytes of p in `attention`
     cpu: bool = field(init=False)
     fused: bool = field(init=False)
@@ -83,13 +87,27 @@ class OpContext:
     def __post_init__(self) -> None:
         self.cpu, self.fused = on_cpu_backend(self.be)
 
+    def keeps_attention(self, q: torch.Tensor, k: torch.Tensor, nbytes: int, recompute_as_fast: bool) -> bool:
+        """Whether a forward of q and k with `nbytes` of p keeps it: not inference tensors, within the budget;
+        with none set, not where `recompute_as_fast` (the cpu backend's backward without p keeps the threads
+        busy) and within a quarter of physical memory. A forward that keeps none need not make p whole: on
+        cpu it never does."""
+        if not _keyed(q, k):
+            return False
+        if self.attention_budget is None and self.cpu and recompute_as_fast:
+            return False
+        return self.attention_kept + nbytes <= self._budget()
+
     def save_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor, p: np.ndarray) -> None:
         """Keep p for the backward of the attention that made `out` from q and k (not for inference tensors,
-        which have no version counter: a backward of theirs recomputes p)."""
-        if not _keyed(q, k, out) or self.attention_kept + p.nbytes > self.attention_budget:
+        which have no version counter: a backward of theirs recomputes p), within the budget."""
+        if not _keyed(q, k, out) or self.attention_kept + p.nbytes > self._budget():
             return
         self.attention[(tensor_key(q), tensor_key(k), tensor_key(out))] = SavedAttention((q, k, out), p)
         self.attention_kept += p.nbytes
+
+    def _budget(self) -> int:
+        return physical_memory() // 4 if self.attention_budget is None else self.attention_budget
 
     def take_attention(self, q: torch.Tensor, k: torch.Tensor, out: torch.Tensor) -> np.ndarray | None:
         """The p saved for (q, k, out), removed from the cache; None when the forward was not seen."""

@@ -106,42 +106,56 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     """
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
     _check_attention_args(name, a, q.shape[2])
-    o, p, lse = _attention_values(ctx, q, k, v)
+    bh, t = q.shape[0], q.shape[1]
+    fast = ctx.cpu and cpu_lab.recompute_keeps_threads_busy(bh)
+    keep = ctx.keeps_attention(a["query"], a["key"], bh * t * t * 4, fast)
+    o, p, lse = _attention_values(ctx, q, k, v, keep)
     shape = tuple(a["query"].shape)
     out = wrap(o.reshape(shape))
-    ctx.save_attention(a["query"], a["key"], out, p)
+    if p is not None and keep:
+        ctx.save_attention(a["query"], a["key"], out, p)
     return out, wrap(lse.reshape(shape[:3]))
 
 
-def _attention_values(ctx: OpContext, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) of section 8.6 from q, k, v (BH, T, D)."""
+def _attention_values(
+    ctx: OpContext, q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: bool
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(o (BH, T, D), p (BH, T, T), lse (BH*T,)) of section 8.6 from q, k, v (BH, T, D); on cpu, p is None
+    unless `keep` (the kernel then holds a panel's rows at a time)."""
+    if ctx.cpu and keep:
+        o, p, lse = cpu_lab.attention_lse(q, k, v, ctx.fused)
+        return o, p, lse
     if ctx.cpu:
-        return cpu_lab.attention_lse(q, k, v, ctx.fused)
+        o, lse = cpu_lab.attention_lse_unkept(q, k, v, ctx.fused)
+        return o, None, lse
     bh, t, d = q.shape
     be = ctx.be
     with np.errstate(all="ignore"):
         s = np.asarray(be.matmul_nt(q, k)) * (F32(1.0) / np.sqrt(F32(d)))  # (BH, T, T)
         p = np.asarray(be.softmax_causal(s))  # (BH, T, T)
         o = np.asarray(be.matmul(p, v))  # (BH, T, D)
-        keep = np.tri(t, t, dtype=bool)
-        m = np.asarray(be.max_rows(np.where(keep, s, F32(-np.inf)).reshape(bh * t, t)))  # (BH*T,)
+        causal = np.tri(t, t, dtype=bool)
+        m = np.asarray(be.max_rows(np.where(causal, s, F32(-np.inf)).reshape(bh * t, t)))  # (BH*T,)
         e = np.asarray(be.exp(np.ascontiguousarray(s.reshape(bh * t, t) - m[:, None])))
-        e = np.where(keep.reshape(1, t, t), e.reshape(bh, t, t), F32(-0.0)).reshape(bh * t, t)
+        e = np.where(causal.reshape(1, t, t), e.reshape(bh, t, t), F32(-0.0)).reshape(bh * t, t)
         lse = m + np.asarray(be.log(np.asarray(be.sum_rows(e))))
     return o, p, lse
 
 
 def attention_backward(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
-    """SDPA backward (causal): the backend's attention_backward with p from the forward (kept or recomputed)."""
+    """SDPA backward (causal): the backend's attention_backward with p from the forward (kept or recomputed);
+    on cpu, with none kept, kernels/cpu_attention_recompute.py's, which never holds p whole: the same bits."""
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
     _check_attention_args(name, a, q.shape[2])
     p = ctx.take_attention(a["query"], a["key"], a["out"])
-    if p is None:
-        _, p = ctx.be.attention(q, k, v)
     do = host(a["grad_out"]).reshape(q.shape)
-    if ctx.cpu:  # p is this mode's own (the forward's or the line above's): its masked entries are +0.0
+    if ctx.cpu and p is None:  # p recomputed a block of rows at a time, never whole
+        dq, dk, dv = cpu_lab.attention_backward_recomputed(q, k, v, do, ctx.fused)
+    elif ctx.cpu:  # p is the forward's own: its masked entries are +0.0
         dq, dk, dv = cpu_lab.attention_backward_of_own_p(q, k, v, np.asarray(p), do, ctx.fused)
     else:
+        if p is None:
+            _, p = ctx.be.attention(q, k, v)
         dq, dk, dv = ctx.be.attention_backward(q, k, v, np.asarray(p), do)
     g = _groups(name, a["query"], a["key"], a["value"])
     kv_shape = tuple(a["key"].shape)

@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from kernels import cpu_attention as ca
+from kernels import cpu_attention_recompute as car
 from kernels import cpu_elementwise as ew
 from kernels import cpu_lab_math as lm
 from kernels import cpu_matmul as mm
@@ -63,6 +64,13 @@ def _grads():
     """ds, V's key panels, k's, do's and q's column panels, dq, dk, dv for the backward on (2, 5, 5) operands."""
     panels = tuple(np.empty((2, 1, 5, 32), F32) for _ in range(4))
     return (np.empty((2, 5, 5), F32), *panels, *(np.empty((2, 5, 5), F32) for _ in range(3)))
+
+
+def _recomputed():
+    """K's and V's key panels, k's, do's and q's column panels, lse, dq, dk, dv for the backward that
+    recomputes p, on (2, 5, 5) operands."""
+    panels = tuple(np.empty((2, 1, 5, 32), F32) for _ in range(5))
+    return (*panels, np.empty(10, F32), *(np.empty((2, 5, 5), F32) for _ in range(3)))
 
 
 def _sample_calls():
@@ -128,8 +136,10 @@ def _sample_calls():
         ("log_softmax_backward_2d", nn.log_softmax_backward_2d, (x, x, np.empty_like(x))),
         ("pack_keys", ca.pack_keys, (s, np.empty((2, 1, 5, 32), F32))),
         ("pack_columns", ca.pack_columns, (s, np.empty((2, 1, 5, 32), F32))),
-        ("_attention_rows", ca._attention_rows, (s, F32(0.5), False, *_attention_outputs())),
-        ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, *_attention_outputs())),
+        ("_attention_rows", ca._attention_rows, (s, F32(0.5), False, True, *_attention_outputs())),
+        ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, True, *_attention_outputs())),
+        ("_backward_recomputed", car._backward_recomputed, (s, s, F32(0.5), False, False, False, *_recomputed())),
+        ("_head_v1", car._head_v1, (s, s, 1, F32(0.5), False, False, False, *_recomputed())),
         (
             "_attention_backward",
             ca._attention_backward,
@@ -201,7 +211,7 @@ VERDICTS = VerdictCache("cpu-no-fma")
 
 @functools.cache
 def _machine_code_key() -> dict[str, str]:
-    kernel_modules = [Path(module.__file__) for module in (ca, ew, lm, mm, nn, pk, rd)]
+    kernel_modules = [Path(module.__file__) for module in (ca, car, ew, lm, mm, nn, pk, rd)]
     return machine_code_key(import_closure(kernel_modules, REPO / "kernels") + [Path(__file__)], {})
 
 
@@ -235,6 +245,8 @@ FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
     "_attention_backward_fused",
     "_query_panel_v2",
     "_key_panel_v2",
+    "_backward_recomputed_fused",
+    "_head_v2",
 }
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
@@ -259,7 +271,7 @@ def test_every_kernel_is_checked():
     checked = {c[0] for c in CALLS + FUSED_CALLS} | FOLDED_BY_THE_AUDITED_MICRO_KERNEL
     kernels = {
         name
-        for module in (ca, ew, lm, mm, nn, pk, rd)
+        for module in (ca, car, ew, lm, mm, nn, pk, rd)
         for name, obj in vars(module).items()
         if isinstance(obj, numba.core.registry.CPUDispatcher)
         and obj.py_func.__module__ == module.__name__

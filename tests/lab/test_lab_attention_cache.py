@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels import cpu_lab
 from p2paudit.errors import InputError
 from p2paudit.lab import LabRun
 from p2paudit.lab.context import ATTENTION_CACHE_ENV, OpContext, attention_cache_budget
@@ -18,7 +19,8 @@ from p2paudit.sizes import physical_memory
 from tests.lab import models
 
 
-def test_the_backward_takes_the_forward_p_from_the_cache() -> None:
+def test_the_backward_takes_the_forward_p_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ATTENTION_CACHE_ENV, "1G")  # unset, the mode would keep none here (8 heads)
     q = torch.randn(2, 4, 16, 8, requires_grad=True)
     mode = CanonicalMode(kernels.get_backend("cpu"))
     with mode:
@@ -66,7 +68,7 @@ def test_the_cache_keeps_no_more_p_than_its_budget() -> None:
 
 def test_the_budget_comes_from_the_environment_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ATTENTION_CACHE_ENV, raising=False)
-    assert attention_cache_budget() == physical_memory() // 4
+    assert attention_cache_budget() is None  # the mode chooses
     monkeypatch.setenv(ATTENTION_CACHE_ENV, "0")
     assert attention_cache_budget() == 0 and OpContext(kernels.get_backend("cpu")).attention_budget == 0
     monkeypatch.setenv(ATTENTION_CACHE_ENV, "2G")
@@ -78,7 +80,8 @@ def test_the_budget_comes_from_the_environment_in_one_line(monkeypatch: pytest.M
 
 def test_a_step_that_recomputes_every_p_has_the_same_state_and_op_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache changes the time a step takes, never its bits: a Llama step (grouped-query attention) with no
-    p kept (every backward recomputes it) equals the step that keeps them all, state and trace."""
+    p kept (every backward recomputes it, on cpu a block of rows at a time) equals the step that keeps them
+    all, state and trace; unset, the mode keeps none where the heads (B * H = 8) keep the threads busy."""
     records, hits = {}, {}
     take = OpContext.take_attention
 
@@ -88,7 +91,7 @@ def test_a_step_that_recomputes_every_p_has_the_same_state_and_op_graph(monkeypa
         return p
 
     monkeypatch.setattr(OpContext, "take_attention", counted)
-    for budget in ("1G", "0"):
+    for budget in ("1G", "0", ""):
         monkeypatch.setenv(ATTENTION_CACHE_ENV, budget)
         hits[budget] = 0
         model, opt = models.make(vocab=96, c=32, heads=4, layers=2, kv_heads=2)
@@ -98,5 +101,22 @@ def test_a_step_that_recomputes_every_p_has_the_same_state_and_op_graph(monkeypa
                 models.train_step(model, opt, tokens)
             assert mode.ctx.attention_kept == 0 and mode.ctx.attention == {}
         records[budget] = [(r.state.digest, r.trace) for r in run.records]
-    assert records["1G"] == records["0"]
-    assert hits == {"1G": 4, "0": 0}  # two layers, two steps: every backward found its p, then none did
+    assert records["1G"] == records["0"] == records[""]
+    unset = 0 if cpu_lab.recompute_keeps_threads_busy(8) else 4
+    assert hits == {"1G": 4, "0": 0, "": unset}  # two layers, two steps: every backward found its p, or none
+
+
+def test_unset_the_mode_keeps_p_only_where_recomputing_would_leave_threads_idle() -> None:
+    q, k = torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4)
+    chosen = OpContext(kernels.get_backend("cpu"), attention_budget=None)
+    assert not chosen.keeps_attention(q, k, 64, True)  # recomputing as fast: nothing kept
+    assert chosen.keeps_attention(q, k, 64, False)
+    assert not chosen.keeps_attention(q, k, physical_memory(), False)  # past a quarter of memory
+    reference = OpContext(kernels.get_backend("reference"), attention_budget=None)
+    assert reference.keeps_attention(q, k, 64, True)  # its backward needs p whole: kept within the quarter
+    for budget, fast in ((1 << 20, True), (1 << 20, False)):  # a size set: kept within it, whatever the speed
+        assert OpContext(kernels.get_backend("cpu"), attention_budget=budget).keeps_attention(q, k, 64, fast)
+    assert not OpContext(kernels.get_backend("cpu"), attention_budget=0).keeps_attention(q, k, 64, False)
+    with torch.inference_mode():
+        i = torch.ones(1, 2, 3, 4)
+    assert not chosen.keeps_attention(i, i, 64, False)
