@@ -243,10 +243,24 @@ def _panel(q, z, i0, scale, full, keep, o, p, lse, kp, vp, fused):
     t_count = q.shape[1]
     i1 = min(t_count, i0 + TILE_ROWS)
     rows = p[z, i0:i1] if keep else np.empty((i1 - i0, t_count), F32)
-    softmax_rows(q, z, i0, scale, kp, rows, lse, fused)
+    of_version(fused, softmax_rows_v1, softmax_rows_v2)(q, z, i0, scale, kp, rows, lse)
     k_end = t_count if full else i1  # the j of P V the panel folds
     out = fold_panels(query_columns(rows, 0, k_end), vp[z], 0, k_end, fused)
     store_rows(out, z, i0, o, scale, False, rows, vp[z], k_end, fused)
+
+
+# Compiled on their own (not inlined): the forward's panels and the backward that recomputes p
+# (kernels/cpu_attention_recompute.py) call the one compiled function, as they do query_panel_v1 and _v2.
+@njit(cache=True)
+def softmax_rows_v1(q, z, i0, scale, kp, rows, lse):
+    """softmax_rows in arithmetic version 1."""
+    softmax_rows(q, z, i0, scale, kp, rows, lse, False)
+
+
+@njit(cache=True)
+def softmax_rows_v2(q, z, i0, scale, kp, rows, lse):
+    """softmax_rows in arithmetic version 2."""
+    softmax_rows(q, z, i0, scale, kp, rows, lse, True)
 
 
 @njit(inline="always")
@@ -407,11 +421,13 @@ def _backward_panels(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, d
     """A task per panel: every head's query panels, then every head's key panels (ds (BH, T, T))."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    query_panel = of_version(fused, _query_panel_v1, _query_panel_v2)
+    query_panel = of_version(fused, query_panel_v1, query_panel_v2)
     key_panel = of_version(fused, _key_panel_v1, _key_panel_v2)
     for task in prange(bh * n_pan):
         z = task // n_pan
-        query_panel(do, p, z, _zigzag(task - z * n_pan, n_pan) * TILE_ROWS, scale, full_q, ds, z, vk, kc, dq)
+        i0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
+        i1 = min(t_count, i0 + TILE_ROWS)
+        query_panel(do, p[z, i0:i1], ds[z, i0:i1], z, i0, scale, full_q, vk, kc, dq)
     for task in prange(bh * n_pan):
         z = task // n_pan
         j0 = _zigzag(task - z * n_pan, n_pan) * TILE_ROWS
@@ -423,26 +439,29 @@ def _backward_heads(do, p, scale, full_q, full_v, full_k, ds, vk, kc, dc, qc, dq
     """A task per head: its query panels write its dS into ds[the thread], its key panels read it back."""
     bh, t_count = do.shape[0], do.shape[1]
     n_pan = (t_count + TILE_ROWS - 1) // TILE_ROWS
-    query_panel = of_version(fused, _query_panel_v1, _query_panel_v2)
+    query_panel = of_version(fused, query_panel_v1, query_panel_v2)
     key_panel = of_version(fused, _key_panel_v1, _key_panel_v2)
-    for z in prange(bh):
+    for head in prange(bh):
+        z = np.int64(head)  # prange's index is unsigned: the task functions take z as the panel loops' int64
         me = numba.get_thread_id()
         for r in range(n_pan):
-            query_panel(do, p, z, r * TILE_ROWS, scale, full_q, ds, me, vk, kc, dq)
+            i0 = r * TILE_ROWS
+            i1 = min(t_count, i0 + TILE_ROWS)
+            query_panel(do, p[z, i0:i1], ds[me, i0:i1], z, i0, scale, full_q, vk, kc, dq)
         for r in range(n_pan):
             key_panel(p, ds, z, me, r * TILE_ROWS, scale, full_v, full_k, dc, qc, dk, dv)
 
 
 @njit(cache=True)
-def _query_panel_v1(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq):
-    """_query_panel in arithmetic version 1."""
-    _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, False)
+def query_panel_v1(do, p_rows, ds_rows, z, i0, scale, full_q, vk, kc, dq):
+    """_query_panel in arithmetic version 1 (also the task of kernels/cpu_attention_recompute.py)."""
+    _query_panel(do, p_rows, ds_rows, z, i0, scale, full_q, vk, kc, dq, False)
 
 
 @njit(cache=True)
-def _query_panel_v2(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq):
+def query_panel_v2(do, p_rows, ds_rows, z, i0, scale, full_q, vk, kc, dq):
     """_query_panel in arithmetic version 2."""
-    _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, True)
+    _query_panel(do, p_rows, ds_rows, z, i0, scale, full_q, vk, kc, dq, True)
 
 
 @njit(cache=True)
@@ -458,18 +477,18 @@ def _key_panel_v2(p, ds, z, zs, j0, scale, full_v, full_k, dc, qc, dk, dv):
 
 
 @njit(inline="always")
-def _query_panel(do, p, z, i0, scale, full_q, ds, zs, vk, kc, dq, fused):
-    """Query rows i0 .. i0 + TILE_ROWS - 1 of batch element z: dP = do vᵀ (columns up to the panel's last
-    row), dS row by row into ds[zs] (z's rows), dq = dS k * scale."""
+def _query_panel(do, p_rows, ds_rows, z, i0, scale, full_q, vk, kc, dq, fused):
+    """Query rows i0 .. i0 + len(p_rows) - 1 (at most TILE_ROWS, below T) of batch element z, their p rows
+    p_rows: dP = do vᵀ (columns up to the panel's last row), dS row by row into ds_rows, dq = dS k * scale."""
     t_count, d = do.shape[1], do.shape[2]
-    i1 = min(t_count, i0 + TILE_ROWS)
+    i1 = i0 + p_rows.shape[0]
     dp = fold_panels(rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
     buf = np.empty(next_pow2(t_count), F32)
     for i in range(i1 - i0):
-        causal_softmax_backward_row(p[z, i0 + i], dp[i], ds[zs, i0 + i], buf, i0 + i)
+        causal_softmax_backward_row(p_rows[i], dp[i], ds_rows[i], buf, i0 + i)
     k_end = t_count if full_q else i1
-    out = fold_panels(query_columns(ds[zs], i0, k_end), kc[z], 0, k_end, fused)
-    store_rows(out, z, i0, dq, scale, True, ds[zs, i0:], kc[z], k_end, fused)
+    out = fold_panels(query_columns(ds_rows, 0, k_end), kc[z], 0, k_end, fused)
+    store_rows(out, z, i0, dq, scale, True, ds_rows, kc[z], k_end, fused)
 
 
 @njit(inline="always")

@@ -38,16 +38,14 @@ from kernels import validate
 from kernels.cpu_attention import (
     attention_scale,
     columns,
-    fold_panels,
     keys,
     of_version,
-    query_columns,
-    rows_k_major,
-    softmax_rows,
+    query_panel_v1,
+    query_panel_v2,
+    softmax_rows_v1,
+    softmax_rows_v2,
     store_rows,
 )
-from kernels.cpu_nn import causal_softmax_backward_row
-from kernels.cpu_scalar import next_pow2
 from kernels.cpu_tile import TILE_COLS, TILE_ROWS, fold_tile_into
 
 F32 = np.float32
@@ -91,7 +89,7 @@ def _backward_recomputed_fused(q, do, scale, full_q, full_v, full_k, kp, vk, kc,
 def _heads(q, do, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse, dq, dk, dv, fused):
     head = of_version(fused, _head_v1, _head_v2)
     for z in prange(q.shape[0]):
-        head(q, do, z, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse, dq, dk, dv)
+        head(q, do, np.int64(z), scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse, dq, dk, dv)
 
 
 @njit(cache=True)
@@ -109,25 +107,21 @@ def _head_v2(q, do, z, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse, d
 @njit(inline="always")
 def _head(q, do, z, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse, dq, dk, dv, fused):
     """Batch element z's dq, dk and dv, its query rows a block at a time (see the module docstring)."""
-    t_count, d = q.shape[1], q.shape[2]
+    t_count = q.shape[1]
+    softmax = of_version(fused, softmax_rows_v1, softmax_rows_v2)
+    query_panel = of_version(fused, query_panel_v1, query_panel_v2)
     width = (t_count + TILE_ROWS - 1) // TILE_ROWS * TILE_ROWS  # whole key panels: their columns are views
     p_rows = np.zeros((BLOCK_ROWS, width), F32)
     ds_rows = np.zeros((BLOCK_ROWS, width), F32)
     acc_v = np.zeros((width, dc.shape[1] * TILE_COLS), F32)  # dv's and dk's folds so far, +0.0 at first
     acc_k = np.zeros((width, qc.shape[1] * TILE_COLS), F32)
-    buf = np.empty(next_pow2(t_count), F32)  # the softmax backward's tree
     for b0 in range(0, t_count, BLOCK_ROWS):
         b1 = min(t_count, b0 + BLOCK_ROWS)
         for i0 in range(b0, b1, TILE_ROWS):
             i1 = min(t_count, i0 + TILE_ROWS)
             r = i0 - b0
-            softmax_rows(q, z, i0, scale, kp, p_rows[r : r + i1 - i0], lse, fused)
-            dp = fold_panels(rows_k_major(do, z, i0), vk[z, : (i1 + TILE_COLS - 1) // TILE_COLS], 0, d, fused)
-            for i in range(i1 - i0):
-                causal_softmax_backward_row(p_rows[r + i], dp[i], ds_rows[r + i], buf, i0 + i)
-            k_end = t_count if full_q else i1
-            out = fold_panels(query_columns(ds_rows[r : r + i1 - i0], 0, k_end), kc[z], 0, k_end, fused)
-            store_rows(out, z, i0, dq, scale, True, ds_rows[r:], kc[z], k_end, fused)
+            softmax(q, z, i0, scale, kp, p_rows[r : r + i1 - i0], lse)  # the forward's own rows of p
+            query_panel(do, p_rows[r : r + i1 - i0], ds_rows[r : r + i1 - i0], z, i0, scale, full_q, vk, kc, dq)
         for j0 in range(0, width, TILE_ROWS):  # every key panel the block's rows reach, i >= its first row
             lo = b0 if full_v else max(b0, j0)
             if lo < b1:

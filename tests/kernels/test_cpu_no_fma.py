@@ -146,9 +146,14 @@ def _sample_calls():
             (False, s, np.abs(s), F32(0.5), False, False, False, *_grads()),
         ),
         (
-            "_query_panel_v1",
-            ca._query_panel_v1,
-            (s, np.abs(s), 1, 0, F32(0.5), False, _grads()[0], 1, *_grads()[1:3], np.empty_like(s)),
+            "query_panel_v1",
+            ca.query_panel_v1,
+            (s, np.abs(s)[1], _grads()[0][1], 1, 0, F32(0.5), False, *_grads()[1:3], np.empty_like(s)),
+        ),
+        (
+            "softmax_rows_v1",
+            ca.softmax_rows_v1,
+            (s, 1, 0, F32(0.5), _attention_outputs()[3], s[1].copy(), np.empty(10, F32)),
         ),
         (
             "_key_panel_v1",
@@ -243,7 +248,8 @@ FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
     "_attention_rows_fused",
     "_panel_v2",
     "_attention_backward_fused",
-    "_query_panel_v2",
+    "query_panel_v2",
+    "softmax_rows_v2",
     "_key_panel_v2",
     "_backward_recomputed_fused",
     "_head_v2",
