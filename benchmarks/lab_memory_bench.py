@@ -4,12 +4,13 @@ Each side runs in a process of its own (the peak resident size, ru_maxrss, is a 
 builds benchmarks/lab_bench.py's TinyLlama at `--size`, notes its peak so far (model, optimiser,
 batches, the imports), then trains `--steps` steps (AdamW's moments are made by the first) and notes its
 peak again. Printed per side: both peaks and their difference, the memory the steps themselves took; and
-the ratio of the two sides' differences and totals. The lab mode keeps each attention's probabilities
-for its backward up to P2PAUDIT_LAB_ATTENTION_CACHE (p2paudit/lab/context.py): set it (0) to see the
-step without them.
+the ratio of the two sides' differences and totals. Unset, P2PAUDIT_LAB_ATTENTION_CACHE lets the mode
+choose whether an attention keeps its probabilities p for the backward (p2paudit/lab/context.py: on
+cpu none where the heads keep the threads busy); a size keeps them up to it ("1T": every one).
 
     PYTHONPATH=. python benchmarks/lab_memory_bench.py --size 125m --tokens 1024
-    PYTHONPATH=. P2PAUDIT_LAB_ATTENTION_CACHE=0 python benchmarks/lab_memory_bench.py --size 11m --seq 4096 --tokens 4096
+    PYTHONPATH=. python benchmarks/lab_memory_bench.py --size 11m --seq 4096 --tokens 4096
+    PYTHONPATH=. P2PAUDIT_LAB_ATTENTION_CACHE=1T python benchmarks/lab_memory_bench.py --size 11m --seq 4096 --tokens 4096
 """
 
 from __future__ import annotations
