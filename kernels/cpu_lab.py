@@ -47,12 +47,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_attention import (
-    attention_backward_checked,
-    attention_rows,
-    attention_rows_unkept,
-    heads_keep_threads_busy,
-)
+from kernels.cpu_attention import attention_backward_checked, attention_rows, attention_rows_unkept
 from kernels.cpu_attention_recompute import attention_backward_recomputed as attention_backward_recomputed
 from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
 from kernels.cpu_elementwise import DIVIDE as DIVIDE
@@ -129,12 +124,6 @@ def attention_lse_unkept(q: np.ndarray, k: np.ndarray, v: np.ndarray, fused: boo
     """(o, lse) of attention_lse, the same bits, p never held whole (attention_backward_recomputed needs none)."""
     validate.check_attention(q, k, v)
     return attention_rows_unkept(q, k, v, not bool(np.isfinite(v).all()), fused)
-
-
-def recompute_keeps_threads_busy(bh: int) -> bool:
-    """Whether attention_backward_recomputed (a task per head) keeps this thread's numba threads equally busy
-    with bh heads: where it does, it took no longer than the backward of a stored p (docs/benchmarks.md)."""
-    return heads_keep_threads_busy(bh, numba.get_num_threads())
 
 
 def attention_backward_of_own_p(

@@ -7,7 +7,7 @@ training one step of this package's own sample models (p2paudit/lab/sample_model
 SwiGLU and grouped-query attention, a GPT-2 with LayerNorm, GELU tanh and a tied head) under the mode,
 and by calling the kernels those small arrays do not reach (the threaded elementwise kernels from
 PARALLEL_MIN elements, a product wider than 256 columns, one head's attention backward both with
-p kept and recomputed: which one a step takes depends on its heads and threads). Once per process
+p kept and recomputed: P2PAUDIT_LAB_ATTENTION_CACHE says which a step takes). Once per process
 and arithmetic version: about a second with a warm cache; from a cold one, the compiles a lab step would
 otherwise repeat in every child (a minute or more).
 """
@@ -45,7 +45,7 @@ def warm_kernels(arithmetic: int) -> None:
     be.matmul(np.ones((40, 16), np.float32), np.ones((16, 300), np.float32))
     q = np.ones((1, 20, 8), np.float32)
     be.attention_backward(q, q, q, be.attention(q, q, q)[1], q)
-    cpu_lab.attention_backward_recomputed(q, q, q, q, arithmetic == 2)  # with no p kept (on enough heads)
+    cpu_lab.attention_backward_recomputed(q, q, q, q, arithmetic == 2)  # with no p kept (the default)
     big = np.ones(cpu_lab.PARALLEL_MIN, np.float32)
     cpu_lab.binary(big, big, MULTIPLY), cpu_lab.scale_in_place(big.copy(), np.float32(0.5)), cpu_lab.square_sum(big)
     cpu_lab_math.sin(big), cpu_lab_math.gelu_tanh_backward(big, big), cpu_lab_math.pow_scalar_base(np.float32(2), big)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import kernels
 from kernels import cpu_attention as ca
-from kernels.cpu_attention_recompute import BLOCK_ROWS, attention_backward_recomputed
+from kernels.cpu_attention_recompute import BLOCK_PANELS, attention_backward_recomputed, block_size
 from kernels.input_error import KernelInputError
 
 REF = kernels.get_backend("reference")
@@ -31,7 +31,7 @@ def _stored(q, k, v, do, fused):
     return o, lse, ca.attention_backward_checked(q, k, v, p, do, fused, lambda: True)
 
 
-# Around TILE_ROWS (12), TILE_COLS (32), a block (BLOCK_ROWS = 96 rows) and two, and head sizes of one column
+# Around TILE_ROWS (12), TILE_COLS (32), a block (BLOCK_PANELS * 12 = 96 rows) and two, and head sizes of one column
 # panel and of several (the last padded).
 @pytest.mark.parametrize("fused", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize(
@@ -41,7 +41,13 @@ def test_the_recomputed_backward_and_the_unkept_forward_equal_the_stored_ones(bh
     q, k, v, do = _inputs(bh, t, d, t * d)
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, False, fused), (o, lse))
-    assert _same(attention_backward_recomputed(q, k, v, do, fused), grads)
+    for block_panels in (0, 1, 3):  # the block's size changes no bit
+        assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads), block_panels
+
+
+def test_a_block_has_enough_row_tasks_for_the_threads():
+    assert block_size(12, 2) == BLOCK_PANELS
+    assert block_size(1, 16) == 16 and block_size(3, 32) == 11 and block_size(12, 96) == BLOCK_PANELS
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["v1", "v2"])
@@ -58,25 +64,27 @@ def test_they_equal_the_reference_backend(fused):
 def test_a_non_finite_operand_takes_the_full_fold(where, bad, fused):
     """A non-finite value in the last row (masked for every earlier one), or in a block's first: the folds that
     leave masked terms out must take them where +0.0 times it is NaN."""
-    q, k, v, do = _inputs(2, BLOCK_ROWS + 30, 8, 5)
+    q, k, v, do = _inputs(2, BLOCK_PANELS * 12 + 30, 8, 5)
     named = {"q": q, "k": k, "v": v, "do": do}
-    named[where][1, BLOCK_ROWS + 29, 3] = bad
-    named[where][0, BLOCK_ROWS, 0] = bad
+    named[where][1, BLOCK_PANELS * 12 + 29, 3] = bad
+    named[where][0, BLOCK_PANELS * 12, 0] = bad
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, not np.isfinite(v).all(), fused), (o, lse))
-    assert _same(attention_backward_recomputed(q, k, v, do, fused), grads)
+    for block_panels in (0, 2):
+        assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads)
 
 
 @settings(max_examples=25, deadline=None)
 @given(
-    t=st.integers(1, 2 * BLOCK_ROWS + 13),
+    t=st.integers(1, 2 * BLOCK_PANELS * 12 + 13),
     d=st.sampled_from([1, 7, 32, 33]),
     bh=st.integers(1, 3),
     fused=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
     negative_zeros=st.booleans(),
+    block_panels=st.integers(0, 9),
 )
-def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros):
+def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros, block_panels):
     """Version 2 carries an output that ends -0.0 through the terms left out: rows of do and q of -0.0 (and
     +0.0) make such outputs."""
     q, k, v, do = _inputs(bh, t, d, seed)
@@ -87,7 +95,7 @@ def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros):
             x[rng.random(x.shape) < 0.1] = F32(0.0)
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, False, fused), (o, lse))
-    assert _same(attention_backward_recomputed(q, k, v, do, fused), grads)
+    assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads)
 
 
 def test_bad_inputs_are_one_line_errors():
