@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 
 import kernels
 from kernels import cpu_attention as ca
-from kernels.cpu_attention_recompute import BLOCK_PANELS, attention_backward_recomputed, block_size
+from kernels.cpu_attention_recompute import (
+    BLOCK_PANELS,
+    attention_backward_recomputed,
+    block_size,
+    heads_keep_threads_busy,
+)
 from kernels.input_error import KernelInputError
 
 REF = kernels.get_backend("reference")
@@ -41,8 +46,15 @@ def test_the_recomputed_backward_and_the_unkept_forward_equal_the_stored_ones(bh
     q, k, v, do = _inputs(bh, t, d, t * d)
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, False, fused), (o, lse))
-    for block_panels in (0, 1, 3):  # the block's size changes no bit
-        assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads), block_panels
+    for by_heads, block_panels in ((None, 0), (True, 0), (False, 0), (False, 1), (False, 3)):  # no bit changes
+        got = attention_backward_recomputed(q, k, v, do, fused, by_heads, block_panels)
+        assert _same(got, grads), (by_heads, block_panels)
+
+
+def test_heads_are_tasks_where_they_keep_the_threads_evenly_busy():
+    assert heads_keep_threads_busy(8, 2) and heads_keep_threads_busy(9, 2) and heads_keep_threads_busy(3, 1)
+    assert not heads_keep_threads_busy(1, 2) and not heads_keep_threads_busy(12, 8)
+    assert heads_keep_threads_busy(32, 8) and not heads_keep_threads_busy(30, 8)
 
 
 def test_a_block_has_enough_row_tasks_for_the_threads():
@@ -70,8 +82,8 @@ def test_a_non_finite_operand_takes_the_full_fold(where, bad, fused):
     named[where][0, BLOCK_PANELS * 12, 0] = bad
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, not np.isfinite(v).all(), fused), (o, lse))
-    for block_panels in (0, 2):
-        assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads)
+    for by_heads, block_panels in ((True, 0), (False, 0), (False, 2)):
+        assert _same(attention_backward_recomputed(q, k, v, do, fused, by_heads, block_panels), grads)
 
 
 @settings(max_examples=25, deadline=None)
@@ -82,9 +94,10 @@ def test_a_non_finite_operand_takes_the_full_fold(where, bad, fused):
     fused=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
     negative_zeros=st.booleans(),
+    by_heads=st.sampled_from([None, True, False]),
     block_panels=st.integers(0, 9),
 )
-def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros, block_panels):
+def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros, by_heads, block_panels):
     """Version 2 carries an output that ends -0.0 through the terms left out: rows of do and q of -0.0 (and
     +0.0) make such outputs."""
     q, k, v, do = _inputs(bh, t, d, seed)
@@ -95,7 +108,7 @@ def test_any_shape_and_signed_zeros(t, d, bh, fused, seed, negative_zeros, block
             x[rng.random(x.shape) < 0.1] = F32(0.0)
     o, lse, grads = _stored(q, k, v, do, fused)
     assert _same(ca.attention_rows_unkept(q, k, v, False, fused), (o, lse))
-    assert _same(attention_backward_recomputed(q, k, v, do, fused, block_panels), grads)
+    assert _same(attention_backward_recomputed(q, k, v, do, fused, by_heads, block_panels), grads)
 
 
 def test_bad_inputs_are_one_line_errors():

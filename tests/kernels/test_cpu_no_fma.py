@@ -142,7 +142,12 @@ def _sample_calls():
         ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, True, *_attention_outputs())),
         *(
             (f"_phases[{phase}]", car._phases, (phase, 0, 5, s, s, F32(0.5), False, False, False, *_recomputed()))
-            for phase in (car.ROWS, car.KEYS, car.STORE)
+            for phase in (car.HEADS, car.ROWS, car.KEYS, car.STORE)
+        ),
+        (
+            "key_fold_v1",
+            car.key_fold_v1,
+            (s[0].copy(), s[1].copy(), 1, 0, 0, 5, False, False, *_recomputed()[3:5], *_recomputed()[8:10]),
         ),
         (
             "_attention_backward",
@@ -256,6 +261,7 @@ FOLDED_BY_THE_AUDITED_MICRO_KERNEL = {
     "softmax_rows_v2",
     "_key_panel_v2",
     "_phases_fused",
+    "key_fold_v2",
 }
 PACKED_FMA = re.compile(r"\bvfmadd\w*ps\s+[^\n]*%[yz]mm")
 
