@@ -47,7 +47,7 @@ from kernels import (
 )
 from kernels.adamw_scalars import adamw_scalars
 from kernels.backend_contract import Scalar
-from kernels.cpu_attention import HEADS_MAX_T, attention_backward_checked, attention_rows, attention_rows_unkept
+from kernels.cpu_attention import attention_backward_checked, attention_rows, attention_rows_unkept
 from kernels.cpu_attention_recompute import attention_backward_recomputed as attention_backward_recomputed
 from kernels.cpu_elementwise import ADD as ADD  # binary's operations, for the lab's entries
 from kernels.cpu_elementwise import DIVIDE as DIVIDE
@@ -59,11 +59,6 @@ from kernels.cpu_nn import log_softmax_2d, log_softmax_backward_2d
 from kernels.cpu_reduce import square_sum_flat
 
 F32 = np.float32
-# The longest T at which the lab keeps an attention's p for its backward by default (p2paudit/lab/context.py):
-# up to it the stored-p backward runs a head a task (cpu_attention.by_heads) and the pair took 2-30% less time
-# than the forward without p and the backward that recomputes it (docs/benchmarks.md, stop 40); past it the
-# stored-p backward writes every head's dS (B*H*T*T floats) and recomputing took less.
-KEEP_P_MAX_T = HEADS_MAX_T
 
 
 def _refs(buffers: dict[str, np.ndarray], slot: str) -> int:

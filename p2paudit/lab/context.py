@@ -70,10 +70,11 @@ class OpContext:
     `attention_budget` bytes of p (attention_cache_budget(): P2PAUDIT_LAB_ATTENTION_CACHE);
     a forward past that keeps none, and its backward recomputes p (p is
     B*H*T*T floats a layer). Where the variable is unset (None), the mode
-    chooses: on cpu a forward past T = 1,024 keeps none (the backward that
-    recomputes p a block of rows at a time took no longer there, and holds
-    no T x T array: docs/benchmarks.md), others keep p up to a quarter of
-    this machine's memory.
+    chooses: on cpu a forward keeps none (the step whose backward recomputes
+    p a block of rows at a time took no longer than the one keeping every p,
+    and holds no T x T array: docs/benchmarks.md, stop 40); on the other
+    backends, whose backward needs p whole, up to a quarter of this
+    machine's memory.
     """
 
     be: Backend[Any]
@@ -87,12 +88,12 @@ class OpContext:
     def __post_init__(self) -> None:
         self.cpu, self.fused = on_cpu_backend(self.be)
 
-    def keeps_attention(self, q: torch.Tensor, k: torch.Tensor, nbytes: int, recompute: bool) -> bool:
+    def keeps_attention(self, q: torch.Tensor, k: torch.Tensor, nbytes: int) -> bool:
         """Whether a forward of q and k with `nbytes` of p keeps it: not inference tensors, and within the
-        budget; with none set, not where `recompute` (the backend's backward without p is the better one
-        for this attention: on cpu at long contexts), else within a quarter of physical memory. A forward
-        that keeps none need not make p whole: on cpu it never does."""
-        if not _keyed(q, k) or (self.attention_budget is None and recompute):
+        budget; with none set, never on cpu (its backward recomputes p a block of rows at a time), else
+        within a quarter of physical memory. A forward that keeps none need not make p whole: on cpu it
+        never does."""
+        if not _keyed(q, k) or (self.attention_budget is None and self.cpu):
             return False
         return self.attention_kept + nbytes <= self._budget()
 

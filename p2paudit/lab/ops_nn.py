@@ -107,7 +107,7 @@ def attention(ctx: OpContext, name: str, a: dict[str, Any]) -> Any:
     q, k, v = _heads(name, a["query"], a["key"], a["value"])
     _check_attention_args(name, a, q.shape[2])
     bh, t = q.shape[0], q.shape[1]
-    keep = ctx.keeps_attention(a["query"], a["key"], bh * t * t * 4, ctx.cpu and t > cpu_lab.KEEP_P_MAX_T)
+    keep = ctx.keeps_attention(a["query"], a["key"], bh * t * t * 4)
     o, p, lse = _attention_values(ctx, q, k, v, keep)
     shape = tuple(a["query"].shape)
     out = wrap(o.reshape(shape))
