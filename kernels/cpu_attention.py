@@ -1,6 +1,11 @@
 """Causal attention's forward pass in one kernel of the `cpu` backend: scores, softmax and P V a row panel at a time.
 
     attention_rows(q, k, v, full, fused) -> (o (BH, T, D), p (BH, T, T), lse (BH*T,))
+    attention_rows_unkept(q, k, v, full, fused) -> (o, lse), p never held whole (a panel's rows a task)
+
+(and the backward of a stored p, attention_rows_backward; the one that
+recomputes p, kernels/cpu_attention_recompute.py, calls this module's
+softmax_rows_v1/_v2 and query_panel_v1/_v2, compiled once for both)
 
 The bits are those of the composition that kernels/cpu.py `attention` wrote
 as three passes (docs/arithmetic.md 4.4): S = q kᵀ by the matmul's fold
