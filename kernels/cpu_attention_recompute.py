@@ -96,12 +96,12 @@ def attention_backward_recomputed(
     operands = (q, do, attention_scale(d), full_q, full_v, full_k, keys(k), keys(v), kc, dc, qc, lse)
     buffers = (p_rows, ds_rows, acc_v, acc_k, dq, dk, dv)
     if heads:
-        kernel(HEADS, 0, t, *operands, *buffers)
+        kernel(HEADS, 0, t, operands, buffers)
         return dq, dk, dv
     for b0 in range(0, t, rows):
         for phase in (ROWS, KEYS):
-            kernel(phase, b0, min(t, b0 + rows), *operands, *buffers)
-    kernel(STORE, 0, t, *operands, *buffers)
+            kernel(phase, b0, min(t, b0 + rows), operands, buffers)
+    kernel(STORE, 0, t, operands, buffers)
     return dq, dk, dv
 
 
@@ -122,138 +122,24 @@ HEADS, ROWS, KEYS, STORE = 0, 1, 2, 3  # the kernel's ways: a task a head; the p
 
 # As in kernels/cpu_attention.py: a parallel kernel per version; the tasks call the forward's and the
 # stored-p backward's own compiled functions (softmax_rows_v1/_v2, query_panel_v1/_v2) and key_fold_v1/_v2.
+# operands: (q, do, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse); buffers: (p_rows, ds_rows,
+# acc_v, acc_k, dq, dk, dv).
 @njit(parallel=True, cache=True)
-def _phases(
-    phase,
-    b0,
-    b1,
-    q,
-    do,
-    scale,
-    full_q,
-    full_v,
-    full_k,
-    kp,
-    vk,
-    kc,
-    dc,
-    qc,
-    lse,
-    p_rows,
-    ds_rows,
-    acc_v,
-    acc_k,
-    dq,
-    dk,
-    dv,
-):
+def _phases(phase, b0, b1, operands, buffers):
     """The heads, or one phase of rows b0 .. b1 - 1, in arithmetic version 1: acc + (a * b) per fold step."""
-    _phase(
-        phase,
-        b0,
-        b1,
-        q,
-        do,
-        scale,
-        full_q,
-        full_v,
-        full_k,
-        kp,
-        vk,
-        kc,
-        dc,
-        qc,
-        lse,
-        p_rows,
-        ds_rows,
-        acc_v,
-        acc_k,
-        dq,
-        dk,
-        dv,
-        False,
-    )
+    _phase(phase, b0, b1, operands, buffers, False)
 
 
 @njit(parallel=True, cache=True)
-def _phases_fused(
-    phase,
-    b0,
-    b1,
-    q,
-    do,
-    scale,
-    full_q,
-    full_v,
-    full_k,
-    kp,
-    vk,
-    kc,
-    dc,
-    qc,
-    lse,
-    p_rows,
-    ds_rows,
-    acc_v,
-    acc_k,
-    dq,
-    dk,
-    dv,
-):
+def _phases_fused(phase, b0, b1, operands, buffers):
     """The heads, or one phase of rows b0 .. b1 - 1, in arithmetic version 2: fma(a, b, acc) per fold step."""
-    _phase(
-        phase,
-        b0,
-        b1,
-        q,
-        do,
-        scale,
-        full_q,
-        full_v,
-        full_k,
-        kp,
-        vk,
-        kc,
-        dc,
-        qc,
-        lse,
-        p_rows,
-        ds_rows,
-        acc_v,
-        acc_k,
-        dq,
-        dk,
-        dv,
-        True,
-    )
+    _phase(phase, b0, b1, operands, buffers, True)
 
 
 @njit(inline="always")
-def _phase(
-    phase,
-    b0,
-    b1,
-    q,
-    do,
-    scale,
-    full_q,
-    full_v,
-    full_k,
-    kp,
-    vk,
-    kc,
-    dc,
-    qc,
-    lse,
-    p_rows,
-    ds_rows,
-    acc_v,
-    acc_k,
-    dq,
-    dk,
-    dv,
-    fused,
-):
+def _phase(phase, b0, b1, operands, buffers, fused):
+    q, do, scale, full_q, full_v, full_k, kp, vk, kc, dc, qc, lse = operands
+    p_rows, ds_rows, acc_v, acc_k, dq, dk, dv = buffers
     bh, t_count = q.shape[0], q.shape[1]
     softmax = of_version(fused, softmax_rows_v1, softmax_rows_v2)
     query_panel = of_version(fused, query_panel_v1, query_panel_v2)

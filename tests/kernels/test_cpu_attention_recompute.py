@@ -15,19 +15,11 @@ from kernels.cpu_attention_recompute import (
     heads_keep_threads_busy,
 )
 from kernels.input_error import KernelInputError
+from tests.kernels.test_cpu_attention_causal import _inputs, _same
 
 REF = kernels.get_backend("reference")
 REF2 = kernels.get_backend("reference", 2)
 F32 = np.float32
-
-
-def _same(a, b) -> bool:
-    return all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
-
-
-def _inputs(bh, t, d, seed):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal((bh, t, d)).astype(F32) for _ in range(4)]
 
 
 def _stored(q, k, v, do, fused):

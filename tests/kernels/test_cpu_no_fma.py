@@ -141,8 +141,9 @@ def _sample_calls():
         ("_attention_rows", ca._attention_rows, (s, F32(0.5), False, True, *_attention_outputs())),
         ("_panel_v1", ca._panel_v1, (s, 1, 0, F32(0.5), False, True, *_attention_outputs())),
         *(
-            (f"_phases[{phase}]", car._phases, (phase, 0, 5, s, s, F32(0.5), False, False, False, *_recomputed()))
+            (f"_phases[{phase}]", car._phases, (phase, 0, 5, (s, s, F32(0.5), False, False, False, *r[:6]), r[6:]))
             for phase in (car.HEADS, car.ROWS, car.KEYS, car.STORE)
+            for r in [_recomputed()]
         ),
         (
             "key_fold_v1",
