@@ -392,8 +392,14 @@ def by_heads(bh: int, t: int, threads: int) -> bool:
     it, and its key panels, which read it, and P is read while still in cache: against the panel tasks, which
     write every head's dS to memory and read it back, an 11m layer's backward (32 heads of 256 x 32) took
     12-13% less (docs/benchmarks.md). Taken where the heads keep every thread equally busy (a multiple of the
-    threads, or at least four a thread) and T is at most HEADS_MAX_T."""
-    return t <= HEADS_MAX_T and bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
+    threads, or at least four a thread: heads_keep_threads_busy) and T is at most HEADS_MAX_T."""
+    return t <= HEADS_MAX_T and heads_keep_threads_busy(bh, threads)
+
+
+def heads_keep_threads_busy(bh: int, threads: int) -> bool:
+    """Whether bh tasks of equal cost, a head each, keep `threads` threads evenly busy: a multiple of them, or
+    at least four a thread (also the rule of kernels/cpu_attention_recompute.py's head tasks)."""
+    return bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
 
 
 @njit(parallel=True, cache=True)

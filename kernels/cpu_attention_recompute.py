@@ -47,6 +47,7 @@ from kernels import validate
 from kernels.cpu_attention import (
     attention_scale,
     columns,
+    heads_keep_threads_busy,
     keys,
     of_version,
     query_panel_v1,
@@ -103,12 +104,6 @@ def attention_backward_recomputed(
             kernel(phase, b0, min(t, b0 + rows), operands, buffers)
     kernel(STORE, 0, t, operands, buffers)
     return dq, dk, dv
-
-
-def heads_keep_threads_busy(bh: int, threads: int) -> bool:
-    """Whether bh tasks of equal cost keep `threads` threads evenly busy: a multiple of them, or at least four
-    a thread (kernels/cpu_attention.py by_heads' rule)."""
-    return bh >= threads and (bh % threads == 0 or bh >= 4 * threads)
 
 
 def block_size(bh: int, threads: int) -> int:
